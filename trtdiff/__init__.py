@@ -1,0 +1,26 @@
+"""trtdiff: find where a model's numbers change between PyTorch, ONNX Runtime and TensorRT."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from trtdiff.api import compare
+    from trtdiff.report import Report
+
+__all__ = ["compare", "Report", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that `import trtdiff` and `trtdiff --help` do not pay for importing torch.
+    if name == "compare":
+        from trtdiff.api import compare
+
+        return compare
+    if name == "Report":
+        from trtdiff.report import Report
+
+        return Report
+    raise AttributeError(f"module 'trtdiff' has no attribute {name!r}")

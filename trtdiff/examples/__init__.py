@@ -1,0 +1,1 @@
+"""Example models defined in the repo (no torchvision): small DeepLabV3+ variants."""

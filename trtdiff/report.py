@@ -1,0 +1,143 @@
+"""The result of a comparison: frozen dataclasses that round-trip through JSON.
+
+Renderers read a `Report` and nothing else. The JSON layout is documented in the README
+(section "JSON report") and versioned by `SCHEMA_VERSION`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trtdiff.serialization import from_jsonable, to_jsonable
+
+SCHEMA_VERSION = 1
+
+
+def pair_key(reference: str, candidate: str) -> str:
+    """The key of a backend pair in `Layer.pairs`, e.g. "torch~onnxruntime"."""
+    return f"{reference}~{candidate}"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a tensor counts as diverged: direction (cosine) and magnitude (relative, absolute)."""
+
+    min_cosine: float = 0.9999
+    rtol: float = 1e-3
+    max_abs: float | None = None
+
+
+@dataclass(frozen=True)
+class PairMetrics:
+    """How far a candidate tensor is from the reference tensor it is paired with.
+
+    `rel_err` is max-abs error divided by the reference's largest magnitude. For integer
+    and bool tensors `cosine` is 1.0 exactly when all elements are equal, and `mismatches`
+    counts the elements that differ.
+    """
+
+    cosine: float
+    max_abs: float
+    mean_abs: float
+    rel_err: float
+    ref_max_abs: float
+    nan_ref: int = 0
+    nan_cand: int = 0
+    inf_ref: int = 0
+    inf_cand: int = 0
+    mismatches: int | None = None
+    shape_mismatch: str | None = None
+    diverged: bool = False
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One ONNX tensor, in topological order, with the metrics of every backend pair that has it."""
+
+    tensor: str
+    onnx_node: str
+    op_type: str
+    module: str | None
+    shape: tuple[int, ...]
+    dtype: str
+    pairs: dict[str, PairMetrics]
+    is_output: bool = False
+    torch_op: str | None = None
+
+    @property
+    def diverged(self) -> bool:
+        return any(m.diverged for m in self.pairs.values())
+
+
+@dataclass(frozen=True)
+class FirstDivergence:
+    """The first diverging tensor in topological order and the ONNX nodes that may have caused it."""
+
+    tensor: str
+    onnx_node: str
+    op_type: str
+    module: str | None
+    pair: str
+    cosine: float
+    max_abs: float
+    rel_err: float
+    reasons: tuple[str, ...]
+    suspects: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PairingSummary:
+    """How many ONNX tensors got a PyTorch counterpart, and how."""
+
+    onnx_tensors: int
+    float_tensors: int
+    paired_with_torch: int
+    by_method: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything `trtdiff.compare` found, in the order a reader needs it."""
+
+    passed: bool
+    model: str
+    onnx_path: str | None
+    opset: int
+    exporter: str
+    backends: tuple[str, ...]
+    reference: str
+    inputs: dict[str, tuple[int, ...]]
+    thresholds: Thresholds
+    first_divergence: FirstDivergence | None
+    layers: tuple[Layer, ...]
+    not_compared: tuple[str, ...]
+    pairing: PairingSummary
+    environment: dict[str, str]
+    notes: tuple[str, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def outputs(self) -> tuple[Layer, ...]:
+        """The model's final outputs among the compared layers."""
+        return tuple(layer for layer in self.layers if layer.is_output)
+
+    def to_dict(self) -> dict:
+        return to_jsonable(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Report:
+        return from_jsonable(cls, data)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        return cls.from_dict(json.loads(text))
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n")

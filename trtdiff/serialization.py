@@ -1,0 +1,92 @@
+"""Turn frozen dataclasses into JSON-ready dicts and back, driven by their type hints.
+
+Non-finite floats are not valid JSON: NaN is written as null and infinities as the strings
+"inf" / "-inf", and read back as floats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+
+T = TypeVar("T")
+
+
+def to_jsonable(value: Any) -> Any:
+    """Recursively convert dataclasses, tuples and floats into plain JSON values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+    return value
+
+
+def from_jsonable(cls: type[T], data: Any) -> T:
+    """Rebuild an instance of `cls` (a dataclass or a typing construct) from `to_jsonable` output."""
+    return _build(cls, data)
+
+
+def _build(tp: Any, data: Any) -> Any:
+    origin = get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if data is None and type(None) in args:
+            return None
+        non_none = [a for a in args if a is not type(None)]
+        if data is None and float in non_none:
+            return math.nan
+        last_error: Exception | None = None
+        for arg in non_none:
+            try:
+                return _build(arg, data)
+            except (TypeError, ValueError, KeyError) as error:
+                last_error = error
+        raise TypeError(f"cannot read {data!r} as {tp}") from last_error
+    if origin is tuple:
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_build(args[0], v) for v in data)
+        return tuple(_build(a, v) for a, v in zip(args, data, strict=True))
+    if origin is list:
+        (arg,) = get_args(tp)
+        return [_build(arg, v) for v in data]
+    if origin is dict:
+        key_type, value_type = get_args(tp)
+        return {_build(key_type, k): _build(value_type, v) for k, v in data.items()}
+    if dataclasses.is_dataclass(tp):
+        hints = get_type_hints(tp)
+        kwargs = {f.name: _build(hints[f.name], data[f.name]) for f in dataclasses.fields(tp) if f.name in data}
+        return tp(**kwargs)
+    if tp is float:
+        if data is None:
+            return math.nan
+        if isinstance(data, str):
+            return float(data)
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            raise TypeError(f"expected a number, got {data!r}")
+        return float(data)
+    if tp is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise TypeError(f"expected an integer, got {data!r}")
+        return data
+    if tp is bool:
+        if not isinstance(data, bool):
+            raise TypeError(f"expected true/false, got {data!r}")
+        return data
+    if tp is str:
+        if not isinstance(data, str):
+            raise TypeError(f"expected a string, got {data!r}")
+        return data
+    if tp is Any:
+        return data
+    raise TypeError(f"unsupported type {tp!r}")
