@@ -66,6 +66,7 @@ class Layer:
     pairs: dict[str, PairMetrics]
     is_output: bool = False
     torch_op: str | None = None
+    pairing: str | None = None
 
     @property
     def diverged(self) -> bool:

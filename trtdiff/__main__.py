@@ -1,0 +1,3 @@
+from trtdiff.cli import main
+
+main()

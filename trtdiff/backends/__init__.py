@@ -1,0 +1,1 @@
+"""Backends: PyTorch (the reference) and the runtimes that execute the ONNX file."""

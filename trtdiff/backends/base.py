@@ -1,0 +1,62 @@
+"""What every ONNX-executing backend offers: named tensors for given inputs, in bounded chunks.
+
+A backend never returns every intermediate at once unless they fit in `max_bytes`: the
+comparison consumes one chunk, keeps only what it still needs, and asks for the next. That
+is what lets trtdiff compare a model whose intermediates do not fit in memory twice over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+
+DEFAULT_CHUNK_BYTES = 1 << 30
+
+
+class OnnxBackend(Protocol):
+    """A runtime that executes an ONNX file and can return its intermediate tensors by ONNX name."""
+
+    name: str
+
+    def describe(self) -> str:
+        """One line naming the runtime, its version and the device it runs on."""
+        ...
+
+    def available(self) -> set[str]:
+        """ONNX tensor names this backend can return (every node output it could expose)."""
+        ...
+
+    def run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        wanted: Sequence[str],
+        *,
+        sizes: Mapping[str, int] | None = None,
+        max_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Yield the `wanted` tensors in chunks whose estimated size stays under `max_bytes`.
+
+        `sizes` holds expected byte sizes where known (unknown tensors count as one byte).
+        """
+        ...
+
+
+def chunk_names(
+    wanted: Sequence[str], sizes: Mapping[str, int] | None, max_bytes: int
+) -> list[list[str]]:
+    """Split names, in order, into groups whose summed expected size stays under `max_bytes`."""
+    groups: list[list[str]] = []
+    current: list[str] = []
+    total = 0
+    for name in wanted:
+        size = (sizes or {}).get(name, 1)
+        if current and total + size > max_bytes:
+            groups.append(current)
+            current, total = [], 0
+        current.append(name)
+        total += size
+    if current:
+        groups.append(current)
+    return groups

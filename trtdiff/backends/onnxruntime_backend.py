@@ -1,0 +1,82 @@
+"""ONNX Runtime: every node output exposed as a graph output, graph optimizations off.
+
+With optimizations off the tensors named in the file really exist, so each one can be
+compared; the CPU provider is the default because it is the numerically plainest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names
+from trtdiff.errors import BackendError, OptionError
+from trtdiff.onnx_graph import GraphInfo
+
+DEFAULT_PROVIDER = "CPUExecutionProvider"
+
+
+class OnnxRuntimeBackend:
+    """Runs the exact ONNX file the report names and returns its intermediates by name."""
+
+    name = "onnxruntime"
+
+    def __init__(self, graph: GraphInfo, provider: str = DEFAULT_PROVIDER) -> None:
+        import onnxruntime as ort
+
+        known = ort.get_available_providers()
+        if provider not in known:
+            raise OptionError(f"--ort-provider {provider}: not available in this onnxruntime; choose one of {', '.join(known)}")
+        self.graph = graph
+        self.provider = provider
+        self._exposed = [t for t in graph.node_outputs if t not in set(graph.graph_inputs)]
+        model = onnx.ModelProto()
+        model.CopyFrom(graph.model)
+        existing = {o.name for o in model.graph.output}
+        for tensor in self._exposed:
+            if tensor not in existing:
+                model.graph.output.append(onnx.ValueInfoProto(name=tensor))
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.log_severity_level = 3
+        try:
+            self._session = ort.InferenceSession(model.SerializeToString(), options, providers=[provider])
+        except Exception as error:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
+            raise BackendError(f"{graph.path}: ONNX Runtime cannot load the model: {_ort_message(error, graph)}") from error
+        self._version = ort.__version__
+
+    def describe(self) -> str:
+        return f"onnxruntime {self._version} ({self.provider})"
+
+    def available(self) -> set[str]:
+        return set(self._exposed)
+
+    def run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        wanted: Sequence[str],
+        *,
+        sizes: Mapping[str, int] | None = None,
+        max_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        names = [t for t in wanted if t in self.available()]
+        for group in chunk_names(names, sizes, max_bytes):
+            try:
+                values = self._session.run(group, dict(feeds))
+            except Exception as error:
+                raise BackendError(f"{self.graph.path}: ONNX Runtime failed to run the model: {_ort_message(error, self.graph)}") from error
+            yield {name: np.asarray(value) for name, value in zip(group, values, strict=True)}
+
+
+def _ort_message(error: BaseException, graph: GraphInfo) -> str:
+    """ORT's first line, plus the node and op type when an unsupported op is the cause."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    for node in graph.nodes:
+        if node.domain not in ("", "ai.onnx") and node.op_type in text:
+            return f"{text[:300]} (node {node.name}, op {node.domain}::{node.op_type}; ONNX Runtime has no kernel for it)"
+    for node in graph.nodes:
+        if f"'{node.op_type}'" in text or f"op_type:{node.op_type}" in text.replace(" ", ""):
+            return f"{text[:300]} (node {node.name}, op {node.op_type})"
+    return text[:400]

@@ -1,0 +1,192 @@
+"""The PyTorch reference: one forward pass that records every computing aten op's output.
+
+A TorchDispatchMode sees each aten op in execution order, for eager modules, loaded
+TorchScript archives and ExportedPrograms alike. For eager modules, forward hooks add the
+module path each op ran in, which is what lets pairing follow the exporter's scopes. Values
+are copied when recorded, because in-place ops (ReLU(inplace=True)) overwrite their input.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from trtdiff.errors import ModelRunError
+from trtdiff.op_kinds import aten_kind
+from trtdiff.store import TensorStore
+
+
+@dataclass(frozen=True)
+class TorchRecord:
+    """One recorded aten op: what it was, where it ran, what it produced and from what."""
+
+    index: int
+    op: str
+    kind: str
+    module_path: str | None
+    shape: tuple[int, ...]
+    dtype: str
+    inputs: tuple[int, ...]
+
+    @property
+    def key(self) -> str:
+        return f"torch:{self.index}"
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """One call of a submodule and the record that produced its (first tensor) output."""
+
+    path: str
+    call: int
+    type_name: str
+    output_record: int | None
+
+
+@dataclass
+class TorchCapture:
+    """Everything one reference forward pass left behind; values live in `store`."""
+
+    records: list[TorchRecord]
+    module_calls: list[ModuleCall]
+    output_records: list[int | None]
+    output_keys: list[str]
+    paths_known: bool
+    store: TensorStore
+    device: str = "cpu"
+    consumers: dict[int, list[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for record in self.records:
+            for parent in record.inputs:
+                self.consumers.setdefault(parent, []).append(record.index)
+
+    def value(self, key: str) -> np.ndarray:
+        return self.store.get(key)
+
+
+class _Recorder(TorchDispatchMode):
+    """Records computing aten ops (see op_kinds) with their inputs' producers."""
+
+    def __init__(self, store: TensorStore, path_stack: list[str] | None) -> None:
+        super().__init__()
+        self.store = store
+        self.path_stack = path_stack
+        self.records: list[TorchRecord] = []
+        self._producer: dict[int, tuple[weakref.ref, int]] = {}
+
+    def producer(self, tensor: Any) -> int | None:
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        entry = self._producer.get(id(tensor))
+        if entry is None or entry[0]() is not tensor:
+            return None
+        return entry[1]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's signature
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        packet = func._overloadpacket.__name__
+        kind = aten_kind(packet, args)
+        if kind is None:
+            return out
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        if not isinstance(first, torch.Tensor):
+            return out
+        flat_args, _ = tree_flatten((args, kwargs))
+        inputs = tuple(p for p in (self.producer(a) for a in flat_args) if p is not None)
+        index = len(self.records)
+        record = TorchRecord(
+            index=index,
+            op=str(func),
+            kind=kind,
+            module_path=self.path_stack[-1] if self.path_stack else ("" if self.path_stack is not None else None),
+            shape=tuple(first.shape),
+            dtype=str(first.dtype).removeprefix("torch."),
+            inputs=inputs,
+        )
+        self.records.append(record)
+        self.store.put(record.key, first.detach().to("cpu", copy=True).numpy())
+        self._producer[id(first)] = (weakref.ref(first), index)
+        return out
+
+
+def capture(
+    module: torch.nn.Module,
+    inputs: Mapping[str, np.ndarray],
+    *,
+    device: str = "cpu",
+    store: TensorStore | None = None,
+) -> TorchCapture:
+    """Run `module` once on `inputs` (in order) and record every computing op's output."""
+    store = store if store is not None else TensorStore()
+    eager = not isinstance(module, torch.jit.ScriptModule) and not isinstance(module, torch.fx.GraphModule)
+    path_stack: list[str] | None = [] if eager else None
+    recorder = _Recorder(store, path_stack)
+    calls: list[ModuleCall] = []
+    handles = _install_hooks(module, recorder, calls) if eager else []
+    tensors = [torch.from_numpy(np.ascontiguousarray(value)).to(device) for value in inputs.values()]
+    try:
+        with torch.no_grad(), recorder:
+            result = module(*tensors)
+    except Exception as error:
+        shapes = ", ".join(f"{name}:{'x'.join(map(str, v.shape))}" for name, v in inputs.items())
+        message = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+        raise ModelRunError(
+            f"the model's forward raised {type(error).__name__}: {message} (inputs {shapes}); "
+            "check --input-shape / --input against what the model expects"
+        ) from error
+    finally:
+        for handle in handles:
+            handle.remove()
+    leaves, _ = tree_flatten(result)
+    output_records: list[int | None] = []
+    output_keys: list[str] = []
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            continue
+        key = f"torch:output:{i}"
+        store.put(key, leaf.detach().to("cpu", copy=True).numpy())
+        output_keys.append(key)
+        output_records.append(recorder.producer(leaf))
+    return TorchCapture(
+        records=recorder.records,
+        module_calls=calls,
+        output_records=output_records,
+        output_keys=output_keys,
+        paths_known=eager,
+        store=store,
+        device=device,
+    )
+
+
+def _install_hooks(module: torch.nn.Module, recorder: _Recorder, calls: list[ModuleCall]) -> list:
+    stack = recorder.path_stack
+    assert stack is not None
+    counts: dict[str, int] = {}
+    handles = []
+    for path, sub in module.named_modules():
+        if not path:
+            continue
+
+        def pre(_mod: torch.nn.Module, _args: Any, path: str = path) -> None:
+            stack.append(path)
+
+        def post(mod: torch.nn.Module, _args: Any, output: Any, path: str = path) -> None:
+            stack.pop()
+            leaves, _ = tree_flatten(output)
+            first = next((leaf for leaf in leaves if isinstance(leaf, torch.Tensor)), None)
+            call = counts.get(path, 0)
+            counts[path] = call + 1
+            calls.append(ModuleCall(path, call, type(mod).__name__, recorder.producer(first)))
+
+        handles.append(sub.register_forward_pre_hook(pre))
+        handles.append(sub.register_forward_hook(post))
+    return handles

@@ -1,0 +1,83 @@
+"""Export the PyTorch model to ONNX with an exporter that honours the requested opset.
+
+The TorchScript exporter writes opsets 7-20 directly. The dynamo exporter writes 18 and up
+natively and converts down otherwise; with torch 2.13, asked for 13, it silently wrote 18
+when that conversion failed. So `auto` picks TorchScript below 18, and whatever exporter
+ran, the opset actually written is read back and must equal the one asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+from trtdiff.errors import ExportError, OptionError
+from trtdiff.loading import LoadedModel
+from trtdiff.onnx_graph import opset_of
+
+EXPORTERS = ("auto", "torchscript", "dynamo")
+DYNAMO_NATIVE_OPSET = 18
+TORCHSCRIPT_MAX_OPSET = 20
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """Where the ONNX file is, which exporter wrote it and which opset it declares."""
+
+    path: Path
+    exporter: str
+    opset: int
+
+
+def choose_exporter(exporter: str, opset: int, loaded: LoadedModel) -> str:
+    """Resolve `auto` to an exporter that writes `opset` without conversion."""
+    if exporter not in EXPORTERS:
+        raise OptionError(f"--exporter {exporter}: unknown; choose one of {', '.join(EXPORTERS)}")
+    if exporter != "auto":
+        return exporter
+    if loaded.kind == "torchscript":
+        return "torchscript"
+    return "torchscript" if opset < DYNAMO_NATIVE_OPSET else "dynamo"
+
+
+def export_onnx(
+    loaded: LoadedModel, feeds: Mapping[str, np.ndarray], *, opset: int, exporter: str, path: Path
+) -> ExportResult:
+    """Export `loaded` to `path` and check the opset that was written."""
+    chosen = choose_exporter(exporter, opset, loaded)
+    if chosen == "torchscript" and opset > TORCHSCRIPT_MAX_OPSET:
+        raise OptionError(f"--opset {opset}: the TorchScript exporter writes opsets 7-{TORCHSCRIPT_MAX_OPSET}; use --exporter dynamo")
+    if chosen == "dynamo" and loaded.kind == "torchscript":
+        raise OptionError("--exporter dynamo: a TorchScript archive can only be exported with --exporter torchscript")
+    args = tuple(torch.from_numpy(np.ascontiguousarray(v)) for v in feeds.values())
+    names = list(feeds)
+    log = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            warnings.simplefilter("ignore")
+            if chosen == "torchscript":
+                assert loaded.module is not None
+                torch.onnx.export(loaded.module, args, str(path), opset_version=opset, input_names=names, dynamo=False)
+            else:
+                target = loaded.exported_program if loaded.exported_program is not None else loaded.module
+                torch.onnx.export(target, args, str(path), opset_version=opset, input_names=names, dynamo=True)
+    except Exception as error:
+        message = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+        hint = "try --exporter dynamo" if chosen == "torchscript" else "try --exporter torchscript (opsets below 18)"
+        raise ExportError(f"ONNX export with the {chosen} exporter at opset {opset} failed: {message}; {hint}") from error
+    written = opset_of(onnx.load(str(path), load_external_data=False))
+    if written != opset:
+        raise ExportError(
+            f"the {chosen} exporter was asked for opset {opset} but wrote opset {written} "
+            f"(its version conversion failed); use --exporter torchscript for opsets below {DYNAMO_NATIVE_OPSET}, "
+            f"or --opset {written}"
+        )
+    return ExportResult(path=path, exporter=chosen, opset=written)

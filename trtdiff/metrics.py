@@ -1,0 +1,99 @@
+"""Compare one candidate tensor with its reference: direction, magnitude, non-finite values.
+
+Cosine similarity alone is blind to a pure scale error and max-abs alone is blind to
+magnitude, so a tensor diverges when its direction drifts (cosine below `min_cosine`) or
+its error is large against the reference's own magnitude (`rel_err` above `rtol`), or, when
+asked, above an absolute bound. Integer and bool tensors must match exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trtdiff.report import PairMetrics, Thresholds
+
+
+def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Thresholds) -> PairMetrics:
+    """Metrics of `candidate` against `reference`, with the divergence verdict and its reasons."""
+    reference = np.asarray(reference)
+    candidate = np.asarray(candidate)
+    if reference.shape != candidate.shape:
+        if reference.size == candidate.size and reference.squeeze().shape == candidate.squeeze().shape:
+            candidate = candidate.reshape(reference.shape)
+        else:
+            mismatch = f"{_shape(reference)} vs {_shape(candidate)}"
+            return PairMetrics(
+                cosine=float("nan"), max_abs=float("inf"), mean_abs=float("inf"), rel_err=float("inf"),
+                ref_max_abs=_finite_max_abs(reference), shape_mismatch=mismatch, diverged=True,
+                reasons=(f"shape {mismatch}",),
+            )
+    if not _is_float(reference) and not _is_float(candidate):
+        return _exact(reference, candidate)
+    ref = reference.astype(np.float64, copy=False).ravel()
+    cand = candidate.astype(np.float64, copy=False).ravel()
+    nan_ref, nan_cand = int(np.isnan(ref).sum()), int(np.isnan(cand).sum())
+    inf_ref, inf_cand = int(np.isinf(ref).sum()), int(np.isinf(cand).sum())
+    finite = np.isfinite(ref) & np.isfinite(cand)
+    if not finite.all():
+        ref, cand = ref[finite], cand[finite]
+    diff = np.abs(ref - cand)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    mean_abs = float(diff.mean()) if diff.size else 0.0
+    ref_max_abs = float(np.abs(ref).max()) if ref.size else 0.0
+    rel_err = max_abs / ref_max_abs if ref_max_abs > 0 else (0.0 if max_abs == 0 else float("inf"))
+    cosine = _cosine(ref, cand)
+    reasons: list[str] = []
+    if cosine < thresholds.min_cosine:
+        reasons.append(f"cosine {cosine:.6f} < {thresholds.min_cosine:g}")
+    if rel_err > thresholds.rtol:
+        reasons.append(f"rel-err {rel_err:.2e} > {thresholds.rtol:g}")
+    if thresholds.max_abs is not None and max_abs > thresholds.max_abs:
+        reasons.append(f"max-abs {max_abs:.2e} > {thresholds.max_abs:g}")
+    if nan_cand != nan_ref or inf_cand != inf_ref:
+        reasons.append(f"non-finite values: reference {nan_ref} NaN/{inf_ref} Inf, candidate {nan_cand} NaN/{inf_cand} Inf")
+    return PairMetrics(
+        cosine=cosine, max_abs=max_abs, mean_abs=mean_abs, rel_err=rel_err, ref_max_abs=ref_max_abs,
+        nan_ref=nan_ref, nan_cand=nan_cand, inf_ref=inf_ref, inf_cand=inf_cand,
+        diverged=bool(reasons), reasons=tuple(reasons),
+    )
+
+
+def _cosine(ref: np.ndarray, cand: np.ndarray) -> float:
+    norm_ref, norm_cand = float(np.linalg.norm(ref)), float(np.linalg.norm(cand))
+    if norm_ref == 0.0 and norm_cand == 0.0:
+        return 1.0
+    if norm_ref == 0.0 or norm_cand == 0.0:
+        return 0.0
+    return float(np.clip(np.dot(ref, cand) / (norm_ref * norm_cand), -1.0, 1.0))
+
+
+def _exact(reference: np.ndarray, candidate: np.ndarray) -> PairMetrics:
+    mismatches = int(np.count_nonzero(reference != candidate))
+    diff = np.abs(reference.astype(np.float64) - candidate.astype(np.float64)).ravel()
+    max_abs = float(diff.max()) if diff.size else 0.0
+    ref_max_abs = _finite_max_abs(reference)
+    reasons = (f"{mismatches} of {reference.size} elements differ",) if mismatches else ()
+    return PairMetrics(
+        cosine=1.0 if mismatches == 0 else float(1.0 - mismatches / max(reference.size, 1)),
+        max_abs=max_abs,
+        mean_abs=float(diff.mean()) if diff.size else 0.0,
+        rel_err=max_abs / ref_max_abs if ref_max_abs else (0.0 if max_abs == 0 else float("inf")),
+        ref_max_abs=ref_max_abs,
+        mismatches=mismatches,
+        diverged=bool(mismatches),
+        reasons=reasons,
+    )
+
+
+def _is_float(array: np.ndarray) -> bool:
+    return np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.complexfloating)
+
+
+def _finite_max_abs(array: np.ndarray) -> float:
+    values = np.abs(array.astype(np.float64, copy=False))
+    values = values[np.isfinite(values)]
+    return float(values.max()) if values.size else 0.0
+
+
+def _shape(array: np.ndarray) -> str:
+    return "x".join(map(str, array.shape)) or "scalar"

@@ -1,0 +1,195 @@
+"""Read an ONNX file once: nodes in topological order, tensor types and shapes, scopes, opset.
+
+Everything downstream (backends, pairing, localization) asks this object about the graph
+instead of walking the protobuf again.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from trtdiff.errors import OnnxFileError
+
+DYNAMO_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+_SHAPE_OPS = frozenset({"Shape", "Size"})
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One top-level ONNX node. `scope` is the module path it came from, when the name says so."""
+
+    index: int
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    scope_pieces: tuple[str, ...] | None = None
+    module_path: str | None = None
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Element type and (possibly partly unknown) shape of an ONNX value."""
+
+    dtype: np.dtype | None
+    shape: tuple[int | None, ...] | None
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype is not None and np.issubdtype(self.dtype, np.floating)
+
+    def nbytes(self) -> int | None:
+        if self.dtype is None or self.shape is None or any(d is None for d in self.shape):
+            return None
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass
+class GraphInfo:
+    """What trtdiff knows about an ONNX file."""
+
+    path: Path
+    model: onnx.ModelProto
+    opset: int
+    nodes: list[NodeInfo]
+    types: dict[str, TensorType]
+    graph_inputs: tuple[str, ...]
+    graph_outputs: tuple[str, ...]
+    initializers: frozenset[str]
+    producer: str = ""
+    producer_of: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.producer_of = {out: node.index for node in self.nodes for out in node.outputs if out}
+
+    def node_of(self, tensor: str) -> NodeInfo | None:
+        index = self.producer_of.get(tensor)
+        return None if index is None else self.nodes[index]
+
+    def tensor_type(self, tensor: str) -> TensorType:
+        return self.types.get(tensor, TensorType(None, None))
+
+    @cached_property
+    def node_outputs(self) -> list[str]:
+        """Every node output in topological order (the tensors a backend can expose)."""
+        return [out for node in self.nodes for out in node.outputs if out]
+
+    @cached_property
+    def data_tensors(self) -> frozenset[str]:
+        """Tensors computed from the graph inputs' values, not only from their shapes or constants."""
+        data = set(self.graph_inputs)
+        for node in self.nodes:
+            if node.op_type not in _SHAPE_OPS and any(t in data for t in node.inputs):
+                data.update(t for t in node.outputs if t)
+        return frozenset(data)
+
+    def ancestors(self, index: int) -> set[int]:
+        """Indices of every node that feeds node `index`, directly or not."""
+        seen: set[int] = set()
+        stack = [index]
+        while stack:
+            for tensor in self.nodes[stack.pop()].inputs:
+                parent = self.producer_of.get(tensor)
+                if parent is not None and parent not in seen:
+                    seen.add(parent)
+                    stack.append(parent)
+        return seen
+
+
+def load_graph(path: str | Path) -> GraphInfo:
+    """Load and shape-infer an ONNX file; raise OnnxFileError with a next step if it is unusable."""
+    path = Path(path)
+    if not path.is_file():
+        raise OnnxFileError(f"{path}: no such ONNX file; check the path given to --onnx or as MODEL")
+    try:
+        model = onnx.load(str(path))
+    except Exception as error:  # onnx raises DecodeError, ValueError and others for bad files
+        raise OnnxFileError(f"{path}: not a readable ONNX file ({_first_line(error)}); re-export it or check the file") from error
+    if not model.graph.node:
+        raise OnnxFileError(f"{path}: the ONNX graph has no nodes; re-export the model")
+    return graph_from_model(model, path)
+
+
+def graph_from_model(model: onnx.ModelProto, path: Path) -> GraphInfo:
+    """Build a GraphInfo from an in-memory model (shape inference is best effort)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # inference is an aid only; a model it cannot handle is still comparable
+        inferred = model
+    graph = inferred.graph
+    initializers = frozenset(init.name for init in graph.initializer)
+    nodes = [_node_info(i, node) for i, node in enumerate(graph.node)]
+    types: dict[str, TensorType] = {}
+    for value in [*graph.value_info, *graph.input, *graph.output]:
+        types[value.name] = _tensor_type(value)
+    for init in graph.initializer:
+        types[init.name] = TensorType(helper.tensor_dtype_to_np_dtype(init.data_type), tuple(init.dims))
+    return GraphInfo(
+        path=path,
+        model=model,
+        opset=opset_of(model),
+        nodes=nodes,
+        types=types,
+        graph_inputs=tuple(v.name for v in graph.input if v.name not in initializers),
+        graph_outputs=tuple(v.name for v in graph.output),
+        initializers=initializers,
+        producer=f"{model.producer_name} {model.producer_version}".strip(),
+    )
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    """The default-domain opset the file declares (what was actually written)."""
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    raise OnnxFileError("the ONNX model declares no default-domain opset; re-export it")
+
+
+def _node_info(index: int, node: onnx.NodeProto) -> NodeInfo:
+    name = node.name or f"{node.op_type}_{index}"
+    pieces: tuple[str, ...] | None = None
+    module_path: str | None = None
+    meta = {p.key: p.value for p in node.metadata_props}
+    if DYNAMO_SCOPES_KEY in meta:
+        try:
+            scopes = ast.literal_eval(meta[DYNAMO_SCOPES_KEY])
+            module_path = str(scopes[-2]) if len(scopes) >= 2 else ""
+        except (ValueError, SyntaxError, IndexError):
+            module_path = None
+    elif name.startswith("/"):
+        # TorchScript exporter: "/backbone/layer1/conv1/Conv" -> scope pieces before the op name.
+        pieces = tuple(name.split("/")[1:-1])
+    return NodeInfo(
+        index=index,
+        name=name,
+        op_type=node.op_type,
+        domain=node.domain,
+        inputs=tuple(node.input),
+        outputs=tuple(node.output),
+        scope_pieces=pieces,
+        module_path=module_path,
+    )
+
+
+def _tensor_type(value: onnx.ValueInfoProto) -> TensorType:
+    if not value.type.HasField("tensor_type"):
+        return TensorType(None, None)
+    tensor_type = value.type.tensor_type
+    dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type) if tensor_type.elem_type else None
+    shape = None
+    if tensor_type.HasField("shape"):
+        shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+    return TensorType(dtype, shape)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:200] if text else type(error).__name__

@@ -1,0 +1,1 @@
+"""Renderers: each turns a Report into one format and reads nothing else."""

@@ -1,0 +1,135 @@
+"""The terminal view of a Report: a header, a per-layer table, and a closing verdict line.
+
+It stays readable at 80 columns and when piped (rich drops colour when not on a TTY):
+names are shortened from the left, where paths are least informative.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from trtdiff.report import Layer, Report
+
+NAME_WIDTH = 26
+
+
+def render_terminal(report: Report, console: Console, *, show_all: bool = False) -> None:
+    """Print `report`: every layer with `show_all`, else up to and including the first divergence."""
+    _header(report, console)
+    pairs = _pair_keys(report)
+    layers = list(report.layers)
+    shown = layers
+    if not show_all and report.first_divergence is not None:
+        stop = next(i for i, layer in enumerate(layers) if layer.tensor == report.first_divergence.tensor)
+        shown = layers[: stop + 1]
+    if shown:
+        console.print(_table(shown, pairs, numbered_from=1))
+    hidden = len(layers) - len(shown)
+    if hidden:
+        console.print(f"[dim]… {hidden} more compared layers after the first divergence (--all shows them)[/dim]")
+    _verdict(report, console)
+
+
+def _header(report: Report, console: Console) -> None:
+    inputs = ", ".join(f"{name} {'x'.join(map(str, shape))}" for name, shape in report.inputs.items())
+    console.print(Text.assemble(("trtdiff ", "bold"), f"{report.model}  (inputs: {inputs})"))
+    console.print(f"ONNX: opset {report.opset} as written, exporter {report.exporter}" + (f", {report.onnx_path}" if report.onnx_path else ""))
+    runners = [report.environment.get(b, b) for b in report.backends if b != "torch"]
+    reference = f"torch {report.environment.get('torch', '')} (reference)" if report.reference == "torch" else f"{report.reference} (reference)"
+    console.print("backends: " + ", ".join([reference, *[r for r in runners if not r.startswith(report.reference + " ")]]))
+    summary = report.pairing
+    if report.reference == "torch":
+        methods = ", ".join(f"{n} {m}" for m, n in sorted(summary.by_method.items()))
+        console.print(
+            f"paired {summary.paired_with_torch} of {summary.onnx_tensors} ONNX tensors with PyTorch"
+            f" ({summary.float_tensors} float{'; ' + methods if methods else ''}); {len(report.not_compared)} not compared"
+        )
+    for note in report.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+
+
+def _pair_keys(report: Report) -> list[str]:
+    keys: list[str] = []
+    for layer in report.layers:
+        for key in layer.pairs:
+            if key not in keys:
+                keys.append(key)
+    return keys
+
+
+def _table(layers: list[Layer], pairs: list[str], *, numbered_from: int) -> Table:
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", padding=(0, 1, 0, 0))
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("op", no_wrap=True, max_width=10, overflow="ellipsis")
+    table.add_column("module / ONNX node", no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH if len(pairs) < 2 else 18)
+    many = len(pairs) > 1
+    for key in pairs:
+        label = _short_pair(key) + " " if many else ""
+        table.add_column(f"{label}cos", justify="right", no_wrap=True)
+        table.add_column(f"{'' if many else ''}max|Δ|", justify="right", no_wrap=True)
+        if not many:
+            table.add_column("rel", justify="right", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    for offset, layer in enumerate(layers):
+        cells: list[Text | str] = [str(numbered_from + offset), layer.op_type, _shorten(layer.module or layer.onnx_node, NAME_WIDTH if not many else 18)]
+        for key in pairs:
+            metrics = layer.pairs.get(key)
+            if metrics is None:
+                cells += ["-", "-"] + ([] if many else ["-"])
+                continue
+            style = "red" if metrics.diverged else ""
+            cells.append(Text(_cos(metrics.cosine), style=style))
+            cells.append(Text(_sci(metrics.max_abs), style=style))
+            if not many:
+                cells.append(Text(_sci(metrics.rel_err), style=style))
+        cells.append(Text("DIVERGED", style="bold red") if layer.diverged else Text("ok", style="green"))
+        table.add_row(*cells)
+    return table
+
+
+def _verdict(report: Report, console: Console) -> None:
+    first = report.first_divergence
+    if first is None:
+        compared = len(report.layers)
+        keys = ", ".join(_pair_keys(report)) or "no pairs"
+        console.print(f"[bold green]PASS[/bold green]: all {compared} compared tensors agree ({keys}).")
+        return
+    where = f"module {first.module}" if first.module else "no PyTorch module"
+    console.print(
+        Text.assemble(
+            ("FIRST DIVERGENCE", "bold red"),
+            f": {first.onnx_node} ({first.op_type}, {where}) on {first.pair}: "
+            f"cosine {_cos(first.cosine)}, max-abs {_sci(first.max_abs)}, rel-err {_sci(first.rel_err)}"
+            f" ({'; '.join(first.reasons)})",
+        )
+    )
+    others = [s for s in first.suspects if s != first.onnx_node]
+    if others:
+        listed = ", ".join(others[:8]) + (f", … {len(others) - 8} more" if len(others) > 8 else "")
+        console.print(f"suspects: {first.onnx_node}, then {listed}")
+
+
+def _short_pair(key: str) -> str:
+    return "~".join({"torch": "pt", "onnxruntime": "ort", "tensorrt": "trt"}.get(p, p) for p in key.split("~"))
+
+
+def _shorten(name: str, width: int) -> str:
+    return name if len(name) <= width else "…" + name[-(width - 1) :]
+
+
+def _cos(value: float) -> str:
+    if math.isnan(value):
+        return "nan"
+    return f"{value:.6f}"
+
+
+def _sci(value: float) -> str:
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.1e}"
