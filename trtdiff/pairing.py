@@ -2,7 +2,8 @@
 
 Pairing goes in passes, each only over what earlier passes left:
 1. scoped: ONNX nodes and recorded aten ops grouped by (module path, kind), paired in order
-   when both groups have the same length and the shapes agree;
+   when both groups have the same length and the shapes agree; then, per module path, the
+   leftovers in order regardless of kind (an op whose type was edited);
 2. global: the leftovers grouped by kind alone (this is all there is for TorchScript
    archives and ExportedPrograms, whose ops carry no module path), same rule;
 3. module: a module's output paired with the last tensor its ONNX scope produces;
@@ -118,6 +119,7 @@ def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pai
                 torch_groups[(scope, unit.kind)].append(unit)
         for key, nodes in onnx_groups.items():
             _pair_in_order(graph, nodes, torch_groups.get(key, []), take, "op")
+        _pair_scopes_ignoring_kind(graph, candidates, units, node_modules, pairs, used, take)
 
     onnx_left: dict[str, list[NodeInfo]] = defaultdict(list)
     for node in candidates:
@@ -180,7 +182,35 @@ def _pair_in_order(graph: GraphInfo, nodes: list[NodeInfo], units: list[_Unit], 
         return
     if all(_compatible(graph, n.outputs[0], u.record) for n, u in zip(nodes, units, strict=True)):
         for node, unit in zip(nodes, units, strict=True):
-            take(node, unit, unit.method if unit.method != "op" else method)
+            take(node, unit, method if unit.method == "op" else unit.method)
+
+
+def _pair_scopes_ignoring_kind(
+    graph: GraphInfo,
+    candidates: list[NodeInfo],
+    units: list[_Unit],
+    node_modules: dict[str, str | None],
+    pairs: dict[str, TorchPair],
+    used: set[int],
+    take,  # noqa: ANN001
+) -> None:
+    """Within one module scope, pair the leftovers in order when their counts match.
+
+    This is what catches an op whose type changed (an activation swapped in an edited
+    file): its kind no longer matches, but it is still the n-th op of that module.
+    """
+    onnx_by_scope: dict[str, list[NodeInfo]] = defaultdict(list)
+    for node in candidates:
+        scope = node_modules[node.name]
+        if scope is not None and node.outputs[0] not in pairs:
+            onnx_by_scope[scope].append(node)
+    torch_by_scope: dict[str, list[_Unit]] = defaultdict(list)
+    for unit in units:
+        scope = next((s for s in unit.scopes if s in onnx_by_scope), None)
+        if unit.record.index not in used and unit.kind != "module" and scope is not None:
+            torch_by_scope[scope].append(unit)
+    for scope, nodes in onnx_by_scope.items():
+        _pair_in_order(graph, nodes, torch_by_scope.get(scope, []), take, "scope")
 
 
 def _pair_module_outputs(

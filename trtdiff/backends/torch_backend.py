@@ -90,6 +90,16 @@ class _Recorder(TorchDispatchMode):
             return None
         return entry[1]
 
+    def record_module_output(self, tensor: torch.Tensor, path: str, type_name: str) -> int:
+        """Record a module output no recorded op produced (e.g. SiLU, GELU: ops without a kind)."""
+        index = len(self.records)
+        record = TorchRecord(index, f"module:{type_name}", "module", path, tuple(tensor.shape),
+                             str(tensor.dtype).removeprefix("torch."), ())
+        self.records.append(record)
+        self.store.put(record.key, tensor.detach().to("cpu", copy=True).numpy())
+        self._producer[id(tensor)] = (weakref.ref(tensor), index)
+        return index
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's signature
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -185,7 +195,10 @@ def _install_hooks(module: torch.nn.Module, recorder: _Recorder, calls: list[Mod
             first = next((leaf for leaf in leaves if isinstance(leaf, torch.Tensor)), None)
             call = counts.get(path, 0)
             counts[path] = call + 1
-            calls.append(ModuleCall(path, call, type(mod).__name__, recorder.producer(first)))
+            record = recorder.producer(first)
+            if record is None and first is not None:
+                record = recorder.record_module_output(first, path, type(mod).__name__)
+            calls.append(ModuleCall(path, call, type(mod).__name__, record))
 
         handles.append(sub.register_forward_pre_hook(pre))
         handles.append(sub.register_forward_hook(post))
