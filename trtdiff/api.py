@@ -307,7 +307,7 @@ def _layers(
 
 
 def _pairing_summary(graph: GraphInfo, pairing: Pairing | None) -> PairingSummary:
-    float_tensors = [t for t in graph.node_outputs if graph.tensor_type(t).is_float]
+    float_tensors = [t for t in graph.node_outputs if graph.tensor_type(t).is_float and t in graph.data_tensors]
     by_method: dict[str, int] = {}
     for torch_pair in (pairing.pairs.values() if pairing is not None else ()):
         by_method[torch_pair.method] = by_method.get(torch_pair.method, 0) + 1

@@ -91,7 +91,11 @@ class FirstDivergence:
 
 @dataclass(frozen=True)
 class PairingSummary:
-    """How many ONNX tensors got a PyTorch counterpart, and how."""
+    """How many ONNX tensors got a PyTorch counterpart, and how.
+
+    `float_tensors` counts float tensors computed from the inputs' values (not constants and
+    not shape arithmetic): the ones worth pairing.
+    """
 
     onnx_tensors: int
     float_tensors: int

@@ -1,0 +1,109 @@
+"""Pairing PyTorch values with ONNX tensors on the real example, for each exporter and model kind."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+from trtdiff.backends.torch_backend import capture
+from trtdiff.export import export_onnx
+from trtdiff.loading import from_module
+from trtdiff.onnx_graph import load_graph
+from trtdiff.pairing import pair, resolve_scope
+
+
+def _ort_values(path: Path, feeds: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+    graph = load_graph(path)
+    values: dict[str, np.ndarray] = {}
+    for chunk in OnnxRuntimeBackend(graph).run(dict(zip(graph.graph_inputs, feeds.values())), names):
+        values.update(chunk)
+    return values
+
+
+def _check_all_floats_paired_and_equal(module: nn.Module, path: Path, feeds: dict[str, np.ndarray]) -> dict[str, int]:
+    graph = load_graph(path)
+    cap = capture(module, feeds)
+    result = pair(graph, cap, {n for n, _ in module.named_modules()})
+    floats = [t for t in graph.node_outputs if graph.tensor_type(t).is_float and t in graph.data_tensors]
+    assert set(floats) <= set(result.pairs), f"unpaired: {sorted(set(floats) - set(result.pairs))}"
+    values = _ort_values(path, feeds, list(result.pairs))
+    for tensor, torch_pair in result.pairs.items():
+        assert np.abs(values[tensor] - cap.value(torch_pair.key)).max() < 1e-5, tensor
+    methods: dict[str, int] = {}
+    for torch_pair in result.pairs.values():
+        methods[torch_pair.method] = methods.get(torch_pair.method, 0) + 1
+    return methods
+
+
+@pytest.mark.parametrize(
+    ("pieces", "expected"),
+    [
+        (("backbone", "stem", "stem.0", "stem.0.0"), "backbone.stem.0.0"),
+        (("backbone", "layer1", "relu_1"), "backbone.layer1.relu"),
+        (("aspp", "branches.4", "pool"), "aspp.branches.4.pool"),
+        (("decoder", "refine", "refine.1", "refine.1.2"), "decoder.refine.1.2"),
+        ((), ""),
+        (("nosuch",), None),
+    ],
+)
+def test_torchscript_scope_names_resolve_to_module_paths(resnet_model: nn.Module, pieces: tuple[str, ...], expected: str | None) -> None:
+    assert resolve_scope(pieces, {n for n, _ in resnet_model.named_modules()}) == expected
+
+
+def test_torchscript_export_pairs_every_float_tensor_with_bn_folding(
+    resnet_model: nn.Module, export_example: Callable[..., Path], example_feeds: dict[str, np.ndarray]
+) -> None:
+    methods = _check_all_floats_paired_and_equal(resnet_model, export_example(13), example_feeds)
+    assert methods["folded"] == 21  # every Conv+BatchNorm pair the exporter folded
+    assert methods["op"] >= 25
+
+
+def test_dynamo_export_pairs_every_float_tensor(
+    resnet_model: nn.Module, export_example: Callable[..., Path], example_feeds: dict[str, np.ndarray]
+) -> None:
+    methods = _check_all_floats_paired_and_equal(resnet_model, export_example(18, "dynamo"), example_feeds)
+    assert methods["folded"] == 21
+
+
+def test_traced_torchscript_module_pairs_without_module_paths(
+    resnet_model: nn.Module, export_example: Callable[..., Path], example_feeds: dict[str, np.ndarray]
+) -> None:
+    traced = torch.jit.trace(resnet_model, torch.from_numpy(example_feeds["x"]))
+    assert not capture(traced, example_feeds).paths_known
+    _check_all_floats_paired_and_equal(traced, export_example(13), example_feeds)
+
+
+class _Activations(nn.Module):
+    """SiLU and GELU export as several ONNX ops: only their module outputs can be paired."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.silu = nn.SiLU()
+        self.gelu = nn.GELU()
+        self.head = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.gelu(self.silu(self.conv(x))))
+
+
+def test_decomposed_activations_are_paired_at_module_outputs(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _Activations().eval()
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    path = tmp_path / "act.onnx"
+    export_onnx(from_module(model), feeds, opset=13, exporter="torchscript", path=path)
+    graph = load_graph(path)
+    cap = capture(model, feeds)
+    result = pair(graph, cap, {n for n, _ in model.named_modules()})
+    by_module = {p.module_path: p.method for p in result.pairs.values()}
+    assert by_module["silu"] == "module" and by_module["gelu"] == "module"
+    values = _ort_values(path, feeds, list(result.pairs))
+    for tensor, torch_pair in result.pairs.items():
+        assert np.abs(values[tensor] - cap.value(torch_pair.key)).max() < 1e-5
