@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,11 +62,12 @@ def export_onnx(
     names = list(feeds)
     log = io.StringIO()
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), _quiet_torch_logs():
             warnings.simplefilter("ignore")
             if chosen == "torchscript":
                 assert loaded.module is not None
-                torch.onnx.export(loaded.module, args, str(path), opset_version=opset, input_names=names, dynamo=False)
+                module = _ModeFixed(loaded.module) if loaded.kind == "exported_program" else loaded.module
+                torch.onnx.export(module, args, str(path), opset_version=opset, input_names=names, dynamo=False)
             else:
                 target = loaded.exported_program if loaded.exported_program is not None else loaded.module
                 torch.onnx.export(target, args, str(path), opset_version=opset, input_names=names, dynamo=True)
@@ -81,3 +83,29 @@ def export_onnx(
             f"or --opset {written}"
         )
     return ExportResult(path=path, exporter=chosen, opset=written)
+
+
+class _ModeFixed(torch.nn.Module):
+    """Wraps ExportedProgram.module(), whose mode was fixed at export and refuses train()/eval()."""
+
+    def __init__(self, program_module: torch.nn.Module) -> None:
+        super().__init__()
+        self.program = program_module
+
+    def forward(self, *args: torch.Tensor) -> object:
+        return self.program(*args)
+
+    def train(self, mode: bool = True) -> _ModeFixed:
+        return self
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs():  # noqa: ANN202
+    """The exporters log progress and optional-op notices through `logging`; keep the terminal clean."""
+    logger = logging.getLogger("torch")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

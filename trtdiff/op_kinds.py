@@ -43,7 +43,7 @@ ONNX_KINDS: dict[str, str] = {
     "Upsample": "resize",
     "MaxPool": "maxpool",
     "AveragePool": "avgpool",
-    "GlobalAveragePool": "avgpool",
+    "GlobalAveragePool": "mean",
     "ReduceMean": "mean",
     "Softmax": "softmax",
     "LogSoftmax": "log_softmax",
@@ -143,17 +143,13 @@ def aten_kind(packet_name: str, args: tuple) -> str | None:
     kind = ATEN_KINDS.get(packet_name)
     if kind == "conv" and packet_name == "convolution" and len(args) > 6 and args[6] is True:
         return "conv_transpose"
-    if kind == "mean" and _is_global_pool(args):
-        return "avgpool"  # adaptive_avg_pool2d(x, 1) decomposes to mean over H, W (GlobalAveragePool)
+    if packet_name in ("_adaptive_avg_pool2d", "adaptive_avg_pool2d") and len(args) > 1 and _all_ones(args[1]):
+        return "mean"  # global pooling: GlobalAveragePool or ReduceMean in ONNX, mean.dim in decompositions
     return kind
 
 
-def _is_global_pool(args: tuple) -> bool:
-    if len(args) < 3 or args[2] is not True or not hasattr(args[0], "dim"):
-        return False
-    rank = args[0].dim()
-    dims = {d % rank for d in args[1]} if isinstance(args[1], (list, tuple)) else set()
-    return rank >= 3 and dims == set(range(2, rank))
+def _all_ones(size: object) -> bool:
+    return isinstance(size, (list, tuple)) and all(s == 1 for s in size)
 
 
 def onnx_kind(op_type: str, domain: str = "") -> str | None:
