@@ -147,3 +147,31 @@ def test_chunked_runs_and_spilled_reference_give_the_same_report(resnet_model: n
     reference = report_at(10)
     assert [layer.tensor for layer in small.layers] == [layer.tensor for layer in reference.layers]
     assert small.first_divergence == reference.first_divergence
+
+
+class _TwoInOut(nn.Module):
+    """Two inputs, a dict of two outputs, one of them an integer argmax."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.image = nn.Conv2d(3, 4, 3, padding=1)
+        self.mask = nn.Conv2d(1, 4, 1)
+
+    def forward(self, image, mask):  # noqa: ANN001, ANN201 - exercised through the exporter
+        fused = self.image(image) + self.mask(mask)
+        return {"logits": fused, "labels": fused.argmax(dim=1)}
+
+
+def test_several_inputs_and_dict_outputs(tmp_path: Path) -> None:
+    import torch
+
+    torch.manual_seed(0)
+    model = _TwoInOut().eval()
+    report = trtdiff.compare(model, input_shapes=["mask:1x1x8x8", "image:1x3x8x8"], opset=13)
+    assert report.passed and report.inputs == {"image": (1, 3, 8, 8), "mask": (1, 1, 8, 8)}
+    outputs = {layer.op_type: layer for layer in report.outputs}
+    assert set(outputs) == {"Add", "ArgMax"}
+    assert outputs["ArgMax"].pairs["torch~onnxruntime"].mismatches == 0
+    files = tmp_path / "inputs.npz"
+    np.savez(files, image=np.ones((1, 3, 8, 8), np.float32), mask=np.zeros((1, 1, 8, 8), np.float32))
+    assert trtdiff.compare(model, input_files=[files], opset=13).passed
