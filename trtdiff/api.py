@@ -13,24 +13,22 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+import torch
+
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, chunk_names
+from trtdiff.backends.torch_backend import TorchCapture, capture as capture_reference
 from trtdiff.errors import InputError, OptionError
+from trtdiff.export import export_onnx
+from trtdiff.inputs import make_inputs
+from trtdiff.loading import LoadedModel, from_module, load_model
 from trtdiff.localize import first_divergence
 from trtdiff.metrics import compare_tensors
 from trtdiff.onnx_graph import GraphInfo, load_graph
+from trtdiff.pairing import Pairing, pair
 from trtdiff.report import Layer, PairingSummary, PairMetrics, Report, Thresholds, pair_key
 from trtdiff.store import DEFAULT_MEMORY_BYTES, TensorStore
-
-if TYPE_CHECKING:
-    import torch
-
-    from trtdiff.backends.torch_backend import TorchCapture
-    from trtdiff.loading import LoadedModel
-    from trtdiff.pairing import Pairing
 
 KNOWN_BACKENDS = ("torch", "onnxruntime")
 DEFAULT_BACKENDS = ("torch", "onnxruntime")
@@ -98,23 +96,19 @@ def compare(
     with tempfile.TemporaryDirectory(prefix="trtdiff-") as tmp, TensorStore(memory_bytes) as store:
         given_graph = load_graph(onnx) if onnx is not None else None
         names = given_graph.graph_inputs if given_graph is not None else loaded.input_names
-        dtypes = {n: given_graph.tensor_type(n).dtype for n in names} if given_graph is not None else None
-        from trtdiff.inputs import make_inputs
-
+        dtypes = {} if given_graph is None else {
+            n: dtype for n in names if (dtype := given_graph.tensor_type(n).dtype) is not None
+        }
         feeds = make_inputs(list(names), shapes=list(input_shapes), files=[str(f) for f in input_files], seed=seed,
-                            dtypes={k: v for k, v in (dtypes or {}).items() if v is not None})
+                            dtypes=dtypes)
         capture: TorchCapture | None = None
         if "torch" in backends:
-            from trtdiff.backends.torch_backend import capture as capture_reference
-
             assert loaded.module is not None
             with _timed(timings, "torch"):
                 capture = capture_reference(loaded.module, feeds, store=store)
         if given_graph is not None:
             graph, exporter_used = given_graph, "given"
         else:
-            from trtdiff.export import export_onnx
-
             target = save_path if save_path is not None else Path(tmp) / "model.onnx"
             with _timed(timings, "export"):
                 result = export_onnx(loaded, feeds, opset=opset or DEFAULT_OPSET, exporter=exporter, path=target)
@@ -125,8 +119,6 @@ def compare(
         onnx_feeds = _onnx_feeds(graph, feeds)
         pairing = None
         if capture is not None:
-            from trtdiff.pairing import pair
-
             assert loaded.module is not None
             with _timed(timings, "pairing"):
                 pairing = pair(graph, capture, {n for n, _ in loaded.module.named_modules()})
@@ -136,7 +128,7 @@ def compare(
         pair_order = [pair_key(reference, b.name) for b in runners if b.name != reference]
         pair_order += [pair_key(a.name, b.name) for i, a in enumerate(runners) for b in runners[i + 1 :] if a.name != reference]
         with _timed(timings, "run_and_compare"):
-            metrics = _run_and_compare(graph, runners, onnx_feeds, capture, pairing, thresholds, reference, chunk_bytes)
+            metrics = _run_and_compare(graph, runners, onnx_feeds, capture, pairing, thresholds, chunk_bytes)
         layers = _layers(graph, metrics, pairing, capture)
         divergence = first_divergence(layers, graph, pair_order)
         compared = {layer.tensor for layer in layers}
@@ -166,11 +158,7 @@ def compare(
 
 def _load(model: str | Path | torch.nn.Module, *, model_class: str | None, trust: bool) -> LoadedModel:
     if isinstance(model, (str, Path)):
-        from trtdiff.loading import load_model
-
         return load_model(str(model), model_class=model_class, trust=trust)
-    from trtdiff.loading import from_module
-
     return from_module(model)
 
 
@@ -241,7 +229,6 @@ def _run_and_compare(
     capture: TorchCapture | None,
     pairing: Pairing | None,
     thresholds: Thresholds,
-    reference: str,
     chunk_bytes: int,
 ) -> dict[str, dict[str, PairMetrics]]:
     """Run every backend over the same chunks of tensors and compare each chunk as it arrives."""
@@ -250,7 +237,7 @@ def _run_and_compare(
     sizes = {t: n for t in wanted if (n := graph.tensor_type(t).nbytes()) is not None}
     results: dict[str, dict[str, PairMetrics]] = {}
     for group in chunk_names(wanted, sizes, chunk_bytes):
-        values = {runner.name: next(iter(runner.run(feeds, group, max_bytes=1 << 62)), {}) for runner in runners}
+        values = {runner.name: _fetch(runner, feeds, group) for runner in runners}
         for tensor in group:
             entry: dict[str, PairMetrics] = {}
             if capture is not None and tensor in paired:
@@ -266,6 +253,14 @@ def _run_and_compare(
                 results[tensor] = entry
         del values
     return results
+
+
+def _fetch(runner: OnnxBackend, feeds: Mapping[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+    """One chunk's tensors from one backend (the chunk is already sized; no further split)."""
+    values: dict[str, np.ndarray] = {}
+    for part in runner.run(feeds, names, max_bytes=1 << 62):
+        values.update(part)
+    return values
 
 
 def _layers(
