@@ -1,0 +1,315 @@
+"""Parse the exact ONNX file with TensorRT, mark outputs, set precision, build a plan.
+
+Precision: FP32 with TF32 off unless asked (TensorRT turns TF32 on by default for FP32
+convolutions and matmuls). FP16: where `BuilderFlag.FP16` exists (TRT 10) it is set, with
+the precision-constraint flags asked for; where it does not (TRT 11, TensorRT-RTX: strongly
+typed) the ONNX model is converted to FP16 first (fp16.py) and the result says so.
+Networks are created with flags 0: explicit batch is the only mode in TRT 10+, and strong
+typing is then the default where it is the only mode.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import onnx
+
+from trtdiff.backends.tensorrt import cache
+from trtdiff.backends.tensorrt.fp16 import convert_to_fp16
+from trtdiff.backends.tensorrt.fusion import FusionReport, fusion_from_plan
+from trtdiff.backends.tensorrt.importing import GpuInfo, TensorRTInfo, import_tensorrt, tensorrt_info
+from trtdiff.backends.tensorrt.marking import OUTPUT_MODES, MarkPlan, mark_network
+from trtdiff.errors import BackendError, OptionError
+from trtdiff.onnx_graph import GraphInfo
+
+PRECISIONS = ("fp32", "fp16")
+CONSTRAINTS = ("none", "obey", "prefer")
+_CONSTRAINT_FLAGS = {"obey": "OBEY_PRECISION_CONSTRAINTS", "prefer": "PREFER_PRECISION_CONSTRAINTS"}
+
+TRT_API = (
+    "Builder.create_network", "Builder.create_builder_config", "Builder.build_serialized_network",
+    "Builder.create_optimization_profile", "OnnxParser.parse_from_file", "OnnxParser.num_errors",
+    "OnnxParser.get_error", "ParserError.desc", "ParserError.code", "ILogger.log", "ILogger.Severity",
+    "IBuilderConfig.set_flag", "IBuilderConfig.clear_flag", "IBuilderConfig.set_memory_pool_limit",
+    "IBuilderConfig.add_optimization_profile", "IBuilderConfig.profiling_verbosity",
+    "IBuilderConfig.builder_optimization_level", "IOptimizationProfile.set_shape",
+    "MemoryPoolType.WORKSPACE", "ProfilingVerbosity.DETAILED", "INetworkDefinition.get_input",
+    "ITensor.shape", "IHostMemory.nbytes",
+)
+TRT_OPTIONAL_API = (
+    "BuilderFlag.TF32", "BuilderFlag.FP16", "BuilderFlag.OBEY_PRECISION_CONSTRAINTS",
+    "BuilderFlag.PREFER_PRECISION_CONSTRAINTS", "ParserError.node", "ParserError.node_name",
+    "ParserError.node_operator", "IBuilderConfig.set_compute_capability", "IBuilderConfig.num_compute_capabilities",
+    "IBuilderConfig.create_timing_cache", "IBuilderConfig.set_timing_cache", "IBuilderConfig.get_timing_cache",
+    "ITimingCache.serialize",
+)
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """Everything that changes the engine (and so its cache key)."""
+
+    outputs: str = "all"
+    precision: str = "fp32"
+    tf32: bool = False
+    precision_constraints: str = "none"
+    optimization_level: int | None = None
+    workspace_bytes: int | None = None
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    compute_capabilities: tuple[str, ...] = ()
+    mark_bool: bool = False
+
+    def validate(self) -> None:
+        """Raise OptionError for a value no TensorRT accepts."""
+        checks = (("--trt-outputs", self.outputs, OUTPUT_MODES), ("--precision", self.precision, PRECISIONS),
+                  ("--trt-precision-constraints", self.precision_constraints, CONSTRAINTS))
+        for option, value, allowed in checks:
+            if value not in allowed:
+                raise OptionError(f"{option} {value}: unknown; choose one of {', '.join(allowed)}")
+        if self.optimization_level is not None and not 0 <= self.optimization_level <= 5:
+            raise OptionError(f"--trt-opt-level {self.optimization_level}: must be 0-5 (TensorRT's default is 3)")
+        if self.workspace_bytes is not None and self.workspace_bytes <= 0:
+            raise OptionError(f"--trt-workspace {self.workspace_bytes}: must be a positive number of bytes")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["input_shapes"] = {name: list(shape) for name, shape in self.input_shapes}
+        return data
+
+
+def input_shapes_from(feeds: Mapping[str, np.ndarray]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """BuildSettings.input_shapes for these feeds (fixes dynamic inputs to the shapes compared)."""
+    return tuple((name, tuple(int(d) for d in value.shape)) for name, value in feeds.items())
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A built (or cached) plan and what went into it; `to_dict()` leaves the plan bytes out."""
+
+    plan: bytes = field(repr=False)
+    build_seconds: float
+    flags: tuple[str, ...]
+    settings: BuildSettings
+    mark_plan: MarkPlan
+    info: TensorRTInfo
+    onnx_path: str
+    parsed: str  # "the given ONNX file" or what it was converted to
+    cache_key: str
+    from_cache: bool
+    notes: tuple[str, ...] = ()
+
+    @property
+    def plan_nbytes(self) -> int:
+        return len(self.plan)
+
+    def fusion_hint(self, graph: GraphInfo) -> FusionReport:
+        """Engine layers read from the plan bytes (CPU, best effort; see fusion.py)."""
+        return fusion_from_plan(self.plan, graph)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "plan_nbytes": self.plan_nbytes, "build_seconds": self.build_seconds, "flags": list(self.flags),
+            "settings": self.settings.to_dict(), "mark_plan": self.mark_plan.to_dict(), "tensorrt": self.info.to_dict(),
+            "onnx_path": self.onnx_path, "parsed": self.parsed, "cache_key": self.cache_key,
+            "from_cache": self.from_cache, "notes": list(self.notes),
+        }
+
+
+@dataclass
+class ParsedNetwork:
+    """A parsed network and the objects that must outlive it (builder, parser, logger)."""
+
+    trt: ModuleType
+    builder: Any
+    network: Any
+    parser: Any
+    logger: Any
+    model: onnx.ModelProto
+
+
+def make_logger(trt: ModuleType) -> Any:
+    """An ILogger that keeps errors and warnings, so messages end up in our errors, not on stderr."""
+
+    class CollectingLogger(trt.ILogger):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+            self.errors: list[str] = []
+            self.warnings: list[str] = []
+
+        def log(self, severity: Any, msg: str) -> None:
+            if severity in (trt.ILogger.Severity.ERROR, trt.ILogger.Severity.INTERNAL_ERROR):
+                self.errors.append(msg)
+            elif severity == trt.ILogger.Severity.WARNING:
+                self.warnings.append(msg)
+
+    return CollectingLogger()
+
+
+def parse_onnx(path: Path, model: onnx.ModelProto, trt: ModuleType | None = None, label: Path | None = None) -> ParsedNetwork:
+    """Parse the ONNX file at `path` (`model` is its content, used for name mapping)."""
+    trt = trt or import_tensorrt()
+    logger = make_logger(trt)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(path)):
+        raise BackendError(parser_message(parser, label or path, logger.errors))
+    return ParsedNetwork(trt, builder, network, parser, logger, model)
+
+
+def parser_message(parser: Any, path: Path, logged: list[str]) -> str:
+    """One line naming the first rejected ONNX node and op, and what to try."""
+    if parser.num_errors == 0:
+        return f"{path}: TensorRT's ONNX parser failed ({_one_line(logged[-1] if logged else 'no message')}); check the file with onnx.checker"
+    error = parser.get_error(0)
+    more = f" (+{parser.num_errors - 1} more)" if parser.num_errors > 1 else ""
+    desc = _one_line(str(error.desc()))
+    name = error.node_name() if hasattr(error, "node_name") else ""
+    op = error.node_operator() if hasattr(error, "node_operator") else ""
+    index = error.node() if hasattr(error, "node") else -1
+    if name or op or index >= 0:
+        where = f"node {name or f'#{index}'} (op {op or '?'})"
+        return f"{path}: TensorRT's ONNX parser rejected {where}: {desc}{more}; try another --opset or replace that op before export"
+    return f"{path}: TensorRT's ONNX parser could not read the model: {desc}{more}; check the file with onnx.checker"
+
+
+def build_engine(graph: GraphInfo, settings: BuildSettings | None = None, *, cache_dir: Path | None = None,
+                 gpu: GpuInfo | None = None) -> BuildResult:
+    """Parse `graph.path`, mark outputs, build (or load from `cache_dir`) and describe the plan."""
+    settings = settings or BuildSettings()
+    settings.validate()
+    trt = import_tensorrt()
+    info = tensorrt_info(trt)
+    if settings.precision_constraints != "none" and not info.has_fp16_flag:
+        raise OptionError(f"--trt-precision-constraints {settings.precision_constraints}: {info.describe()} is strongly "
+                          "typed and has no precision-constraint flags; drop the option")
+    notes: list[str] = []
+    extra: dict[str, Any] = {}
+    model, parsed_what = graph.model, "the given ONNX file"
+    with tempfile.TemporaryDirectory(prefix="trtdiff-trt-") as tmp:
+        source = graph.path
+        if settings.precision == "fp16" and info.strongly_typed_only:
+            conversion = convert_to_fp16(graph.model)
+            model, source = conversion.model, Path(tmp) / f"{graph.path.stem}.fp16.onnx"
+            onnx.save(model, str(source))
+            parsed_what = f"an FP16 conversion of the given file ({conversion.converter})"
+            notes.append(conversion.note())
+            extra["fp16_converter"] = conversion.converter
+        parsed = parse_onnx(source, model, trt, label=graph.path)
+    plan = mark_network(trt, parsed.network, parsed.parser, model, settings.outputs, mark_bool=settings.mark_bool)
+    config, flags, config_notes = configure(parsed, settings, info)
+    notes += config_notes
+    key = cache.cache_key(cache.onnx_file_bytes(graph.path, graph.model), settings.to_dict(), info, gpu, extra)
+    cached = cache.load_engine(cache_dir, key) if cache_dir is not None else None
+    if cached is not None:
+        return BuildResult(cached, 0.0, flags, settings, plan, info, str(graph.path), parsed_what, key, True, tuple(notes))
+    timing = _attach_timing_cache(trt, config, cache_dir, notes)
+    start = time.perf_counter()
+    serialized = parsed.builder.build_serialized_network(parsed.network, config)
+    seconds = time.perf_counter() - start
+    if serialized is None:
+        cause = _one_line(parsed.logger.errors[-1]) if parsed.logger.errors else "no message"
+        hint = "try --trt-outputs none to see whether marking outputs is the cause" if settings.outputs == "all" else \
+            "check the TensorRT log with a verbose logger"
+        raise BackendError(f"{graph.path}: TensorRT could not build the engine: {cause}; {hint}")
+    result = BuildResult(bytes(serialized), round(seconds, 4), flags, settings, plan, info, str(graph.path), parsed_what,
+                         key, False, tuple(notes))
+    if cache_dir is not None:
+        cache.save_engine(cache_dir, key, result.plan, result.to_dict())
+        if timing:
+            cache.save_timing_cache(cache_dir, bytes(config.get_timing_cache().serialize()))
+    return result
+
+
+def configure(parsed: ParsedNetwork, settings: BuildSettings, info: TensorRTInfo) -> tuple[Any, tuple[str, ...], list[str]]:
+    """A builder config for `settings`: returns it, the flags set, and notes on what was done."""
+    trt, config = parsed.trt, parsed.builder.create_builder_config()
+    flags: list[str] = []
+    notes: list[str] = []
+    if hasattr(trt.BuilderFlag, "TF32"):
+        if settings.tf32:
+            config.set_flag(trt.BuilderFlag.TF32)
+            flags.append("TF32")
+        else:
+            config.clear_flag(trt.BuilderFlag.TF32)
+    elif settings.tf32:
+        notes.append("tf32 asked for, but this TensorRT has no BuilderFlag.TF32")
+    if settings.precision == "fp16" and info.has_fp16_flag:
+        config.set_flag(trt.BuilderFlag.FP16)
+        flags.append("FP16")
+        if settings.precision_constraints != "none":
+            name = _CONSTRAINT_FLAGS[settings.precision_constraints]
+            config.set_flag(getattr(trt.BuilderFlag, name))
+            flags.append(name)
+        notes.append("fp16: BuilderFlag.FP16 set on a weakly typed network; marked outputs force FP32 where they are "
+                     "marked (NVIDIA/TensorRT #1262), so compare with --trt-outputs none too")
+    if hasattr(config, "profiling_verbosity"):
+        config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+    if settings.optimization_level is not None:
+        config.builder_optimization_level = settings.optimization_level
+    if settings.workspace_bytes is not None:
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, settings.workspace_bytes)
+    _set_compute_capabilities(trt, config, settings.compute_capabilities)
+    _add_profile(parsed, config, dict(settings.input_shapes))
+    return config, tuple(flags), notes
+
+
+def _set_compute_capabilities(trt: ModuleType, config: Any, wanted: tuple[str, ...]) -> None:
+    """TensorRT-RTX targets: names like "SM86" or "8.6"."""
+    if not wanted:
+        return
+    if not hasattr(config, "set_compute_capability") or not hasattr(trt, "ComputeCapability"):
+        raise OptionError("--trt-compute-capability: only TensorRT-RTX builds for chosen compute capabilities; drop the option")
+    members = trt.ComputeCapability.__members__
+    names = ["SM" + cc.replace(".", "") if cc[0].isdigit() else cc.upper() for cc in wanted]
+    unknown = [cc for cc, name in zip(wanted, names) if name not in members]
+    if unknown:
+        raise OptionError(f"--trt-compute-capability {unknown[0]}: unknown; choose from {', '.join(members)}")
+    config.num_compute_capabilities = len(names)
+    for index, name in enumerate(names):
+        config.set_compute_capability(members[name], index)
+
+
+def _add_profile(parsed: ParsedNetwork, config: Any, shapes: dict[str, tuple[int, ...]]) -> None:
+    """One optimization profile fixing every dynamic input to the shape it will run with."""
+    network, profile = parsed.network, None
+    for i in range(network.num_inputs):
+        tensor = network.get_input(i)
+        dims = tuple(tensor.shape)
+        if all(d >= 0 for d in dims):
+            continue
+        if tensor.name not in shapes:
+            want = "x".join("?" if d < 0 else str(d) for d in dims)
+            raise OptionError(f"input {tensor.name}: dynamic shape {want}; give its shape (--input-shape {tensor.name}:{want.replace('?', '1')})")
+        shape = shapes[tensor.name]
+        profile = profile or parsed.builder.create_optimization_profile()
+        profile.set_shape(tensor.name, shape, shape, shape)
+    if profile is not None:
+        config.add_optimization_profile(profile)
+
+
+def _attach_timing_cache(trt: ModuleType, config: Any, cache_dir: Path | None, notes: list[str]) -> bool:
+    """Load the cache dir's timing cache into `config`; False where there is none or it is a no-op."""
+    if cache_dir is None or not hasattr(config, "create_timing_cache"):
+        return False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        timing = config.create_timing_cache(cache.load_timing_cache(cache_dir))
+        config.set_timing_cache(timing, ignore_mismatch=False)
+    if any("no-op" in str(w.message) for w in caught):
+        notes.append("timing cache: this TensorRT says timing-cache operations are no-ops; none kept")
+        return False
+    return True
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[0][:300] if lines else "no message"
