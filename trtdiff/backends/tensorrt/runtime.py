@@ -1,10 +1,12 @@
 """TensorRT as an `OnnxBackend`: deserialize the plan, run it on torch CUDA buffers, return numpy.
 
 No machine this project has can execute a TensorRT engine (notes/tensorrt.md: the RTX
-runtime refuses the H200, and full TensorRT cannot be installed), so this path is written
-against the documented TensorRT 10/11 Python API, kept small, and checked only for the API
-names it uses (TRT_API) and for the pieces that run without TensorRT. Buffers are torch
-CUDA tensors (no PyCUDA); debug tensors are copied through `__cuda_array_interface__`.
+runtime refuses the H200, and full TensorRT cannot be installed), so `_execute` is written
+against the documented TensorRT 10/11 Python API, kept small, and never ran. What did run,
+on an H200 with TensorRT-RTX 1.7.1: `check_engine_validity` (INVALID, UNSUPPORTED_CC),
+`copy_debug_tensor` on device memory for every dtype, `allocate`, and the refusal in
+`TensorRTBackend.__init__`. Buffers are torch CUDA tensors (no PyCUDA); debug tensors are
+copied through `__cuda_array_interface__`.
 """
 
 from __future__ import annotations
@@ -126,8 +128,8 @@ class TensorRTBackend:
                 shape = tuple(context.get_tensor_shape(name))
                 if any(d < 0 for d in shape):
                     raise BackendError(f"TensorRT output {name} has a data-dependent shape {shape}; trtdiff has no output allocator for it, use --trt-outputs none")
-                buffers[name] = _empty(shape, torch_dtype(engine.get_tensor_dtype(name)), device)
-                context.set_tensor_address(name, buffers[name].data_ptr())
+                buffers[name], address = allocate(shape, torch_dtype(engine.get_tensor_dtype(name)), device)
+                context.set_tensor_address(name, address)
             if self._listener is not None:
                 self._listener.tensors.clear()
             stream = torch.cuda.current_stream(device)
@@ -235,9 +237,14 @@ def _storage_dtype(dtype_name: str) -> torch.dtype:
     return torch.int16 if dtype_name == "BF16" else getattr(torch, _TORCH_DTYPES[dtype_name])
 
 
-def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A buffer of `shape`; never a null pointer, even for an empty tensor."""
+def allocate(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, int]:
+    """A device tensor of `shape` and an address for TensorRT that is never null, even for an empty tensor.
+
+    torch reports data_ptr() 0 for any tensor with no elements (CPU and H200 alike), so the address
+    comes from a one-element backing buffer that the returned view keeps alive.
+    """
     import torch
 
     count = int(np.prod(shape, dtype=np.int64))
-    return torch.empty(max(count, 1), dtype=dtype, device=device)[:count].view(shape)
+    backing = torch.empty(max(count, 1), dtype=dtype, device=device)
+    return backing[:count].view(shape), backing.data_ptr()
