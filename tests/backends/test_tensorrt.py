@@ -22,9 +22,9 @@ trt = pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX is not i
                           "tensorrt-rtx-cu13-libs==1.7.1.116 tensorrt-rtx-cu13-bindings==1.7.1.116")
 
 from trtdiff.backends.tensorrt import (  # noqa: E402
-    NO_EXECUTION, BuildSettings, TensorRTBackend, build_engine, cache_key, fusion_from_inspector, parse_onnx, probe,
+    NO_EXECUTION, BuildSettings, TensorRTBackend, build_engine, builder, cache_key, fusion, fusion_from_inspector,
+    marking, parse_onnx, probe, runtime,
 )
-from trtdiff.backends.tensorrt import builder, fusion, importing, marking, runtime  # noqa: E402
 from trtdiff.backends.tensorrt.fp16 import convert_to_fp16  # noqa: E402
 from trtdiff.backends.tensorrt.importing import GpuInfo, rtx_supports, tensorrt_info  # noqa: E402
 from trtdiff.errors import BackendError, OptionError  # noqa: E402
@@ -78,7 +78,8 @@ def every_reason(tmp_path_factory: pytest.TempPathFactory) -> GraphInfo:
 
 def test_import_does_not_import_tensorrt_or_torch() -> None:
     code = ("import sys, trtdiff.backends.tensorrt; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorrt', 'tensorrt_rtx', 'tensorrt_rtx_bindings', 'torch')]; "
+            "heavy = ('tensorrt', 'tensorrt_rtx', 'tensorrt_rtx_bindings', 'torch'); "
+            "bad = [m for m in sys.modules if m.split('.')[0] in heavy]; "
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -168,7 +169,8 @@ def test_names_map_back_across_clashes(tmp_path: Path) -> None:
     graph = save(tmp_path, nodes, inputs=[X, helper.make_tensor_value_info("c", TP.BOOL, [])])
     plan = build_engine(graph).mark_plan
     network = parse_onnx(graph.path, graph.model).network
-    abs_out = next(network.get_layer(i).get_output(0).name for i in range(network.num_layers) if network.get_layer(i).name == "abs")
+    layers = [network.get_layer(i) for i in range(network.num_layers)]
+    abs_out = next(layer.get_output(0).name for layer in layers if layer.name == "abs")
     assert abs_out == "a_0" and plan.onnx_to_trt["a"] == abs_out  # the parser suffixed the top-level value
     assert plan.onnx_to_trt["b"] == "b" and plan.onnx_to_trt["c2"] == "c2" and plan.onnx_to_trt["y"] == "y"
     assert {"a", "b", "c2", "i", "y"} <= set(plan.returned_onnx())

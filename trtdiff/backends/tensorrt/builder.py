@@ -168,7 +168,8 @@ def parse_onnx(path: Path, model: onnx.ModelProto, trt: ModuleType | None = None
 def parser_message(parser: Any, path: Path, logged: list[str]) -> str:
     """One line naming the first rejected ONNX node and op, and what to try."""
     if parser.num_errors == 0:
-        return f"{path}: TensorRT's ONNX parser failed ({_one_line(logged[-1] if logged else 'no message')}); check the file with onnx.checker"
+        cause = _one_line(logged[-1] if logged else "no message")
+        return f"{path}: TensorRT's ONNX parser failed ({cause}); check the file with onnx.checker"
     error = parser.get_error(0)
     more = f" (+{parser.num_errors - 1} more)" if parser.num_errors > 1 else ""
     desc = _one_line(str(error.desc()))
@@ -177,7 +178,8 @@ def parser_message(parser: Any, path: Path, logged: list[str]) -> str:
     index = error.node() if hasattr(error, "node") else -1
     if name or op or index >= 0:
         where = f"node {name or f'#{index}'} (op {op or '?'})"
-        return f"{path}: TensorRT's ONNX parser rejected {where}: {desc}{more}; try another --opset or replace that op before export"
+        return (f"{path}: TensorRT's ONNX parser rejected {where}: {desc}{more}; "
+                "try another --opset or replace that op before export")
     return f"{path}: TensorRT's ONNX parser could not read the model: {desc}{more}; check the file with onnx.checker"
 
 
@@ -270,7 +272,7 @@ def _set_compute_capabilities(trt: ModuleType, config: Any, wanted: tuple[str, .
         raise OptionError("--trt-compute-capability: only TensorRT-RTX builds for chosen compute capabilities; drop the option")
     members = trt.ComputeCapability.__members__
     names = ["SM" + cc.replace(".", "") if cc[0].isdigit() else cc.upper() for cc in wanted]
-    unknown = [cc for cc, name in zip(wanted, names) if name not in members]
+    unknown = [cc for cc, name in zip(wanted, names, strict=True) if name not in members]
     if unknown:
         raise OptionError(f"--trt-compute-capability {unknown[0]}: unknown; choose from {', '.join(members)}")
     config.num_compute_capabilities = len(names)
@@ -288,7 +290,9 @@ def _add_profile(parsed: ParsedNetwork, config: Any, shapes: dict[str, tuple[int
             continue
         if tensor.name not in shapes:
             want = "x".join("?" if d < 0 else str(d) for d in dims)
-            raise OptionError(f"input {tensor.name}: dynamic shape {want}; give its shape (--input-shape {tensor.name}:{want.replace('?', '1')})")
+            example = want.replace("?", "1")
+            raise OptionError(f"input {tensor.name}: dynamic shape {want}; "
+                              f"give its shape (--input-shape {tensor.name}:{example})")
         shape = shapes[tensor.name]
         profile = profile or parsed.builder.create_optimization_profile()
         profile.set_shape(tensor.name, shape, shape, shape)

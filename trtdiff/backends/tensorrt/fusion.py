@@ -95,7 +95,7 @@ def fusion_from_plan(plan: bytes, graph: GraphInfo) -> FusionReport:
     """Best effort on the CPU: the layer names and metadata strings a serialized plan carries."""
     strings = list(_framed_strings(plan))
     layers = []
-    for name, following in zip(strings, strings[1:] + [""]):
+    for name, following in zip(strings, [*strings[1:], ""], strict=True):
         if following.startswith("[ONNX Layer:") and not name.startswith("[ONNX Layer:"):
             layers.append(_layer(name, following, graph))
     return FusionReport(tuple(layers), SOURCE_PLAN)

@@ -112,27 +112,14 @@ def mark_network(trt: ModuleType, network: Any, parser: Any, model: onnx.ModelPr
             in_region = False
         nested = in_region or layer.name in sub_nodes or " | " in (layer.metadata or "")
         for tensor in _outputs(layer):
-            onnx_name = reverse.get(tensor.name) or (tensor.name if tensor.name in sub_values else None)
-
-            def skip(reason: str) -> None:
-                skipped.append(SkippedTensor(tensor.name, onnx_name, layer.name, reason))
-
-            if nested:
-                skip(REASON_CONTROL)
-            elif tensor.is_network_input:
-                skip(REASON_INPUT)
-            elif tensor.is_network_output:
+            reason = _skip_reason(trt, layer, tensor, nested, mark_bool, returnable)
+            if tensor.is_network_output and reason is None:
                 marked.append(tensor.name)
             elif mode != "all":
                 continue
-            elif layer.type == trt.LayerType.CONSTANT:
-                skip(REASON_CONSTANT)
-            elif layer.type == trt.LayerType.SHAPE or tensor.is_shape_tensor:
-                skip(REASON_SHAPE)
-            elif tensor.dtype == trt.DataType.BOOL and not mark_bool:
-                skip(REASON_BOOL)
-            elif tensor.dtype not in returnable:
-                skip(REASON_DTYPE.format(dtype=tensor.dtype.name))
+            elif reason is not None:
+                onnx_name = reverse.get(tensor.name) or (tensor.name if tensor.name in sub_values else None)
+                skipped.append(SkippedTensor(tensor.name, onnx_name, layer.name, reason))
             else:
                 network.mark_output(tensor)
                 marked.append(tensor.name)
@@ -149,6 +136,25 @@ def mark_network(trt: ModuleType, network: Any, parser: Any, model: onnx.ModelPr
         notes.append(f"all: {len(marked)} tensors marked as outputs; marking disables fusion and changes memory reuse, "
                      "so a difference may hide or appear only in this mode")
     return MarkPlan(mode, tuple(marked), tuple(skipped), onnx_to_trt, debug_unfused, tuple(notes))
+
+
+def _skip_reason(trt: ModuleType, layer: Any, tensor: Any, nested: bool, mark_bool: bool, returnable: set[Any]) -> str | None:
+    """Why `tensor` cannot (or should not) be marked as an output; None when it can."""
+    if nested:
+        return REASON_CONTROL
+    if tensor.is_network_input:
+        return REASON_INPUT
+    if tensor.is_network_output:
+        return None
+    if layer.type == trt.LayerType.CONSTANT:
+        return REASON_CONSTANT
+    if layer.type == trt.LayerType.SHAPE or tensor.is_shape_tensor:
+        return REASON_SHAPE
+    if tensor.dtype == trt.DataType.BOOL and not mark_bool:
+        return REASON_BOOL
+    if tensor.dtype not in returnable:
+        return REASON_DTYPE.format(dtype=tensor.dtype.name)
+    return None
 
 
 def map_onnx_names(parser: Any, network: Any, model: onnx.ModelProto) -> dict[str, str]:

@@ -66,7 +66,8 @@ class TensorRTBackend:
         self._engine = self._runtime.deserialize_cuda_engine(self.build.plan)
         if self._engine is None:
             cause = self._logger.errors[-1].strip().splitlines()[0][:300] if self._logger.errors else "no message"
-            raise BackendError(f"TensorRT could not load the engine built from {graph.path}: {cause}; rebuild without the engine cache")
+            raise BackendError(f"TensorRT could not load the engine built from {graph.path}: {cause}; "
+                               "rebuild it without the engine cache")
         self._context = self._engine.create_execution_context()
         names = [self._engine.get_tensor_name(i) for i in range(self._engine.num_io_tensors)]
         self._inputs = [n for n in names if self._engine.get_tensor_mode(n) == self._trt.TensorIOMode.INPUT]
@@ -117,17 +118,20 @@ class TensorRTBackend:
                 if name not in feeds:
                     raise InputError(f"TensorRT engine input {name} was not given; inputs are {', '.join(self._inputs)}")
                 if engine.get_tensor_location(name) != trt.TensorLocation.DEVICE:
-                    raise BackendError(f"TensorRT engine input {name} is a host (shape) tensor, which trtdiff does not feed; export with static shapes")
+                    raise BackendError(f"TensorRT engine input {name} is a host (shape) tensor, which trtdiff does not "
+                                       "feed; export the model with static shapes")
                 array = np.require(feeds[name], requirements=["C", "W"])
                 tensor = torch.from_numpy(array).to(device=device, dtype=torch_dtype(engine.get_tensor_dtype(name)))
                 if not context.set_input_shape(name, tuple(array.shape)):
-                    raise InputError(f"input {name}: shape {'x'.join(map(str, array.shape))} is outside the engine's profile; rebuild with this shape")
+                    shape_text = "x".join(map(str, array.shape))
+                    raise InputError(f"input {name}: shape {shape_text} is outside the engine's profile; rebuild with this shape")
                 context.set_tensor_address(name, tensor.data_ptr())
                 keep.append(tensor)
             for name in self._outputs:
                 shape = tuple(context.get_tensor_shape(name))
                 if any(d < 0 for d in shape):
-                    raise BackendError(f"TensorRT output {name} has a data-dependent shape {shape}; trtdiff has no output allocator for it, use --trt-outputs none")
+                    raise BackendError(f"TensorRT output {name} has a data-dependent shape {shape}; trtdiff has no "
+                                       "output allocator for it, use --trt-outputs none")
                 buffers[name], address = allocate(shape, torch_dtype(engine.get_tensor_dtype(name)), device)
                 context.set_tensor_address(name, address)
             if self._listener is not None:
