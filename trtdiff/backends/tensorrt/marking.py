@@ -131,7 +131,8 @@ def mark_network(trt: ModuleType, network: Any, parser: Any, model: onnx.ModelPr
                               "(TensorRT 10.12+ or TensorRT-RTX); use --trt-outputs all")
         debug_unfused = bool(network.mark_unfused_tensors_as_debug_tensors())
         notes.append("unfused: fusion kept; tensors that survive fusion arrive as debug tensors under engine-internal "
-                     "names, with no guarantee that every unfused tensor is reported")
+                     "names, with no guarantee that every unfused tensor is reported" if debug_unfused else
+                     "unfused: TensorRT refused to mark unfused tensors as debug tensors; only final outputs are returned")
     if mode == "all":
         notes.append(f"all: {len(marked)} tensors marked as outputs; marking disables fusion and changes memory reuse, "
                      "so a difference may hide or appear only in this mode")
