@@ -48,6 +48,8 @@ def compare(
     force: bool = False,
     backends: Sequence[str] = DEFAULT_BACKENDS,
     ort_provider: str = "CPUExecutionProvider",
+    torch_device: str = "cpu",
+    tf32: bool = False,
     thresholds: Thresholds | None = None,
     model_class: str | None = None,
     trust: bool = False,
@@ -65,6 +67,8 @@ def compare(
         onnx: compare against this ONNX file instead of exporting one.
         save_onnx: keep the exported file here (refused if it exists, unless `force`).
         backends: which backends to run; "torch" is the reference when present.
+        torch_device: where the PyTorch reference runs ("cpu", "cuda", "cuda:1").
+        tf32: allow TF32 in the PyTorch reference on CUDA (off: true FP32).
         thresholds: when a tensor counts as diverged (defaults: see `Thresholds`).
         memory_bytes: reference tensors kept in RAM before spilling to disk.
         chunk_bytes: how many bytes of intermediates one backend run may return at once.
@@ -105,7 +109,7 @@ def compare(
         if "torch" in backends:
             assert loaded.module is not None
             with _timed(timings, "torch"):
-                capture = capture_reference(loaded.module, feeds, store=store)
+                capture = capture_reference(loaded.module, feeds, device=torch_device, tf32=tf32, store=store)
         if given_graph is not None:
             graph, exporter_used = given_graph, "given"
         else:
@@ -149,7 +153,7 @@ def compare(
             layers=tuple(layers),
             not_compared=not_compared,
             pairing=_pairing_summary(graph, pairing),
-            environment=_environment(runners),
+            environment=_environment(runners, torch_device),
             notes=tuple(notes),
             timings={k: round(v, 4) for k, v in timings.items()},
         )
@@ -314,9 +318,8 @@ def _pairing_summary(graph: GraphInfo, pairing: Pairing | None) -> PairingSummar
     )
 
 
-def _environment(runners: Sequence[OnnxBackend]) -> dict[str, str]:
+def _environment(runners: Sequence[OnnxBackend], torch_device: str) -> dict[str, str]:
     import onnx
-    import torch
 
     env = {
         "python": platform.python_version(),
@@ -324,7 +327,10 @@ def _environment(runners: Sequence[OnnxBackend]) -> dict[str, str]:
         "cpu": platform.processor() or platform.machine(),
         "torch": torch.__version__,
         "onnx": onnx.__version__,
+        "torch_device": torch_device,
     }
+    if torch_device.startswith("cuda"):
+        env["gpu"] = torch.cuda.get_device_name(torch.device(torch_device))
     for runner in runners:
         env[runner.name] = runner.describe()
     return env

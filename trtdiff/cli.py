@@ -92,6 +92,8 @@ def main() -> None:
 @click.option("--trust", is_flag=True, help="Allow loading a pickled nn.Module (torch.save(model)): unpickling runs code from the file.")
 @click.option("--backends", default="torch,onnxruntime", show_default=True, help="Comma-separated backends to compare.")
 @click.option("--ort-provider", default="CPUExecutionProvider", show_default=True, help="ONNX Runtime execution provider.")
+@click.option("--torch-device", default="cpu", show_default=True, help="Where the PyTorch reference runs: cpu, cuda, cuda:1 …")
+@click.option("--tf32", is_flag=True, help="Allow TF32 in the PyTorch reference on CUDA (off: true FP32).")
 @click.option("--min-cosine", type=float, default=None, help="Diverged below this cosine similarity (default 0.9999).")
 @click.option("--rtol", type=float, default=None, help="Diverged above this max-abs error relative to the reference's largest magnitude (default 1e-3).")
 @click.option("--max-abs", type=float, default=None, help="Diverged above this absolute max error (default: off).")
@@ -101,7 +103,7 @@ def main() -> None:
 @debug_option
 def compare(model: str, opset: int | None, exporter: str, onnx_file: str | None, save_onnx: str | None, force: bool,
             input_shapes: tuple[str, ...], input_files: tuple[str, ...], seed: int, model_class: str | None, trust: bool,
-            backends: str, ort_provider: str, min_cosine: float | None, rtol: float | None, max_abs: float | None,
+            backends: str, ort_provider: str, torch_device: str, tf32: bool, min_cosine: float | None, rtol: float | None, max_abs: float | None,
             show_all: bool, json_path: str | None, memory_limit: str) -> None:
     """Compare MODEL layer by layer across PyTorch and ONNX Runtime.
 
@@ -122,6 +124,7 @@ def compare(model: str, opset: int | None, exporter: str, onnx_file: str | None,
     report = run_compare(
         model, input_shapes=input_shapes, input_files=input_files, seed=seed, opset=opset, exporter=exporter,
         onnx=onnx_file, save_onnx=save_onnx, force=force, backends=backends.split(","), ort_provider=ort_provider,
+        torch_device=torch_device, tf32=tf32,
         thresholds=thresholds, model_class=model_class, trust=trust, memory_bytes=_parse_size(memory_limit, "--memory-limit"),
     )
     _emit(report, show_all=show_all, json_path=json_path)

@@ -9,7 +9,8 @@ are copied when recorded, because in-place ops (ReLU(inplace=True)) overwrite th
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from trtdiff.errors import ModelRunError
+from trtdiff.errors import ModelRunError, OptionError
 from trtdiff.op_kinds import aten_kind
 from trtdiff.store import TensorStore
 
@@ -133,10 +134,38 @@ def capture(
     inputs: Mapping[str, np.ndarray],
     *,
     device: str = "cpu",
+    tf32: bool = False,
     store: TensorStore | None = None,
 ) -> TorchCapture:
-    """Run `module` once on `inputs` (in order) and record every computing op's output."""
+    """Run `module` once on `inputs` (in order) on `device` and record every computing op's output.
+
+    On CUDA, TF32 is off for matmuls and cuDNN convolutions unless `tf32`, so the reference is
+    true FP32; the module is moved to `device` for the pass and back afterwards.
+    """
     store = store if store is not None else TensorStore()
+    with _on_device(module, device, tf32):
+        return _capture(module, inputs, device, store)
+
+
+@contextmanager
+def _on_device(module: torch.nn.Module, device: str, tf32: bool) -> Iterator[None]:
+    target = torch.device(device)
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise OptionError(f"--torch-device {device}: no CUDA GPU is visible to torch here; use --torch-device cpu")
+    original = next((p.device for p in module.parameters()), torch.device("cpu"))
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        if target != original:
+            module.to(target)
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+        if target != original:
+            module.to(original)
+
+
+def _capture(module: torch.nn.Module, inputs: Mapping[str, np.ndarray], device: str, store: TensorStore) -> TorchCapture:
     eager = not isinstance(module, torch.jit.ScriptModule) and not isinstance(module, torch.fx.GraphModule)
     path_stack: list[str] | None = [] if eager else None
     recorder = _Recorder(store, path_stack)

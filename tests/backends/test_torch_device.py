@@ -1,0 +1,38 @@
+"""The PyTorch reference on CUDA (TF32 off unless asked); skipped cleanly where no GPU is visible."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import trtdiff
+from trtdiff.errors import OptionError
+from trtdiff.report import Thresholds
+
+SHAPE = "1x3x64x64"
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU visible to torch (none here)")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given when no GPU is visible")
+def test_cuda_reference_without_a_gpu_is_a_clear_error(resnet_model: nn.Module) -> None:
+    with pytest.raises(OptionError, match="no CUDA GPU"):
+        trtdiff.compare(resnet_model, input_shapes=[SHAPE], opset=13, torch_device="cuda")
+
+
+@needs_cuda
+def test_cuda_fp32_reference_agrees_with_onnxruntime_cpu(resnet_model: nn.Module) -> None:
+    report = trtdiff.compare(resnet_model, input_shapes=[SHAPE], opset=13, torch_device="cuda")
+    assert report.passed and report.environment["torch_device"] == "cuda" and "gpu" in report.environment
+    assert report.pairing.paired_with_torch == report.pairing.float_tensors
+    assert next(resnet_model.parameters()).device.type == "cpu"  # moved back after the pass
+
+
+@needs_cuda
+def test_tf32_reference_is_looser_than_fp32(resnet_model: nn.Module) -> None:
+    def worst(tf32: bool) -> float:
+        report = trtdiff.compare(resnet_model, input_shapes=[SHAPE], opset=13, torch_device="cuda", tf32=tf32,
+                                 thresholds=Thresholds(min_cosine=0.0, rtol=1.0))
+        return max(layer.pairs["torch~onnxruntime"].rel_err for layer in report.layers)
+
+    assert worst(tf32=True) > 10 * worst(tf32=False)
