@@ -295,6 +295,8 @@ def test_dtype_mapping_and_host_debug_copy() -> None:
     source[:] = -1  # the copy must not alias TensorRT's memory
     assert copied.tolist() == [[0, 1, 2], [3, 4, 5]]
     assert runtime.to_numpy(torch.ones(2, dtype=torch.bfloat16)).dtype == np.float32
+    listener = runtime.make_debug_listener(trt)
+    assert isinstance(listener, trt.IDebugListener) and listener.tensors == {}
     empty, address = runtime.allocate((0, 3), torch.float32, torch.device("cpu"))
     assert tuple(empty.shape) == (0, 3) and address != 0  # TensorRT must never get a null address
 
