@@ -122,12 +122,18 @@ def test_given_onnx_file_from_the_command_line(export_example: Callable[..., Pat
     assert code == 0 and "exporter given" in stdout
 
 
-def test_help_and_version_do_not_import_torch_or_tensorrt() -> None:
+def test_version_names_tensorrt_and_the_gpu() -> None:
+    code, stdout, _ = _run("--version")
+    assert code == 0 and stdout.startswith("trtdiff ")
+    assert "TensorRT: " in stdout and "GPU: " in stdout
+
+
+def test_help_does_not_import_torch_or_tensorrt() -> None:
     code = (
         "import sys; from click.testing import CliRunner; from trtdiff.cli import main;"
         "r = CliRunner().invoke(main, ['--help']); assert r.exit_code == 0, r.output;"
         "r = CliRunner().invoke(main, ['compare', '--help']); assert r.exit_code == 0, r.output;"
-        "r = CliRunner().invoke(main, ['--version']); assert 'trtdiff' in r.output;"
+        "r = CliRunner().invoke(main, ['build', '--help']); assert r.exit_code == 0, r.output;"
         "heavy = [m for m in ('torch', 'onnxruntime', 'tensorrt', 'tensorrt_rtx', 'tensorrt_rtx_bindings') if m in sys.modules];"
         "assert not heavy, heavy"
     )

@@ -1,38 +1,34 @@
 """`trtdiff.compare`: the whole pipeline, from a PyTorch model to a Report.
 
-load the model -> build inputs -> capture the PyTorch reference -> export (or take the
-given ONNX file) -> pair tensors -> run each ONNX backend chunk by chunk, comparing as the
-chunks arrive -> find the first divergence.
+load the model and inputs -> capture the PyTorch reference -> export (or take the given
+ONNX file) -> pair tensors -> run each ONNX backend (ONNX Runtime, TensorRT where it can
+run) chunk by chunk, comparing as the chunks arrive -> find the first divergence.
 """
 
 from __future__ import annotations
 
 import platform
 import tempfile
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from dataclasses import replace
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-import numpy as np
 
+import numpy as np
 import torch
 
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, chunk_names
+from trtdiff.backends.tensorrt.builder import BuildSettings, input_shapes_from
 from trtdiff.backends.torch_backend import TorchCapture, capture as capture_reference
-from trtdiff.errors import InputError, OptionError
-from trtdiff.export import export_onnx
-from trtdiff.inputs import make_inputs
-from trtdiff.loading import LoadedModel, from_module, load_model
+from trtdiff.errors import BackendError, OptionError
 from trtdiff.localize import first_divergence
 from trtdiff.metrics import compare_tensors
-from trtdiff.onnx_graph import GraphInfo, load_graph
+from trtdiff.onnx_graph import GraphInfo
 from trtdiff.pairing import Pairing, pair
-from trtdiff.report import Layer, PairingSummary, PairMetrics, Report, Thresholds, pair_key
+from trtdiff.prepare import check_new_file, load_source, onnx_feeds, onnx_graph_for, timed
+from trtdiff.report import Layer, PairingSummary, PairMetrics, Report, TensorRTSummary, Thresholds, pair_key
 from trtdiff.store import DEFAULT_MEMORY_BYTES, TensorStore
 
-KNOWN_BACKENDS = ("torch", "onnxruntime")
-DEFAULT_BACKENDS = ("torch", "onnxruntime")
-DEFAULT_OPSET = 17
+KNOWN_BACKENDS = ("torch", "onnxruntime", "tensorrt")
 
 
 def compare(
@@ -46,17 +42,21 @@ def compare(
     onnx: str | Path | None = None,
     save_onnx: str | Path | None = None,
     force: bool = False,
-    backends: Sequence[str] = DEFAULT_BACKENDS,
+    backends: Sequence[str] | None = None,
+    require: Sequence[str] = (),
     ort_provider: str = "CPUExecutionProvider",
     torch_device: str = "cpu",
     tf32: bool = False,
+    tensorrt: BuildSettings | None = None,
+    engine_cache: str | Path | None = None,
+    save_engine: str | Path | None = None,
     thresholds: Thresholds | None = None,
     model_class: str | None = None,
     trust: bool = False,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> Report:
-    """Compare `model` layer by layer across `backends` and return the Report.
+    """Compare `model` layer by layer across backends and return the Report.
 
     Args:
         model: a model file or `pkg.mod:factory` spec (see README, "Models"), or an nn.Module.
@@ -66,104 +66,97 @@ def compare(
         exporter: "auto" (an exporter that honours `opset`), "torchscript" or "dynamo".
         onnx: compare against this ONNX file instead of exporting one.
         save_onnx: keep the exported file here (refused if it exists, unless `force`).
-        backends: which backends to run; "torch" is the reference when present.
+        backends: which backends to run (default: torch, onnxruntime, and tensorrt where it
+            can run); "torch" is the reference when present.
+        require: backends whose absence is an error instead of a note (e.g. ["tensorrt"]).
         torch_device: where the PyTorch reference runs ("cpu", "cuda", "cuda:1").
-        tf32: allow TF32 in the PyTorch reference on CUDA (off: true FP32).
+        tf32: allow TF32 in the PyTorch reference on CUDA and in TensorRT (off: true FP32).
+        tensorrt: TensorRT build settings (outputs marked, precision, ...); input shapes and
+            `tf32` are filled in here.
+        engine_cache: folder of cached TensorRT engines and timing cache.
+        save_engine: write the TensorRT engine here (refused if it exists, unless `force`).
         thresholds: when a tensor counts as diverged (defaults: see `Thresholds`).
         memory_bytes: reference tensors kept in RAM before spilling to disk.
         chunk_bytes: how many bytes of intermediates one backend run may return at once.
     """
     thresholds = thresholds or Thresholds()
     _check_thresholds(thresholds)
-    backends = _check_backends(backends)
     timings: dict[str, float] = {}
     notes: list[str] = []
-    with _timed(timings, "load"):
-        loaded = _load(model, model_class=model_class, trust=trust)
-    if loaded.kind == "onnx":
-        if onnx is not None:
-            raise OptionError(f"--onnx {onnx}: MODEL is already an ONNX file; give the PyTorch model as MODEL")
-        onnx = loaded.onnx_path
-        if "torch" in backends:
-            backends = tuple(b for b in backends if b != "torch")
-            notes.append("MODEL is an ONNX file: only ONNX backends are compared")
-    onnx_backends = [b for b in backends if b != "torch"]
-    if len(backends) < 2:
-        raise OptionError(
-            f"--backends {','.join(backends)}: comparing needs two backends; give the PyTorch model as MODEL "
-            "(with --onnx FILE to use this ONNX file) or add another backend"
-        )
-    if save_onnx is not None and onnx is not None:
-        raise OptionError("--save-onnx: nothing is exported when --onnx is given; drop one of them")
-    save_path = _check_save_path(save_onnx, force)
+    with timed(timings, "load"):
+        source = load_source(model, model_class=model_class, trust=trust, onnx=onnx, input_shapes=input_shapes,
+                             input_files=input_files, seed=seed)
+    chosen = _check_backends(backends, require, source.has_torch, notes)
+    if save_onnx is not None and source.given_graph is not None:
+        raise OptionError("--save-onnx: nothing is exported when an ONNX file is given; drop one of them")
+    save_path = check_new_file(save_onnx, force, "--save-onnx")
+    engine_path = check_new_file(save_engine, force, "--save-engine")
 
     with tempfile.TemporaryDirectory(prefix="trtdiff-") as tmp, TensorStore(memory_bytes) as store:
-        given_graph = load_graph(onnx) if onnx is not None else None
-        names = given_graph.graph_inputs if given_graph is not None else loaded.input_names
-        dtypes = {} if given_graph is None else {
-            n: dtype for n in names if (dtype := given_graph.tensor_type(n).dtype) is not None
-        }
-        feeds = make_inputs(list(names), shapes=list(input_shapes), files=[str(f) for f in input_files], seed=seed,
-                            dtypes=dtypes)
         capture: TorchCapture | None = None
-        if "torch" in backends:
-            assert loaded.module is not None
-            with _timed(timings, "torch"):
-                capture = capture_reference(loaded.module, feeds, device=torch_device, tf32=tf32, store=store)
-        if given_graph is not None:
-            graph, exporter_used = given_graph, "given"
-        else:
-            target = save_path if save_path is not None else Path(tmp) / "model.onnx"
-            with _timed(timings, "export"):
-                result = export_onnx(loaded, feeds, opset=opset or DEFAULT_OPSET, exporter=exporter, path=target)
-            graph, exporter_used = load_graph(result.path), result.exporter
-            notes.append(f"exported with the {result.exporter} exporter at opset {result.opset}")
-        if given_graph is not None and opset is not None and given_graph.opset != opset:
-            notes.append(f"--opset {opset} ignored: the given ONNX file declares opset {given_graph.opset}")
-        onnx_feeds = _onnx_feeds(graph, feeds)
+        if "torch" in chosen:
+            assert source.loaded.module is not None
+            with timed(timings, "torch"):
+                capture = capture_reference(source.loaded.module, source.feeds, device=torch_device, tf32=tf32, store=store)
+        with timed(timings, "export"):
+            graph, exporter_used = onnx_graph_for(source, opset=opset, exporter=exporter, save_path=save_path,
+                                                  folder=Path(tmp), notes=notes)
+        feeds = onnx_feeds(graph, source.feeds)
         pairing = None
         if capture is not None:
-            assert loaded.module is not None
-            with _timed(timings, "pairing"):
-                pairing = pair(graph, capture, {n for n, _ in loaded.module.named_modules()})
-        with _timed(timings, "backends"):
-            runners = [_make_backend(name, graph, ort_provider) for name in onnx_backends]
-        reference = "torch" if capture is not None else onnx_backends[0]
-        pair_order = [pair_key(reference, b.name) for b in runners if b.name != reference]
-        pair_order += [pair_key(a.name, b.name) for i, a in enumerate(runners) for b in runners[i + 1 :] if a.name != reference]
-        with _timed(timings, "run_and_compare"):
-            metrics = _run_and_compare(graph, runners, onnx_feeds, capture, pairing, thresholds, chunk_bytes)
+            assert source.loaded.module is not None
+            with timed(timings, "pairing"):
+                pairing = pair(graph, capture, {n for n, _ in source.loaded.module.named_modules()})
+        runners: list[OnnxBackend] = []
+        trt_summary: TensorRTSummary | None = None
+        with timed(timings, "backends"):
+            if "onnxruntime" in chosen:
+                from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+
+                runners.append(OnnxRuntimeBackend(graph, provider=ort_provider))
+            if "tensorrt" in chosen:
+                settings = replace(tensorrt or BuildSettings(), tf32=tf32, input_shapes=input_shapes_from(feeds))
+                trt_runner, trt_summary = _tensorrt(graph, settings, engine_cache, engine_path, "tensorrt" in require)
+                if trt_runner is not None:
+                    runners.append(trt_runner)
+                else:
+                    notes.append(f"TensorRT skipped: {trt_summary.reason}")
+        backends_run = (("torch",) if capture is not None else ()) + tuple(r.name for r in runners)
+        if len(backends_run) < 2:
+            raise OptionError(
+                f"only {', '.join(backends_run) or 'no backend'} can run here, and comparing needs two; "
+                + ("give the PyTorch model as MODEL with --onnx FILE" if capture is None else "add --backends onnxruntime")
+            )
+        reference = backends_run[0]
+        pair_order = [pair_key(a, b) for i, a in enumerate(backends_run) for b in backends_run[i + 1 :]]
+        with timed(timings, "run_and_compare"):
+            metrics = _run_and_compare(graph, runners, feeds, capture, pairing, thresholds, chunk_bytes)
+        if trt_summary is not None and trt_summary.status != "skipped":
+            trt_summary = _finish_tensorrt(runners)
         layers = _layers(graph, metrics, pairing, capture)
         divergence = first_divergence(layers, graph, pair_order)
         compared = {layer.tensor for layer in layers}
-        not_compared = tuple(t for t in graph.node_outputs if t not in compared)
-        if capture is not None and store.spilled:
+        if store.spilled:
             notes.append(f"{store.spilled} reference tensors were spilled to disk (--memory-limit)")
-        report = Report(
+        return Report(
             passed=divergence is None,
-            model=loaded.source,
-            onnx_path=str(save_path or onnx) if (save_path or onnx) else None,
+            model=source.loaded.source,
+            onnx_path=str(save_path or source.given_graph.path) if (save_path or source.given_graph) else None,
             opset=graph.opset,
             exporter=exporter_used,
-            backends=tuple(backends),
+            backends=backends_run,
             reference=reference,
-            inputs={name: tuple(int(d) for d in value.shape) for name, value in feeds.items()},
+            inputs={name: tuple(int(d) for d in value.shape) for name, value in source.feeds.items()},
             thresholds=thresholds,
             first_divergence=divergence,
             layers=tuple(layers),
-            not_compared=not_compared,
+            not_compared=tuple(t for t in graph.node_outputs if t not in compared),
             pairing=_pairing_summary(graph, pairing),
-            environment=_environment(runners, torch_device),
+            environment=_environment(runners, torch_device if capture is not None else None),
             notes=tuple(notes),
             timings={k: round(v, 4) for k, v in timings.items()},
+            tensorrt=trt_summary,
         )
-    return report
-
-
-def _load(model: str | Path | torch.nn.Module, *, model_class: str | None, trust: bool) -> LoadedModel:
-    if isinstance(model, (str, Path)):
-        return load_model(str(model), model_class=model_class, trust=trust)
-    return from_module(model)
 
 
 def _check_thresholds(thresholds: Thresholds) -> None:
@@ -175,55 +168,48 @@ def _check_thresholds(thresholds: Thresholds) -> None:
         raise OptionError(f"--max-abs {thresholds.max_abs}: must not be negative, e.g. 1e-4")
 
 
-def _check_backends(backends: Sequence[str]) -> tuple[str, ...]:
-    chosen = tuple(dict.fromkeys(b.strip() for b in backends if b.strip()))
-    unknown = [b for b in chosen if b not in KNOWN_BACKENDS]
-    if unknown:
-        raise OptionError(f"--backends {','.join(backends)}: unknown backend {unknown[0]!r}; choose from {', '.join(KNOWN_BACKENDS)}")
+def _check_backends(backends: Sequence[str] | None, require: Sequence[str], has_torch: bool, notes: list[str]) -> tuple[str, ...]:
+    """The backends to try: as given, or torch (when there is a PyTorch model), onnxruntime, tensorrt."""
+    for option, names in (("--backends", backends or ()), ("--require", require)):
+        unknown = [b for b in names if b not in KNOWN_BACKENDS]
+        if unknown:
+            raise OptionError(f"{option} {','.join(names)}: unknown backend {unknown[0]!r}; choose from {', '.join(KNOWN_BACKENDS)}")
+    chosen = tuple(dict.fromkeys(backends)) if backends else KNOWN_BACKENDS
+    chosen = tuple(dict.fromkeys((*chosen, *require)))
+    if "torch" in chosen and not has_torch:
+        notes.append("MODEL is an ONNX file: only ONNX backends are compared")
+        if "torch" in require:
+            raise OptionError("--require torch: MODEL is an ONNX file; give the PyTorch model as MODEL and the file with --onnx")
+        chosen = tuple(b for b in chosen if b != "torch")
     return chosen
 
 
-def _check_save_path(save_onnx: str | Path | None, force: bool) -> Path | None:
-    if save_onnx is None:
-        return None
-    path = Path(save_onnx)
-    if path.exists() and not force:
-        raise OptionError(f"--save-onnx {path}: the file exists; choose another path or pass --force to overwrite it")
-    if not path.parent.is_dir():
-        raise OptionError(f"--save-onnx {path}: folder {path.parent} does not exist; create it first")
-    return path
+def _tensorrt(graph: GraphInfo, settings: BuildSettings, engine_cache: str | Path | None, engine_path: Path | None,
+              required: bool) -> tuple[OnnxBackend | None, TensorRTSummary]:
+    """A runnable TensorRT backend, or None and the one-line reason it was skipped."""
+    from trtdiff.backends.tensorrt import probe
+    from trtdiff.backends.tensorrt.summary import skipped
+
+    found = probe()
+    if not found.can_run:
+        reason = found.reason or "unknown"
+        if required:
+            raise BackendError(f"--require tensorrt: TensorRT cannot run here: {reason}")
+        return None, skipped(reason, found.info.describe() if found.info else None)
+    from trtdiff.backends.tensorrt import TensorRTBackend
+
+    settings.validate()
+    runner = TensorRTBackend(graph, settings, cache_dir=Path(engine_cache) if engine_cache else None)
+    if engine_path is not None:
+        engine_path.write_bytes(runner.build.plan)
+    return runner, skipped("not run yet")
 
 
-def _onnx_feeds(graph: GraphInfo, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Inputs keyed by the ONNX file's input names, checked against its static dimensions."""
-    values = list(feeds.values())
-    if set(graph.graph_inputs) <= set(feeds):
-        named = {name: feeds[name] for name in graph.graph_inputs}
-    elif len(graph.graph_inputs) == len(values):
-        named = dict(zip(graph.graph_inputs, values, strict=True))
-    else:
-        raise InputError(
-            f"{graph.path}: the ONNX file has inputs {', '.join(graph.graph_inputs)} but the model was given "
-            f"{', '.join(feeds)}; check that --onnx belongs to this model"
-        )
-    for name, value in named.items():
-        expected = graph.tensor_type(name)
-        if expected.shape is None:
-            continue
-        fits = len(expected.shape) == value.ndim and all(d is None or d == v for d, v in zip(expected.shape, value.shape))
-        if not fits:
-            want = "x".join("?" if d is None else str(d) for d in expected.shape)
-            got = "x".join(map(str, value.shape))
-            raise InputError(f"input {name}: shape {got} does not fit {graph.path.name}, which expects {want}; use --input-shape {name}:{want.replace('?', '1')}")
-    return named
+def _finish_tensorrt(runners: Sequence[OnnxBackend]) -> TensorRTSummary:
+    from trtdiff.backends.tensorrt.summary import summarize
 
-
-def _make_backend(name: str, graph: GraphInfo, ort_provider: str) -> OnnxBackend:
-    if name == "onnxruntime":
-        from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
-
-        return OnnxRuntimeBackend(graph, provider=ort_provider)
-    raise OptionError(f"--backends: {name} is not an ONNX backend")
+    runner = next(r for r in runners if r.name == "tensorrt")
+    return summarize(runner.build, runner.fusion(), status="ran", gpu=runner.gpu.describe())  # type: ignore[attr-defined]
 
 
 def _run_and_compare(
@@ -318,7 +304,7 @@ def _pairing_summary(graph: GraphInfo, pairing: Pairing | None) -> PairingSummar
     )
 
 
-def _environment(runners: Sequence[OnnxBackend], torch_device: str) -> dict[str, str]:
+def _environment(runners: Sequence[OnnxBackend], torch_device: str | None) -> dict[str, str]:
     import onnx
 
     env = {
@@ -327,19 +313,11 @@ def _environment(runners: Sequence[OnnxBackend], torch_device: str) -> dict[str,
         "cpu": platform.processor() or platform.machine(),
         "torch": torch.__version__,
         "onnx": onnx.__version__,
-        "torch_device": torch_device,
     }
-    if torch_device.startswith("cuda"):
-        env["gpu"] = torch.cuda.get_device_name(torch.device(torch_device))
+    if torch_device is not None:
+        env["torch_device"] = torch_device
+        if torch_device.startswith("cuda"):
+            env["gpu"] = torch.cuda.get_device_name(torch.device(torch_device))
     for runner in runners:
         env[runner.name] = runner.describe()
     return env
-
-
-@contextmanager
-def _timed(timings: dict[str, float], step: str) -> Iterator[None]:
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[step] = timings.get(step, 0.0) + time.perf_counter() - start

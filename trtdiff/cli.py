@@ -10,6 +10,7 @@ import json
 import re
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,43 +58,89 @@ def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> bool
     return value
 
 
+def _options(*decorators: Callable) -> Callable:
+    """Apply a group of click options in the order written."""
+
+    def apply(function: Callable) -> Callable:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
 debug_option = click.option("--debug", is_flag=True, expose_value=False, callback=_set_debug, is_eager=True,
                             help="Show the full traceback of an error.")
+
+model_options = _options(
+    click.argument("model"),
+    click.option("--opset", type=int, default=None, help="ONNX opset to export at (default 17). The report states the opset actually written."),
+    click.option("--exporter", type=click.Choice(["auto", "torchscript", "dynamo"]), default="auto", show_default=True,
+                 help="auto picks an exporter that honours --opset (TorchScript below 18, dynamo from 18)."),
+    click.option("--onnx", "onnx_file", type=click.Path(dir_okay=False), default=None,
+                 help="Use this ONNX file (e.g. after onnxsim) instead of exporting one."),
+    click.option("--save-onnx", type=click.Path(dir_okay=False), default=None, help="Keep the exported ONNX file here."),
+    click.option("--force", is_flag=True, help="Let --save-onnx / --save-engine overwrite an existing file."),
+    click.option("--input-shape", "input_shapes", multiple=True, metavar="[NAME:]SHAPE",
+                 help="Random input of this shape, e.g. 1x3x512x512 or image:1x3x512x512. Repeat for several inputs."),
+    click.option("--input", "input_files", multiple=True, metavar="[NAME:]FILE",
+                 help="Inputs from a .npy, .npz or .pt file. Repeat for several."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs."),
+    click.option("--model-class", default=None, metavar="PKG.MOD:CLASS", help="Class or factory to build the model a state_dict belongs to."),
+    click.option("--trust", is_flag=True, help="Allow loading a pickled nn.Module (torch.save(model)): unpickling runs code from the file."),
+)
+
+tensorrt_options = _options(
+    click.option("--trt-outputs", type=click.Choice(["all", "unfused", "none"]), default="all", show_default=True,
+                 help="all: mark every layer output (disables fusion); unfused: keep fusion, read surviving tensors as "
+                      "debug tensors; none: final outputs only."),
+    click.option("--tf32", is_flag=True, help="Allow TF32 in TensorRT and in the PyTorch reference on CUDA (off: true FP32)."),
+    click.option("--fp16", is_flag=True, help="FP16 engine: the builder flag on TensorRT 10, an FP16-converted ONNX file on TensorRT 11/RTX."),
+    click.option("--precision-constraints", type=click.Choice(["none", "obey", "prefer"]), default="none", show_default=True,
+                 help="TensorRT 10 layer precision constraints with --fp16."),
+    click.option("--builder-opt-level", type=click.IntRange(0, 5), default=None, help="TensorRT builder optimization level (0-5)."),
+    click.option("--workspace", default=None, metavar="SIZE", help="TensorRT workspace limit, e.g. 2GB."),
+    click.option("--trt-compute-capability", "compute_capabilities", multiple=True, metavar="SMxx",
+                 help="TensorRT-RTX only: build for this compute capability (e.g. SM86). Repeatable."),
+    click.option("--engine-cache", type=click.Path(file_okay=False), default=None, help="Folder of cached engines and the timing cache."),
+    click.option("--save-engine", type=click.Path(dir_okay=False), default=None, help="Write the TensorRT engine here."),
+)
 
 
 def _version_text() -> str:
     import platform
 
-    return f"trtdiff {__version__} (Python {platform.python_version()}; TensorRT: not used by this version)"
+    from trtdiff.backends.tensorrt import probe
+
+    found = probe()
+    trt = found.info.describe() if found.info else "not installed"
+    gpu = found.gpu.describe() if found.gpu else "none visible to torch"
+    runs = "can run engines" if found.can_run else f"cannot run engines: {found.reason}"
+    return f"trtdiff {__version__} (Python {platform.python_version()})\nTensorRT: {trt}\nGPU: {gpu}\n{runs}"
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(_version_text())
+        ctx.exit(0)
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, "--version", message=_version_text())
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show trtdiff's version, the TensorRT it found and the GPU.")
 @debug_option
 def main() -> None:
-    """Find the first layer whose numbers change between PyTorch and ONNX Runtime, and why."""
+    """Find the first layer whose numbers change between PyTorch, ONNX Runtime and TensorRT, and why."""
 
 
 @main.command()
-@click.argument("model")
-@click.option("--opset", type=int, default=None, help="ONNX opset to export at (default 17). The report states the opset actually written.")
-@click.option("--exporter", type=click.Choice(["auto", "torchscript", "dynamo"]), default="auto", show_default=True,
-              help="auto picks an exporter that honours --opset (TorchScript below 18, dynamo from 18).")
-@click.option("--onnx", "onnx_file", type=click.Path(dir_okay=False), default=None,
-              help="Compare against this ONNX file (e.g. after onnxsim) instead of exporting one.")
-@click.option("--save-onnx", type=click.Path(dir_okay=False), default=None, help="Keep the exported ONNX file here.")
-@click.option("--force", is_flag=True, help="Let --save-onnx overwrite an existing file.")
-@click.option("--input-shape", "input_shapes", multiple=True, metavar="[NAME:]SHAPE",
-              help="Random input of this shape, e.g. 1x3x512x512 or image:1x3x512x512. Repeat for several inputs.")
-@click.option("--input", "input_files", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
-              help="Inputs from a .npy, .npz or .pt file. Repeat for several.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
-@click.option("--model-class", default=None, metavar="PKG.MOD:CLASS", help="Class or factory to build the model a state_dict belongs to.")
-@click.option("--trust", is_flag=True, help="Allow loading a pickled nn.Module (torch.save(model)): unpickling runs code from the file.")
-@click.option("--backends", default="torch,onnxruntime", show_default=True, help="Comma-separated backends to compare.")
+@model_options
+@click.option("--backends", default=None, metavar="LIST",
+              help="Comma-separated backends (torch, onnxruntime, tensorrt). Default: all three, TensorRT where it can run.")
+@click.option("--require", default=None, metavar="LIST", help="Backends that must run (e.g. tensorrt): exit 2 instead of skipping.")
 @click.option("--ort-provider", default="CPUExecutionProvider", show_default=True, help="ONNX Runtime execution provider.")
 @click.option("--torch-device", default="cpu", show_default=True, help="Where the PyTorch reference runs: cpu, cuda, cuda:1 …")
-@click.option("--tf32", is_flag=True, help="Allow TF32 in the PyTorch reference on CUDA (off: true FP32).")
+@tensorrt_options
 @click.option("--min-cosine", type=float, default=None, help="Diverged below this cosine similarity (default 0.9999).")
 @click.option("--rtol", type=float, default=None, help="Diverged above this max-abs error relative to the reference's largest magnitude (default 1e-3).")
 @click.option("--max-abs", type=float, default=None, help="Diverged above this absolute max error (default: off).")
@@ -101,11 +148,8 @@ def main() -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON here.")
 @click.option("--memory-limit", default="2GB", show_default=True, help="Reference tensors kept in RAM before spilling to disk.")
 @debug_option
-def compare(model: str, opset: int | None, exporter: str, onnx_file: str | None, save_onnx: str | None, force: bool,
-            input_shapes: tuple[str, ...], input_files: tuple[str, ...], seed: int, model_class: str | None, trust: bool,
-            backends: str, ort_provider: str, torch_device: str, tf32: bool, min_cosine: float | None, rtol: float | None, max_abs: float | None,
-            show_all: bool, json_path: str | None, memory_limit: str) -> None:
-    """Compare MODEL layer by layer across PyTorch and ONNX Runtime.
+def compare(**options: Any) -> None:
+    """Compare MODEL layer by layer across PyTorch, ONNX Runtime and TensorRT.
 
     MODEL is a TorchScript archive, an ExportedProgram (.pt2), a torch.save file (a state_dict
     with --model-class, or a pickled module with --trust), a factory spec pkg.module:function,
@@ -114,21 +158,59 @@ def compare(model: str, opset: int | None, exporter: str, onnx_file: str | None,
     from trtdiff.api import compare as run_compare
     from trtdiff.report import Thresholds
 
+    json_path = options.pop("json_path")
+    show_all = options.pop("show_all")
     _check_json_path(json_path)
     defaults = Thresholds()
+    min_cosine, rtol, max_abs = options.pop("min_cosine"), options.pop("rtol"), options.pop("max_abs")
     thresholds = Thresholds(
         min_cosine=defaults.min_cosine if min_cosine is None else min_cosine,
         rtol=defaults.rtol if rtol is None else rtol,
         max_abs=max_abs,
     )
     report = run_compare(
-        model, input_shapes=input_shapes, input_files=input_files, seed=seed, opset=opset, exporter=exporter,
-        onnx=onnx_file, save_onnx=save_onnx, force=force, backends=backends.split(","), ort_provider=ort_provider,
-        torch_device=torch_device, tf32=tf32,
-        thresholds=thresholds, model_class=model_class, trust=trust, memory_bytes=_parse_size(memory_limit, "--memory-limit"),
+        thresholds=thresholds,
+        backends=_names(options.pop("backends")),
+        require=_names(options.pop("require")) or (),
+        ort_provider=options.pop("ort_provider"),
+        torch_device=options.pop("torch_device"),
+        memory_bytes=_parse_size(options.pop("memory_limit"), "--memory-limit"),
+        **_common(options),
     )
-    _emit(report, show_all=show_all, json_path=json_path)
+    from rich.console import Console
+
+    from trtdiff.render.terminal import render_terminal
+
+    render_terminal(report, Console(highlight=False), show_all=show_all)
+    if json_path:
+        report.write_json(json_path)
     sys.exit(0 if report.passed else EXIT_DIVERGED)
+
+
+@main.command()
+@model_options
+@tensorrt_options
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write what was built as JSON (mark plan, skips and reasons, ONNX-to-TensorRT name map).")
+@debug_option
+def build(**options: Any) -> None:
+    """Build the TensorRT engine for MODEL without running it.
+
+    Prints what was marked, what could not be and why, and which ONNX nodes the engine fused;
+    --json adds the ONNX-to-TensorRT name map. Works where TensorRT can build but not run
+    (TensorRT-RTX on a CPU-only machine), e.g. to prepare an engine for another machine.
+    """
+    from rich.console import Console
+
+    from trtdiff.build import build as run_build
+    from trtdiff.render.terminal import render_build
+
+    json_path = options.pop("json_path")
+    _check_json_path(json_path, kind="build")
+    report = run_build(**_common(options))
+    render_build(report, Console(highlight=False))
+    if json_path:
+        Path(json_path).write_text(report.to_json() + "\n")
 
 
 @main.command()
@@ -156,18 +238,45 @@ def demo(example: str, input_shape: str, opsets: str, show_all: bool) -> None:
     sys.exit(0 if ok else EXIT_DIVERGED)
 
 
-def _emit(report: Any, *, show_all: bool, json_path: str | None) -> None:
-    from rich.console import Console
+def _common(options: dict[str, Any]) -> dict[str, Any]:
+    """The model, export and TensorRT options shared by `compare` and `build`, as library arguments."""
+    from trtdiff.backends.tensorrt.builder import BuildSettings
 
-    from trtdiff.render.terminal import render_terminal
+    workspace = options.pop("workspace")
+    settings = BuildSettings(
+        outputs=options.pop("trt_outputs"),
+        precision="fp16" if options.pop("fp16") else "fp32",
+        precision_constraints=options.pop("precision_constraints"),
+        optimization_level=options.pop("builder_opt_level"),
+        workspace_bytes=_parse_size(workspace, "--workspace") if workspace else None,
+        compute_capabilities=tuple(options.pop("compute_capabilities")),
+    )
+    return {
+        "model": options.pop("model"),
+        "opset": options.pop("opset"),
+        "exporter": options.pop("exporter"),
+        "onnx": options.pop("onnx_file"),
+        "save_onnx": options.pop("save_onnx"),
+        "force": options.pop("force"),
+        "input_shapes": options.pop("input_shapes"),
+        "input_files": options.pop("input_files"),
+        "seed": options.pop("seed"),
+        "model_class": options.pop("model_class"),
+        "trust": options.pop("trust"),
+        "tensorrt": settings,
+        "tf32": options.pop("tf32"),
+        "engine_cache": options.pop("engine_cache"),
+        "save_engine": options.pop("save_engine"),
+        **options,
+    }
 
-    render_terminal(report, Console(highlight=False), show_all=show_all)
-    if json_path:
-        report.write_json(json_path)
+
+def _names(text: str | None) -> list[str] | None:
+    return [part.strip() for part in text.split(",") if part.strip()] if text else None
 
 
-def _check_json_path(json_path: str | None) -> None:
-    """Refuse to overwrite a file that is not an earlier trtdiff report."""
+def _check_json_path(json_path: str | None, kind: str = "report") -> None:
+    """Refuse to overwrite a file that is not an earlier trtdiff report of this kind."""
     if not json_path:
         return
     path = Path(json_path)
@@ -176,11 +285,12 @@ def _check_json_path(json_path: str | None) -> None:
     if path.exists():
         try:
             earlier = json.loads(path.read_text())
-            is_report = isinstance(earlier, dict) and "schema_version" in earlier and "layers" in earlier
+            marker = "layers" if kind == "report" else "tensorrt"
+            ours = isinstance(earlier, dict) and marker in earlier and "opset" in earlier
         except (OSError, ValueError):
-            is_report = False
-        if not is_report:
-            raise OptionError(f"--json {path}: the file exists and is not a trtdiff report; choose another path")
+            ours = False
+        if not ours:
+            raise OptionError(f"--json {path}: the file exists and is not a trtdiff {kind}; choose another path")
 
 
 def _parse_size(text: str, option: str) -> int:

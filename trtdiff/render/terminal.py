@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from trtdiff.report import Layer, Report
+from trtdiff.report import BuildReport, Layer, Report, TensorRTSummary
 
 NAME_WIDTH = 26
 
@@ -39,7 +39,7 @@ def _header(report: Report, console: Console) -> None:
     console.print(Text.assemble(("trtdiff ", "bold"), f"{report.model}  (inputs: {inputs})"))
     console.print(f"ONNX: opset {report.opset} as written, exporter {report.exporter}" + (f", {report.onnx_path}" if report.onnx_path else ""))
     runners = [report.environment.get(b, b) for b in report.backends if b != "torch"]
-    reference = f"torch {report.environment.get('torch', '')} (reference)" if report.reference == "torch" else f"{report.reference} (reference)"
+    reference = f"torch {report.environment.get('torch', '?')} (reference)" if report.reference == "torch" else f"{report.reference} (reference)"
     console.print("backends: " + ", ".join([reference, *[r for r in runners if not r.startswith(report.reference + " ")]]))
     summary = report.pairing
     if report.reference == "torch":
@@ -48,7 +48,45 @@ def _header(report: Report, console: Console) -> None:
             f"paired {summary.paired_with_torch} of {summary.onnx_tensors} ONNX tensors with PyTorch"
             f" ({summary.float_tensors} float{'; ' + methods if methods else ''}); {len(report.not_compared)} not compared"
         )
+    if report.tensorrt is not None and report.tensorrt.status != "skipped":
+        _tensorrt_lines(report.tensorrt, console)
     for note in report.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+
+
+def _tensorrt_lines(trt: TensorRTSummary, console: Console) -> None:
+    precision = f"{trt.precision or 'fp32'}{' with TF32' if trt.tf32 else ', TF32 off'}"
+    console.print(f"TensorRT: {trt.version}, {precision}, outputs {trt.outputs_mode}: {trt.marked} marked, "
+                  f"{len(trt.not_returned)} not returned")
+    if trt.fused_layers:
+        biggest = max(trt.fused_layers, key=lambda layer: len(layer.onnx_nodes))
+        console.print(f"engine fused {sum(len(f.onnx_nodes) for f in trt.fused_layers)} ONNX nodes into "
+                      f"{len(trt.fused_layers)} layer{'s' if len(trt.fused_layers) != 1 else ''} (largest: {len(biggest.onnx_nodes)} nodes); source: {trt.fusion_source}")
+
+
+def render_build(report: BuildReport, console: Console) -> None:
+    """Print what `trtdiff build` did: the mark plan, what was not returned and why, fusions."""
+    inputs = ", ".join(f"{name} {'x'.join(map(str, shape))}" for name, shape in report.inputs.items())
+    console.print(Text.assemble(("trtdiff build ", "bold"), f"{report.model}  (inputs: {inputs})"))
+    console.print(f"ONNX: opset {report.opset} as written, exporter {report.exporter}" + (f", {report.onnx_path}" if report.onnx_path else ""))
+    trt = report.tensorrt
+    console.print(f"GPU: {trt.gpu or 'none (built on the CPU; this engine cannot be run here)'}")
+    _tensorrt_lines(trt, console)
+    reasons: dict[str, list[str]] = {}
+    for skipped in trt.not_returned:
+        reasons.setdefault(skipped.reason, []).append(skipped.tensor)
+    if reasons:
+        table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 1, 0, 0))
+        table.add_column("not returned", justify="right", no_wrap=True)
+        table.add_column("why (e.g.)", overflow="fold")
+        for reason, tensors in sorted(reasons.items(), key=lambda item: -len(item[1])):
+            table.add_row(str(len(tensors)), f"{reason} (e.g. {_shorten(tensors[0], 40)})")
+        console.print(table)
+    console.print(f"plan: {trt.plan_bytes:,} bytes, built in {trt.build_seconds:.2f}s"
+                  + (" (from the engine cache)" if trt.from_cache else "")
+                  + (f"; saved to {report.saved_engine}" if report.saved_engine else ""))
+    console.print(f"ONNX-to-TensorRT name map: {len(trt.name_map)} tensors (--json writes it)")
+    for note in (*report.notes, *trt.notes):
         console.print(f"[dim]note: {note}[/dim]")
 
 
@@ -62,31 +100,36 @@ def _pair_keys(report: Report) -> list[str]:
 
 
 def _table(layers: list[Layer], pairs: list[str], *, numbered_from: int) -> Table:
+    """One row per layer; with several backend pairs the op joins the name to keep 80 columns."""
+    many = len(pairs) > 1
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", padding=(0, 1, 0, 0))
     table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("op", no_wrap=True, max_width=10, overflow="ellipsis")
-    table.add_column("module / ONNX node", no_wrap=True, overflow="ellipsis", max_width=NAME_WIDTH if len(pairs) < 2 else 18)
-    many = len(pairs) > 1
+    if not many:
+        table.add_column("op", no_wrap=True, max_width=10, overflow="ellipsis")
+    name_width = NAME_WIDTH if not many else 80 - 9 - 16 * len(pairs)
+    table.add_column("module / ONNX node" if not many else "op  module / ONNX node", no_wrap=True, max_width=name_width)
     for key in pairs:
-        label = _short_pair(key) + " " if many else ""
-        table.add_column(f"{label}cos", justify="right", no_wrap=True)
-        table.add_column(f"{'' if many else ''}max|Δ|", justify="right", no_wrap=True)
+        table.add_column(_short_pair(key) if many else "cos", justify="right", no_wrap=True)
+        table.add_column("max|Δ|", justify="right", no_wrap=True)
         if not many:
             table.add_column("rel", justify="right", no_wrap=True)
     table.add_column("", no_wrap=True)
     for offset, layer in enumerate(layers):
-        cells: list[Text | str] = [str(numbered_from + offset), layer.op_type, _shorten(layer.module or layer.onnx_node, NAME_WIDTH if not many else 18)]
+        name = layer.module or layer.onnx_node
+        cells: list[Text | str] = [str(numbered_from + offset)]
+        cells += [layer.op_type, _shorten(name, NAME_WIDTH)] if not many else [f"{layer.op_type[:8]} {_shorten(name, name_width - len(layer.op_type[:8]) - 1)}"]
         for key in pairs:
             metrics = layer.pairs.get(key)
             if metrics is None:
                 cells += ["-", "-"] + ([] if many else ["-"])
                 continue
             style = "red" if metrics.diverged else ""
-            cells.append(Text(_cos(metrics.cosine), style=style))
+            cells.append(Text(_cos(metrics.cosine, short=many), style=style))
             cells.append(Text(_sci(metrics.max_abs), style=style))
             if not many:
                 cells.append(Text(_sci(metrics.rel_err), style=style))
-        cells.append(Text("DIVERGED", style="bold red") if layer.diverged else Text("ok", style="green"))
+        label = ("DIVERGED" if not many else "DIV") if layer.diverged else "ok"
+        cells.append(Text(label, style="bold red" if layer.diverged else "green"))
         table.add_row(*cells)
     return table
 
@@ -121,10 +164,10 @@ def _shorten(name: str, width: int) -> str:
     return name if len(name) <= width else "…" + name[-(width - 1) :]
 
 
-def _cos(value: float) -> str:
+def _cos(value: float, short: bool = False) -> str:
     if math.isnan(value):
         return "nan"
-    return f"{value:.6f}"
+    return f"{value:.5f}" if short else f"{value:.6f}"
 
 
 def _sci(value: float) -> str:

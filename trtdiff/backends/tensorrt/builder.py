@@ -70,14 +70,14 @@ class BuildSettings:
     def validate(self) -> None:
         """Raise OptionError for a value no TensorRT accepts."""
         checks = (("--trt-outputs", self.outputs, OUTPUT_MODES), ("--precision", self.precision, PRECISIONS),
-                  ("--trt-precision-constraints", self.precision_constraints, CONSTRAINTS))
+                  ("--precision-constraints", self.precision_constraints, CONSTRAINTS))
         for option, value, allowed in checks:
             if value not in allowed:
                 raise OptionError(f"{option} {value}: unknown; choose one of {', '.join(allowed)}")
         if self.optimization_level is not None and not 0 <= self.optimization_level <= 5:
-            raise OptionError(f"--trt-opt-level {self.optimization_level}: must be 0-5 (TensorRT's default is 3)")
+            raise OptionError(f"--builder-opt-level {self.optimization_level}: must be 0-5 (TensorRT's default is 3)")
         if self.workspace_bytes is not None and self.workspace_bytes <= 0:
-            raise OptionError(f"--trt-workspace {self.workspace_bytes}: must be a positive number of bytes")
+            raise OptionError(f"--workspace {self.workspace_bytes}: must be a positive number of bytes")
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -191,7 +191,7 @@ def build_engine(graph: GraphInfo, settings: BuildSettings | None = None, *, cac
     trt = import_tensorrt()
     info = tensorrt_info(trt)
     if settings.precision_constraints != "none" and not info.has_fp16_flag:
-        raise OptionError(f"--trt-precision-constraints {settings.precision_constraints}: {info.describe()} is strongly "
+        raise OptionError(f"--precision-constraints {settings.precision_constraints}: {info.describe()} is strongly "
                           "typed and has no precision-constraint flags; drop the option")
     notes: list[str] = []
     extra: dict[str, Any] = {}

@@ -46,7 +46,7 @@ def convert_to_fp16(model: onnx.ModelProto) -> Fp16Conversion:
         import onnxconverter_common
         from onnxconverter_common import float16
     except ImportError as error:
-        raise OptionError(f"--precision fp16 on a strongly typed TensorRT needs {CONVERTER}: {CONVERTER_HINT}") from error
+        raise OptionError(f"--fp16 on a strongly typed TensorRT needs {CONVERTER}: {CONVERTER_HINT}") from error
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         converted = float16.convert_float_to_float16(model, keep_io_types=True)
