@@ -316,8 +316,8 @@ def _environment(runners: Sequence[OnnxBackend], torch_device: str | None) -> di
     }
     if torch_device is not None:
         env["torch_device"] = torch_device
-        if torch_device.startswith("cuda"):
-            env["gpu"] = torch.cuda.get_device_name(torch.device(torch_device))
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(torch.device(torch_device if torch_device and torch_device.startswith("cuda") else "cuda"))
     for runner in runners:
         env[runner.name] = runner.describe()
     return env

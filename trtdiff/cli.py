@@ -111,10 +111,12 @@ def _version_text() -> str:
     import platform
 
     from trtdiff.backends.tensorrt import probe
+    from trtdiff.backends.tensorrt.importing import gpu_info
 
     found = probe()
     trt = found.info.describe() if found.info else "not installed"
-    gpu = found.gpu.describe() if found.gpu else "none visible to torch"
+    visible = found.gpu or gpu_info()
+    gpu = visible.describe() if visible else "none visible to torch"
     runs = "can run engines" if found.can_run else f"cannot run engines: {found.reason}"
     return f"trtdiff {__version__} (Python {platform.python_version()})\nTensorRT: {trt}\nGPU: {gpu}\n{runs}"
 
