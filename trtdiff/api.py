@@ -18,14 +18,19 @@ import torch
 
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, chunk_names
 from trtdiff.backends.tensorrt.builder import BuildSettings, input_shapes_from
-from trtdiff.backends.torch_backend import TorchCapture, capture as capture_reference
+from trtdiff.backends.torch_backend import TorchCapture, capture as capture_reference, run_outputs
+from trtdiff.gate import GateOptions, SegmentationTally, layer_checks, miou_checks, output_checks, samples, segmentation_output
+from trtdiff.inputs import make_inputs
 from trtdiff.errors import BackendError, OptionError
 from trtdiff.localize import first_divergence
 from trtdiff.metrics import compare_tensors
 from trtdiff.onnx_graph import GraphInfo
 from trtdiff.pairing import Pairing, pair
 from trtdiff.prepare import check_new_file, load_source, onnx_feeds, onnx_graph_for, timed
-from trtdiff.report import Layer, PairingSummary, PairMetrics, Report, TensorRTSummary, Thresholds, pair_key
+from trtdiff.report import (
+    Layer, PairingSummary, PairMetrics, Report, SampleResult, SegmentationSummary, TensorRTSummary, ThresholdCheck, Thresholds,
+    pair_key,
+)
 from trtdiff.store import DEFAULT_MEMORY_BYTES, TensorStore
 
 KNOWN_BACKENDS = ("torch", "onnxruntime", "tensorrt")
@@ -51,6 +56,7 @@ def compare(
     engine_cache: str | Path | None = None,
     save_engine: str | Path | None = None,
     thresholds: Thresholds | None = None,
+    gate: GateOptions | None = None,
     model_class: str | None = None,
     trust: bool = False,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
@@ -76,16 +82,24 @@ def compare(
         engine_cache: folder of cached TensorRT engines and timing cache.
         save_engine: write the TensorRT engine here (refused if it exists, unless `force`).
         thresholds: when a tensor counts as diverged (defaults: see `Thresholds`).
+        gate: samples (a folder, N random inputs) and mIoU thresholds for the CI gate.
         memory_bytes: reference tensors kept in RAM before spilling to disk.
         chunk_bytes: how many bytes of intermediates one backend run may return at once.
     """
     thresholds = thresholds or Thresholds()
     _check_thresholds(thresholds)
+    gate = gate or GateOptions()
+    gate.validate()
+    if gate.num_samples and gate.num_samples > 1 and input_files:
+        raise OptionError("--num-samples: random samples need --input-shape, not --input files; drop one")
     timings: dict[str, float] = {}
     notes: list[str] = []
+    folder = samples(gate, lambda i: ()) if gate.inputs_dir else None
+    first = next(folder) if folder is not None else None
     with timed(timings, "load"):
         source = load_source(model, model_class=model_class, trust=trust, onnx=onnx, input_shapes=input_shapes,
-                             input_files=input_files, seed=seed)
+                             input_files=input_files, seed=seed,
+                             first_feeds={f"input_{i}": v for i, v in enumerate(first.values)} if first else None)
     chosen = _check_backends(backends, require, source.has_torch, notes)
     if save_onnx is not None and source.given_graph is not None:
         raise OptionError("--save-onnx: nothing is exported when an ONNX file is given; drop one of them")
@@ -136,10 +150,37 @@ def compare(
         layers = _layers(graph, metrics, pairing, capture)
         divergence = first_divergence(layers, graph, pair_order)
         compared = {layer.tensor for layer in layers}
+
+        def random_sample(index: int) -> tuple[np.ndarray, ...]:
+            if index == 0:
+                return tuple(source.feeds.values())
+            built = make_inputs(list(source.input_names), shapes=list(input_shapes), files=[str(f) for f in input_files],
+                                seed=seed + index, dtypes=source.dtypes or {})
+            return tuple(built.values())
+
+        stream = ([first, *folder] if first is not None and folder is not None else samples(gate, random_sample))
+        with timed(timings, "samples"):
+            results, segmentation = _gate_samples(stream, graph, source.loaded.module if capture is not None else None,
+                                                  runners, pair_order, thresholds, gate, torch_device, tf32, reference)
+        first_name = results[0].name if results else "input"
+        checks: list[ThresholdCheck] = []
+        if not gate.many or gate.per_layer:
+            where = f"{divergence.onnx_node} ({divergence.op_type})" if divergence else None
+            checks += layer_checks(layers, first_name, pair_order, where)
+        checks += output_checks(results, thresholds, pair_order)
+        if segmentation is not None:
+            checks += miou_checks(results, segmentation, gate, pair_order, reference)
+        elif gate.min_miou is not None or gate.max_miou_drop is not None:
+            raise OptionError("--min-miou: no output has the (N, C, H, W) shape of segmentation scores; drop the option")
         if store.spilled:
             notes.append(f"{store.spilled} reference tensors were spilled to disk (--memory-limit)")
+        failed: dict[str, list[str]] = {}
+        for check in checks:
+            for name in check.failing_samples:
+                failed.setdefault(name, []).append(check.id)
+        results = [replace(r, failed=tuple(failed.get(r.name, ()))) for r in results]
         return Report(
-            passed=divergence is None,
+            passed=all(check.passed for check in checks),
             model=source.loaded.source,
             onnx_path=str(save_path or source.given_graph.path) if (save_path or source.given_graph) else None,
             opset=graph.opset,
@@ -156,7 +197,45 @@ def compare(
             notes=tuple(notes),
             timings={k: round(v, 4) for k, v in timings.items()},
             tensorrt=trt_summary,
+            samples=tuple(results),
+            checks=tuple(checks),
+            segmentation=segmentation,
         )
+
+
+def _gate_samples(
+    stream, graph: GraphInfo, module: torch.nn.Module | None, runners: Sequence[OnnxBackend],  # noqa: ANN001
+    pairs: Sequence[str], thresholds: Thresholds, gate: GateOptions, torch_device: str, tf32: bool, reference: str,
+) -> tuple[list[SampleResult], SegmentationSummary | None]:
+    """Final outputs of every backend on every sample, compared per pair, with mIoU for segmentation."""
+    outputs = list(graph.graph_outputs)
+    results: list[SampleResult] = []
+    tally: SegmentationTally | None = None
+    seg_output: str | None = None
+    for sample in stream:
+        feeds = onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values)))
+        values: dict[str, dict[str, np.ndarray]] = {}
+        if module is not None:
+            flat = run_outputs(module, sample.values, device=torch_device, tf32=tf32)
+            if len(flat) == len(outputs):
+                values["torch"] = dict(zip(outputs, flat, strict=True))
+        for runner in runners:
+            values[runner.name] = _fetch(runner, feeds, outputs)
+        per_output = {
+            tensor: {key: compare_tensors(values[a][tensor], values[b][tensor], thresholds)
+                     for key in pairs for a, b in [key.split("~")] if tensor in values.get(a, {}) and tensor in values.get(b, {})}
+            for tensor in outputs
+        }
+        if seg_output is None:
+            seg_output = next((t for t in outputs if reference in values and segmentation_output(values[reference][t].shape)), "")
+            if seg_output:
+                tally = SegmentationTally(int(values[reference][seg_output].shape[1]), gate.ignore_index)
+        agreement = changed = against = {}
+        if tally is not None and seg_output:
+            agreement, changed, against = tally.add({b: v[seg_output] for b, v in values.items()}, pairs, sample.label)
+        results.append(SampleResult(sample.name, per_output, agreement, changed, against))
+    summary = tally.summary(reference) if tally is not None else None
+    return results, summary
 
 
 def _check_thresholds(thresholds: Thresholds) -> None:

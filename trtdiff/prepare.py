@@ -30,6 +30,8 @@ class Source:
     loaded: LoadedModel
     given_graph: GraphInfo | None
     feeds: dict[str, np.ndarray]
+    input_names: tuple[str, ...] = ()
+    dtypes: dict[str, np.dtype] | None = None
 
     @property
     def has_torch(self) -> bool:
@@ -45,8 +47,12 @@ def load_source(
     input_shapes: Sequence[str],
     input_files: Sequence[str | Path],
     seed: int,
+    first_feeds: Mapping[str, np.ndarray] | None = None,
 ) -> Source:
-    """Load MODEL (a file, a factory spec or an nn.Module), the given ONNX file, and the inputs."""
+    """Load MODEL (a file, a factory spec or an nn.Module), the given ONNX file, and the inputs.
+
+    `first_feeds` replaces the inputs built from shapes and files (a data set's first sample).
+    """
     if isinstance(model, (str, Path)):
         loaded = load_model(str(model), model_class=model_class, trust=trust)
     else:
@@ -58,10 +64,14 @@ def load_source(
     given = load_graph(onnx) if onnx is not None else None
     names = given.graph_inputs if given is not None else loaded.input_names
     dtypes = {} if given is None else {n: dtype for n in names if (dtype := given.tensor_type(n).dtype) is not None}
+    if first_feeds is not None:
+        values = list(first_feeds.values())
+        feeds = dict(zip(names, values, strict=True)) if len(names) == len(values) else dict(first_feeds)
+        return Source(loaded, given, feeds, tuple(names), dtypes)
     if given is not None and not input_shapes and not input_files:
         input_shapes = _static_shapes(given)
     feeds = make_inputs(list(names), shapes=list(input_shapes), files=[str(f) for f in input_files], seed=seed, dtypes=dtypes)
-    return Source(loaded, given, feeds)
+    return Source(loaded, given, feeds, tuple(names), dtypes)
 
 
 def _static_shapes(graph: GraphInfo) -> list[str]:

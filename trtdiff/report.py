@@ -150,6 +150,57 @@ class TensorRTSummary:
 
 
 @dataclass(frozen=True)
+class SampleResult:
+    """One input sample: final-output metrics per backend pair, and segmentation figures.
+
+    `agreement_miou` / `changed_pixels` are keyed by pair (candidate argmax vs reference
+    argmax); `label_miou` by backend (against ground truth, with --labels).
+    """
+
+    name: str
+    outputs: dict[str, dict[str, PairMetrics]]
+    agreement_miou: dict[str, float] = field(default_factory=dict)
+    changed_pixels: dict[str, float] = field(default_factory=dict)
+    label_miou: dict[str, float] = field(default_factory=dict)
+    failed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ThresholdCheck:
+    """One threshold on one backend pair (or backend), over every sample: the CI gate's unit.
+
+    `scope` is "outputs" (final outputs), "layers" (every compared layer), "agreement" (mIoU
+    against the reference's argmax) or "labels" (mIoU against ground truth); `worst` is the
+    worst figure seen and `worst_sample` where.
+    """
+
+    id: str
+    metric: str
+    scope: str
+    pair: str
+    limit: float
+    worst: float
+    worst_sample: str | None
+    passed: bool
+    failing_samples: tuple[str, ...] = ()
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class SegmentationSummary:
+    """mIoU over all samples: agreement with the reference and, with labels, against ground truth."""
+
+    num_classes: int
+    ignore_index: int | None
+    agreement_miou: dict[str, float]
+    agreement_per_class: dict[str, tuple[float, ...]]
+    changed_pixels: dict[str, float]
+    label_miou: dict[str, float] = field(default_factory=dict)
+    label_per_class: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    miou_drop: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything `trtdiff.compare` found, in the order a reader needs it."""
 
@@ -170,7 +221,14 @@ class Report:
     notes: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
     tensorrt: TensorRTSummary | None = None
+    samples: tuple[SampleResult, ...] = ()
+    checks: tuple[ThresholdCheck, ...] = ()
+    segmentation: SegmentationSummary | None = None
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def failed_checks(self) -> tuple[ThresholdCheck, ...]:
+        return tuple(check for check in self.checks if not check.passed)
 
     @property
     def outputs(self) -> tuple[Layer, ...]:

@@ -9,7 +9,7 @@ are copied when recorded, because in-place ops (ReLU(inplace=True)) overwrite th
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -204,6 +204,19 @@ def _capture(module: torch.nn.Module, inputs: Mapping[str, np.ndarray], device: 
         store=store,
         device=device,
     )
+
+
+def run_outputs(module: torch.nn.Module, inputs: Sequence[np.ndarray], *, device: str = "cpu", tf32: bool = False) -> list[np.ndarray]:
+    """A plain forward pass (no recording): the model's flattened tensor outputs, on the host."""
+    with _on_device(module, device, tf32), torch.no_grad():
+        tensors = [torch.from_numpy(np.ascontiguousarray(value)).to(device) for value in inputs]
+        try:
+            result = module(*tensors)
+        except Exception as error:
+            message = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+            raise ModelRunError(f"the model's forward raised {type(error).__name__}: {message}; check the inputs") from error
+    leaves, _ = tree_flatten(result)
+    return [leaf.detach().to("cpu").numpy() for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
 
 def _install_hooks(module: torch.nn.Module, recorder: _Recorder, calls: list[ModuleCall]) -> list:
