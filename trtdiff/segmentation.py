@@ -1,0 +1,159 @@
+"""Segmentation scores: confusion matrices, IoU per class, mIoU, and agreement between two outputs.
+
+A CI gate on a segmentation model asks two questions: how good the candidate is against
+the labels (mIoU), and how far its masks moved from the reference's (mIoU between the two
+argmax masks and the share of pixels whose class changed). A change of upsampling mostly
+moves object boundaries, so `edge_mask` tells how much of the change lies at edges.
+
+Confusion matrices add up, so large sets can be scored in batches: sum the matrices of the
+batches and score the sum with `SegmentationScore.from_confusion`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trtdiff.errors import InputError
+
+
+@dataclass(frozen=True)
+class SegmentationScore:
+    """mIoU, IoU per class (NaN for classes absent from both masks), pixel accuracy, changed share.
+
+    `changed_pixels` is the share of pixels whose class differs from a reference prediction,
+    or None when no reference was given (scores against labels).
+    """
+
+    miou: float
+    per_class: tuple[float, ...]
+    pixel_accuracy: float
+    changed_pixels: float | None = None
+
+    @classmethod
+    def from_confusion(cls, confusion: np.ndarray, changed_pixels: float | None = None) -> SegmentationScore:
+        """Score a (C, C) confusion matrix (rows: target, columns: prediction)."""
+        confusion = _square(confusion)
+        ious = iou_per_class(confusion)
+        total = confusion.sum()
+        accuracy = float(np.trace(confusion) / total) if total else float("nan")
+        return cls(miou=_nanmean(ious), per_class=tuple(float(v) for v in ious), pixel_accuracy=accuracy, changed_pixels=changed_pixels)
+
+
+def confusion_matrix(pred: np.ndarray, target: np.ndarray, num_classes: int, ignore_index: int | None = None) -> np.ndarray:
+    """(C, C) int64 counts: entry [t, p] counts pixels of target class t predicted as p.
+
+    Pixels whose target is `ignore_index` are left out. Any other value outside
+    0..num_classes-1, in the target or the prediction, is an error rather than dropped:
+    it means the labels and the model disagree on the classes.
+    """
+    pred, target = np.asarray(pred), np.asarray(target)
+    if num_classes < 1:
+        raise InputError(f"num_classes must be at least 1, got {num_classes}")
+    if pred.shape != target.shape:
+        raise InputError(f"prediction shape {pred.shape} differs from label shape {target.shape}; give masks of the same size (resize the labels or the images)")
+    for what, array in (("prediction", pred), ("label", target)):
+        if array.dtype.kind not in "iub":
+            raise InputError(f"{what} masks must hold integer class indices, not {array.dtype}; take the argmax of the logits first")
+    pred, target = pred.ravel().astype(np.int64), target.ravel().astype(np.int64)
+    if ignore_index is not None:
+        keep = target != ignore_index
+        pred, target = pred[keep], target[keep]
+    for what, array in (("label", target), ("prediction", pred)):
+        bad = (array < 0) | (array >= num_classes)
+        if bad.any():
+            value = int(array[bad][0])
+            hint = "" if ignore_index is not None or what == "prediction" else " or set ignore_index for it"
+            raise InputError(f"{what} holds class {value}, outside 0..{num_classes - 1}; check num_classes{hint}")
+    flat = target * num_classes + pred
+    return np.bincount(flat, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+
+
+def iou_per_class(confusion: np.ndarray) -> np.ndarray:
+    """IoU = TP / (TP + FP + FN) per class, float64; NaN where a class is absent from both masks."""
+    confusion = _square(confusion).astype(np.float64)
+    tp = np.diag(confusion)
+    union = confusion.sum(axis=0) + confusion.sum(axis=1) - tp
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(union > 0, tp / np.where(union > 0, union, 1.0), np.nan)
+
+
+def mean_iou(pred: np.ndarray, target: np.ndarray, num_classes: int, ignore_index: int | None = None) -> float:
+    """Mean IoU over the classes present in the prediction or the target (NaN if none is)."""
+    return _nanmean(iou_per_class(confusion_matrix(pred, target, num_classes, ignore_index)))
+
+
+def score(pred: np.ndarray, target: np.ndarray, num_classes: int, ignore_index: int | None = None) -> SegmentationScore:
+    """mIoU, IoU per class and pixel accuracy of predicted masks against label masks."""
+    return SegmentationScore.from_confusion(confusion_matrix(pred, target, num_classes, ignore_index))
+
+
+def argmax_masks(logits: np.ndarray) -> np.ndarray:
+    """Class index per pixel, int64, of (N, C, H, W) logits (ties go to the lower class)."""
+    logits = np.asarray(logits)
+    if logits.ndim != 4:
+        raise InputError(f"segmentation logits must be (N, C, H, W), got shape {logits.shape}; the model's output is not a per-pixel class score")
+    return logits.argmax(axis=1).astype(np.int64)
+
+
+def agreement(reference_logits: np.ndarray, candidate_logits: np.ndarray) -> SegmentationScore:
+    """How far the candidate's masks moved: mIoU of its argmax masks against the reference's.
+
+    `changed_pixels` is the share of pixels whose class changed (1 - pixel accuracy).
+    """
+    ref, cand = np.asarray(reference_logits), np.asarray(candidate_logits)
+    if ref.shape != cand.shape:
+        raise InputError(f"reference logits {ref.shape} and candidate logits {cand.shape} differ in shape; compare outputs of the same model on the same inputs")
+    ref_masks, cand_masks = argmax_masks(ref), argmax_masks(cand)
+    confusion = confusion_matrix(cand_masks, ref_masks, ref.shape[1])
+    changed = float((ref_masks != cand_masks).mean()) if ref_masks.size else 0.0
+    return SegmentationScore.from_confusion(confusion, changed_pixels=changed)
+
+
+def changed_mask(reference_logits: np.ndarray, candidate_logits: np.ndarray) -> np.ndarray:
+    """(N, H, W) bool: pixels whose argmax class differs between the two outputs."""
+    return argmax_masks(reference_logits) != argmax_masks(candidate_logits)
+
+
+def edge_mask(labels: np.ndarray, width: int = 1) -> np.ndarray:
+    """Bool mask of pixels within `width` pixels (8-neighbourhood) of a pixel of another class.
+
+    Works on one mask (H, W) or a batch (N, H, W); both sides of a boundary are marked.
+    """
+    labels = np.asarray(labels)
+    if labels.ndim < 2:
+        raise InputError(f"edge_mask needs masks of shape (H, W) or (N, H, W), got {labels.shape}")
+    if width < 1:
+        raise InputError(f"edge_mask width must be at least 1 pixel, got {width}")
+    h, w = labels.shape[-2:]
+    pad = [(0, 0)] * (labels.ndim - 2) + [(width, width), (width, width)]
+    padded = np.pad(labels, pad, mode="edge")
+    edges = np.zeros(labels.shape, dtype=bool)
+    for dy in range(-width, width + 1):
+        for dx in range(-width, width + 1):
+            if dy or dx:
+                shifted = padded[..., width + dy : width + dy + h, width + dx : width + dx + w]
+                edges |= shifted != labels
+    return edges
+
+
+def share_at_edges(changed: np.ndarray, edges: np.ndarray) -> float:
+    """Share of the changed pixels that lie on edges (NaN when nothing changed)."""
+    changed, edges = np.asarray(changed, dtype=bool), np.asarray(edges, dtype=bool)
+    if changed.shape != edges.shape:
+        raise InputError(f"changed mask {changed.shape} and edge mask {edges.shape} differ in shape; build both from the same images")
+    total = int(changed.sum())
+    return float((changed & edges).sum() / total) if total else float("nan")
+
+
+def _square(confusion: np.ndarray) -> np.ndarray:
+    confusion = np.asarray(confusion)
+    if confusion.ndim != 2 or confusion.shape[0] != confusion.shape[1]:
+        raise InputError(f"a confusion matrix must be square (C, C), got shape {confusion.shape}")
+    return confusion
+
+
+def _nanmean(values: np.ndarray) -> float:
+    present = values[~np.isnan(values)]
+    return float(present.mean()) if present.size else float("nan")
