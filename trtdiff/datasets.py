@@ -1,0 +1,281 @@
+"""Model inputs and label masks from folders, one sample at a time.
+
+A folder holds PNG/JPEG images, read as RGB, scaled to [0, 1], optionally resized
+(bilinear, as torchvision's Resize does on PIL images) and normalised with --mean/--std;
+or .npy/.npz files holding ready input tensors, fed as they are. Files are taken in
+sorted order and read lazily, so a large folder is never held in memory at once.
+Label masks (single-channel PNGs holding the class index per pixel, or .npy arrays) are
+paired with the inputs by file stem.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from trtdiff.errors import InputError, OptionError
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PilImage
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+ARRAY_SUFFIXES = (".npy", ".npz")
+LABEL_SUFFIXES = (".png", ".npy")
+_MEAN_EXAMPLE = "e.g. --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One input of the data set: its file stem, the (1, 3, H, W) array and its mask if labelled.
+
+    `image` is float32 for image files; arrays from .npy/.npz files keep their shape and
+    dtype. `label` is (1, H, W) int64, or None without a labels folder.
+    """
+
+    name: str
+    image: np.ndarray
+    label: np.ndarray | None = None
+    path: Path | None = None
+
+
+def parse_channel_values(text: str, option: str, channels: int = 3) -> tuple[float, ...]:
+    """'0.485,0.456,0.406' -> one float per channel; a single value is used for every channel."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        values = tuple(float(p) for p in parts)
+    except ValueError:
+        raise OptionError(f"{option} {text!r}: not a comma-separated list of numbers; {_MEAN_EXAMPLE}") from None
+    if len(values) == 1:
+        values = values * channels
+    if len(values) != channels:
+        raise OptionError(f"{option} {text!r}: {len(values)} values for {channels} channels; give one value or one per channel, {_MEAN_EXAMPLE}")
+    if not all(np.isfinite(values)):
+        raise OptionError(f"{option} {text!r}: values must be finite numbers; {_MEAN_EXAMPLE}")
+    if option.endswith("std") and any(v <= 0 for v in values):
+        raise OptionError(f"{option} {text!r}: every std must be positive (it divides); {_MEAN_EXAMPLE}")
+    return values
+
+
+def parse_size(text: str, option: str = "--size") -> tuple[int, int]:
+    """'512x1024' or '512,1024' -> (H, W); a single number gives a square size."""
+    parts = [p.strip() for p in re.split(r"[xX,]", text.strip())]
+    if not all(re.fullmatch(r"\d+", p) for p in parts) or len(parts) > 2:
+        raise OptionError(f"{option} {text!r}: not a size; give HEIGHTxWIDTH, e.g. {option} 512x1024")
+    dims = [int(p) for p in parts]
+    if any(d <= 0 for d in dims):
+        raise OptionError(f"{option} {text!r}: height and width must be positive; e.g. {option} 512x1024")
+    return (dims[0], dims[0]) if len(dims) == 1 else (dims[0], dims[1])
+
+
+def list_inputs(folder: str | Path, option: str = "--images") -> list[Path]:
+    """The image or array files of `folder`, sorted by name; other and hidden files are skipped."""
+    root = Path(folder)
+    if not root.is_dir():
+        what = "no such folder" if not root.exists() else "is a file, not a folder"
+        raise InputError(f"{option} {root}: {what}; give a folder of images or .npy/.npz files")
+    files = sorted(p for p in root.iterdir() if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES + ARRAY_SUFFIXES)
+    if not files:
+        raise InputError(f"{option} {root}: holds no {', '.join(IMAGE_SUFFIXES + ARRAY_SUFFIXES)} files; put the inputs there or give another folder")
+    seen: dict[str, Path] = {}
+    for path in files:
+        if path.stem in seen:
+            raise InputError(f"{option} {root}: {seen[path.stem].name} and {path.name} share the stem {path.stem!r}, so labels cannot be paired; keep one")
+        seen[path.stem] = path
+    return files
+
+
+def iter_samples(
+    folder: str | Path,
+    *,
+    labels: str | Path | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    size: tuple[int, int] | None = None,
+    num_classes: int | None = None,
+    ignore_index: int | None = None,
+    option: str = "--images",
+    labels_option: str = "--labels",
+) -> Iterator[Sample]:
+    """Yield the samples of `folder` in sorted file order, reading each file when it is reached.
+
+    Without `size`, every image must have the size of the first; with it, images are
+    resized bilinearly and masks by nearest neighbour. With `num_classes`, label values
+    outside 0..num_classes-1 (other than `ignore_index`) are errors naming the file.
+    """
+    files = list_inputs(folder, option)
+    label_files = _label_index(labels, labels_option) if labels is not None else None
+    if label_files is not None:
+        missing = [p.name for p in files if p.stem not in label_files]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise InputError(f"{labels_option} {labels}: no label for {missing[0]}{more}; add {Path(missing[0]).stem}.png there or remove the image")
+    mean_array = _channels(mean, "--mean")
+    std_array = _channels(std, "--std")
+    first_size: tuple[tuple[int, int], str] | None = None
+    for path in files:
+        if path.suffix.lower() in ARRAY_SUFFIXES:
+            if mean is not None or std is not None or size is not None:
+                raise OptionError(f"{option} {path}: .npy/.npz files hold ready input tensors, which --mean/--std/--size do not change; drop those options or give images")
+            image = _read_array(path, option)
+        else:
+            image = _read_image(path, size, option)
+            if mean_array is not None:
+                image = image - mean_array
+            if std_array is not None:
+                image = image / std_array
+            image = image.astype(np.float32, copy=False)
+        hw = (int(image.shape[-2]), int(image.shape[-1])) if image.ndim >= 2 else (0, 0)
+        if first_size is None:
+            first_size = (hw, path.name)
+        elif size is None and hw != first_size[0]:
+            raise InputError(f"{option} {path}: size {hw[0]}x{hw[1]} differs from {first_size[0][0]}x{first_size[0][1]} of {first_size[1]}; pass --size HxW to resize all images")
+        label = None
+        if label_files is not None:
+            label = _read_label(label_files[path.stem], hw, size is not None, num_classes, ignore_index, labels_option)
+        yield Sample(name=path.stem, image=image, label=label, path=path)
+
+
+def iter_batches(samples: Iterator[Sample] | Sequence[Sample], batch_size: int) -> Iterator[tuple[list[str], np.ndarray, np.ndarray | None]]:
+    """Group samples into (names, images (B, ...), labels (B, H, W) or None) of at most `batch_size`."""
+    if batch_size < 1:
+        raise OptionError(f"--batch-size {batch_size}: must be at least 1")
+    chunk: list[Sample] = []
+    for sample in samples:
+        chunk.append(sample)
+        if len(chunk) == batch_size:
+            yield _stack(chunk)
+            chunk = []
+    if chunk:
+        yield _stack(chunk)
+
+
+def _stack(chunk: list[Sample]) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+    images = np.concatenate([s.image for s in chunk])
+    labels = np.concatenate([s.label for s in chunk]) if all(s.label is not None for s in chunk) else None
+    return [s.name for s in chunk], images, labels
+
+
+def _channels(values: Sequence[float] | None, option: str) -> np.ndarray | None:
+    """(1, 3, 1, 1) float32 array of per-channel values, or None."""
+    if values is None:
+        return None
+    array = np.asarray(values, dtype=np.float32).ravel()
+    if array.size == 1:
+        array = np.repeat(array, 3)
+    if array.size != 3:
+        raise OptionError(f"{option}: {array.size} values for 3 RGB channels; {_MEAN_EXAMPLE}")
+    if option == "--std" and (array <= 0).any():
+        raise OptionError(f"{option}: every std must be positive (it divides); {_MEAN_EXAMPLE}")
+    return array.reshape(1, 3, 1, 1)
+
+
+def _read_image(path: Path, size: tuple[int, int] | None, option: str) -> np.ndarray:
+    """(1, 3, H, W) float32 in [0, 1] from a PNG/JPEG (grey and RGBA become RGB; alpha is dropped)."""
+    image = _open(path, option, "an image")
+    try:
+        with image:
+            rgb = image.convert("RGB")
+            if size is not None and rgb.size != (size[1], size[0]):
+                from PIL import Image
+
+                rgb = rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
+            pixels = np.asarray(rgb, dtype=np.uint8)
+    except OSError as e:  # truncated data surfaces only when the pixels are decoded
+        raise InputError(f"{option} {path}: cannot decode the image ({_first_line(e)}); check or re-save the file") from None
+    return (pixels.astype(np.float32) / 255.0).transpose(2, 0, 1)[None]
+
+
+def _read_array(path: Path, option: str) -> np.ndarray:
+    """The one array a .npy file, or a one-array .npz archive, holds, exactly as saved."""
+    try:
+        if path.suffix.lower() == ".npy":
+            return np.load(path, allow_pickle=False)
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = [archive[k] for k in archive.files]
+    except Exception as e:  # numpy raises ValueError, OSError, EOFError, zip errors, ...
+        raise InputError(f"{option} {path}: cannot read it as a numpy array ({_first_line(e)}); save it again with np.save") from None
+    if len(arrays) != 1:
+        raise InputError(f"{option} {path}: the .npz archive holds {len(arrays)} arrays, not one input; save one array per file")
+    return arrays[0]
+
+
+def _label_index(folder: str | Path, option: str) -> dict[str, Path]:
+    """Stem -> label file of the labels folder."""
+    root = Path(folder)
+    if not root.is_dir():
+        what = "no such folder" if not root.exists() else "is a file, not a folder"
+        raise InputError(f"{option} {root}: {what}; give the folder of label masks (one PNG per image, same stem)")
+    index: dict[str, Path] = {}
+    for path in sorted(root.iterdir()):
+        if path.is_file() and not path.name.startswith(".") and path.suffix.lower() in LABEL_SUFFIXES:
+            if path.stem in index:
+                raise InputError(f"{option} {root}: {index[path.stem].name} and {path.name} share the stem {path.stem!r}; keep one label per image")
+            index[path.stem] = path
+    return index
+
+
+def _read_label(path: Path, hw: tuple[int, int], resize: bool, num_classes: int | None, ignore_index: int | None, option: str) -> np.ndarray:
+    """(1, H, W) int64 class indices, resized by nearest neighbour when `resize`, checked against the image."""
+    if path.suffix.lower() == ".npy":
+        try:
+            mask = np.load(path, allow_pickle=False)
+        except Exception as e:
+            raise InputError(f"{option} {path}: cannot read the label array ({_first_line(e)}); save it again with np.save") from None
+        mask = mask[0] if mask.ndim == 3 and mask.shape[0] == 1 else mask
+        if mask.ndim != 2 or mask.dtype.kind not in "iu":
+            raise InputError(f"{option} {path}: a label array must be (H, W) integers, got {mask.shape} {mask.dtype}; save the class index per pixel")
+        if resize and mask.shape != hw:
+            mask = _resize_nearest(mask, hw)
+    else:
+        image = _open(path, option, "a label mask")
+        try:
+            with image:
+                if image.mode not in ("L", "P", "I", "I;16", "1"):
+                    raise InputError(f"{option} {path}: the mask is {image.mode}, not single-channel; save the class index per pixel as a grey or palette PNG")
+                if resize and image.size != (hw[1], hw[0]):
+                    from PIL import Image
+
+                    image = image.resize((hw[1], hw[0]), Image.Resampling.NEAREST)
+                mask = np.asarray(image)
+        except OSError as e:
+            raise InputError(f"{option} {path}: cannot decode the mask ({_first_line(e)}); check or re-save the file") from None
+    if mask.shape != hw:
+        raise InputError(f"{option} {path}: mask size {mask.shape[0]}x{mask.shape[1]} differs from its image's {hw[0]}x{hw[1]}; pass --size HxW or fix the mask")
+    mask = mask.astype(np.int64)
+    if num_classes is not None:
+        bad = (mask < 0) | (mask >= num_classes)
+        if ignore_index is not None:
+            bad &= mask != ignore_index
+        if bad.any():
+            hint = f" or --ignore-index {int(mask[bad][0])}" if ignore_index is None else ""
+            raise InputError(f"{option} {path}: holds class {int(mask[bad][0])}, outside 0..{num_classes - 1}; check --num-classes{hint}")
+    return mask[None]
+
+
+def _resize_nearest(mask: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+    """Nearest-neighbour resize by pixel centres (what PIL's NEAREST does)."""
+    rows = np.minimum(((np.arange(hw[0]) + 0.5) * mask.shape[0] / hw[0]).astype(np.int64), mask.shape[0] - 1)
+    cols = np.minimum(((np.arange(hw[1]) + 0.5) * mask.shape[1] / hw[1]).astype(np.int64), mask.shape[1] - 1)
+    return mask[rows[:, None], cols[None, :]]
+
+
+def _open(path: Path, option: str, what: str) -> PilImage:
+    """Open with Pillow, turning a missing Pillow or an unreadable file into one InputError line."""
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:
+        raise InputError(f"{option} {path}: reading images needs Pillow; pip install pillow") from None
+    try:
+        return Image.open(path)
+    except (UnidentifiedImageError, OSError, ValueError) as e:
+        raise InputError(f"{option} {path}: cannot read it as {what} ({_first_line(e)}); check or re-save the file") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
