@@ -10,16 +10,17 @@ from __future__ import annotations
 import platform
 import tempfile
 from dataclasses import replace
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, chunk_names
+from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, chunk_names, fetch
+from trtdiff.backends.recorded import RecordedBackend, recorded_inputs
 from trtdiff.backends.tensorrt.builder import BuildSettings, input_shapes_from
-from trtdiff.backends.torch_backend import TorchCapture, capture as capture_reference, run_outputs
-from trtdiff.gate import GateOptions, SegmentationTally, layer_checks, miou_checks, output_checks, samples, segmentation_output
+from trtdiff.backends.torch_backend import TorchCapture, capture as capture_reference
+from trtdiff.gate import GateOptions, GateSample, layer_checks, miou_checks, output_checks, run_samples, samples
 from trtdiff.inputs import make_inputs
 from trtdiff.errors import BackendError, OptionError
 from trtdiff.localize import first_divergence
@@ -28,8 +29,7 @@ from trtdiff.onnx_graph import GraphInfo
 from trtdiff.pairing import Pairing, pair
 from trtdiff.prepare import check_new_file, load_source, onnx_feeds, onnx_graph_for, timed
 from trtdiff.report import (
-    Layer, PairingSummary, PairMetrics, Report, SampleResult, SegmentationSummary, TensorRTSummary, ThresholdCheck, Thresholds,
-    pair_key,
+    Layer, PairingSummary, PairMetrics, Report, TensorRTSummary, ThresholdCheck, Thresholds, pair_key,
 )
 from trtdiff.store import DEFAULT_MEMORY_BYTES, TensorStore
 
@@ -57,6 +57,8 @@ def compare(
     save_engine: str | Path | None = None,
     thresholds: Thresholds | None = None,
     gate: GateOptions | None = None,
+    load: Mapping[str, str | Path] | None = None,
+    progress: Callable[[str], None] | None = None,
     model_class: str | None = None,
     trust: bool = False,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
@@ -83,6 +85,9 @@ def compare(
         save_engine: write the TensorRT engine here (refused if it exists, unless `force`).
         thresholds: when a tensor counts as diverged (defaults: see `Thresholds`).
         gate: samples (a folder, N random inputs) and mIoU thresholds for the CI gate.
+        load: backend -> recording from `trtdiff run --save`, compared instead of running it
+            (the recorded inputs are used).
+        progress: called with a short description as each long step starts (the CLI shows it).
         memory_bytes: reference tensors kept in RAM before spilling to disk.
         chunk_bytes: how many bytes of intermediates one backend run may return at once.
     """
@@ -94,13 +99,21 @@ def compare(
         raise OptionError("--num-samples: random samples need --input-shape, not --input files; drop one")
     timings: dict[str, float] = {}
     notes: list[str] = []
+    say = progress or (lambda _text: None)
+    load = dict(load or {})
+    if load and gate.many:
+        raise OptionError("--load: a recording holds one sample; drop --inputs/--num-samples")
     folder = samples(gate, lambda i: ()) if gate.inputs_dir else None
     first = next(folder) if folder is not None else None
+    if load:
+        first = GateSample("recorded", tuple(recorded_inputs(load).values()))
+    say("loading the model")
     with timed(timings, "load"):
         source = load_source(model, model_class=model_class, trust=trust, onnx=onnx, input_shapes=input_shapes,
                              input_files=input_files, seed=seed,
                              first_feeds={f"input_{i}": v for i, v in enumerate(first.values)} if first else None)
     chosen = _check_backends(backends, require, source.has_torch, notes)
+    chosen = tuple(dict.fromkeys((*chosen, *load)))
     if save_onnx is not None and source.given_graph is not None:
         raise OptionError("--save-onnx: nothing is exported when an ONNX file is given; drop one of them")
     save_path = check_new_file(save_onnx, force, "--save-onnx")
@@ -110,8 +123,10 @@ def compare(
         capture: TorchCapture | None = None
         if "torch" in chosen:
             assert source.loaded.module is not None
+            say("running PyTorch, recording every op")
             with timed(timings, "torch"):
                 capture = capture_reference(source.loaded.module, source.feeds, device=torch_device, tf32=tf32, store=store)
+        say("exporting to ONNX" if source.given_graph is None else "reading the ONNX file")
         with timed(timings, "export"):
             graph, exporter_used = onnx_graph_for(source, opset=opset, exporter=exporter, save_path=save_path,
                                                   folder=Path(tmp), notes=notes)
@@ -123,12 +138,15 @@ def compare(
                 pairing = pair(graph, capture, {n for n, _ in source.loaded.module.named_modules()})
         runners: list[OnnxBackend] = []
         trt_summary: TensorRTSummary | None = None
+        say("preparing backends (a TensorRT engine build can take minutes)")
         with timed(timings, "backends"):
-            if "onnxruntime" in chosen:
+            for name, path in load.items():
+                runners.append(RecordedBackend(name, path, graph))
+            if "onnxruntime" in chosen and "onnxruntime" not in load:
                 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
 
                 runners.append(OnnxRuntimeBackend(graph, provider=ort_provider))
-            if "tensorrt" in chosen:
+            if "tensorrt" in chosen and "tensorrt" not in load:
                 settings = replace(tensorrt or BuildSettings(), tf32=tf32, input_shapes=input_shapes_from(feeds))
                 trt_runner, trt_summary = _tensorrt(graph, settings, engine_cache, engine_path, "tensorrt" in require)
                 if trt_runner is not None:
@@ -143,6 +161,7 @@ def compare(
             )
         reference = backends_run[0]
         pair_order = [pair_key(a, b) for i, a in enumerate(backends_run) for b in backends_run[i + 1 :]]
+        say(f"running {', '.join(r.name for r in runners)} and comparing every layer")
         with timed(timings, "run_and_compare"):
             metrics = _run_and_compare(graph, runners, feeds, capture, pairing, thresholds, chunk_bytes)
         if trt_summary is not None and trt_summary.status != "skipped":
@@ -158,9 +177,12 @@ def compare(
                                 seed=seed + index, dtypes=source.dtypes or {})
             return tuple(built.values())
 
-        stream = ([first, *folder] if first is not None and folder is not None else samples(gate, random_sample))
+        if load:
+            stream = [first]
+        else:
+            stream = [first, *folder] if first is not None and folder is not None else samples(gate, random_sample)
         with timed(timings, "samples"):
-            results, segmentation = _gate_samples(stream, graph, source.loaded.module if capture is not None else None,
+            results, segmentation = run_samples(_announced(stream, say, gate.num_samples), graph, source.loaded.module if capture is not None else None,
                                                   runners, pair_order, thresholds, gate, torch_device, tf32, reference)
         first_name = results[0].name if results else "input"
         checks: list[ThresholdCheck] = []
@@ -203,39 +225,10 @@ def compare(
         )
 
 
-def _gate_samples(
-    stream, graph: GraphInfo, module: torch.nn.Module | None, runners: Sequence[OnnxBackend],  # noqa: ANN001
-    pairs: Sequence[str], thresholds: Thresholds, gate: GateOptions, torch_device: str, tf32: bool, reference: str,
-) -> tuple[list[SampleResult], SegmentationSummary | None]:
-    """Final outputs of every backend on every sample, compared per pair, with mIoU for segmentation."""
-    outputs = list(graph.graph_outputs)
-    results: list[SampleResult] = []
-    tally: SegmentationTally | None = None
-    seg_output: str | None = None
-    for sample in stream:
-        feeds = onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values)))
-        values: dict[str, dict[str, np.ndarray]] = {}
-        if module is not None:
-            flat = run_outputs(module, sample.values, device=torch_device, tf32=tf32)
-            if len(flat) == len(outputs):
-                values["torch"] = dict(zip(outputs, flat, strict=True))
-        for runner in runners:
-            values[runner.name] = _fetch(runner, feeds, outputs)
-        per_output = {
-            tensor: {key: compare_tensors(values[a][tensor], values[b][tensor], thresholds)
-                     for key in pairs for a, b in [key.split("~")] if tensor in values.get(a, {}) and tensor in values.get(b, {})}
-            for tensor in outputs
-        }
-        if seg_output is None:
-            seg_output = next((t for t in outputs if reference in values and segmentation_output(values[reference][t].shape)), "")
-            if seg_output:
-                tally = SegmentationTally(int(values[reference][seg_output].shape[1]), gate.ignore_index)
-        agreement = changed = against = {}
-        if tally is not None and seg_output:
-            agreement, changed, against = tally.add({b: v[seg_output] for b, v in values.items()}, pairs, sample.label)
-        results.append(SampleResult(sample.name, per_output, agreement, changed, against))
-    summary = tally.summary(reference) if tally is not None else None
-    return results, summary
+def _announced(stream: Iterable[GateSample], say: Callable[[str], None], total: int | None) -> Iterator[GateSample]:
+    for index, sample in enumerate(stream, start=1):
+        say(f"final outputs of sample {index}{f'/{total}' if total else ''} ({sample.name})")
+        yield sample
 
 
 def _check_thresholds(thresholds: Thresholds) -> None:
@@ -306,7 +299,7 @@ def _run_and_compare(
     sizes = {t: n for t in wanted if (n := graph.tensor_type(t).nbytes()) is not None}
     results: dict[str, dict[str, PairMetrics]] = {}
     for group in chunk_names(wanted, sizes, chunk_bytes):
-        values = {runner.name: _fetch(runner, feeds, group) for runner in runners}
+        values = {runner.name: fetch(runner, feeds, group) for runner in runners}
         for tensor in group:
             entry: dict[str, PairMetrics] = {}
             if capture is not None and tensor in paired:
@@ -322,14 +315,6 @@ def _run_and_compare(
                 results[tensor] = entry
         del values
     return results
-
-
-def _fetch(runner: OnnxBackend, feeds: Mapping[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
-    """One chunk's tensors from one backend (the chunk is already sized; no further split)."""
-    values: dict[str, np.ndarray] = {}
-    for part in runner.run(feeds, names, max_bytes=1 << 62):
-        values.update(part)
-    return values
 
 
 def _layers(

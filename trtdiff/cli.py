@@ -146,8 +146,27 @@ def main() -> None:
 @click.option("--min-cosine", type=float, default=None, help="Diverged below this cosine similarity (default 0.9999).")
 @click.option("--rtol", type=float, default=None, help="Diverged above this max-abs error relative to the reference's largest magnitude (default 1e-3).")
 @click.option("--max-abs", type=float, default=None, help="Diverged above this absolute max error (default: off).")
+@click.option("--inputs", "inputs_dir", type=click.Path(), default=None,
+              help="Folder of PNG/JPEG images or .npy/.npz input tensors: gate every sample's final outputs.")
+@click.option("--labels", "labels_dir", type=click.Path(), default=None,
+              help="Folder of label masks (single-channel PNG, class index per pixel, same stem as the image).")
+@click.option("--num-samples", type=int, default=None, help="Gate N seeded random inputs (of --input-shape).")
+@click.option("--mean", default=None, help="Per-channel mean for images, e.g. 0.485,0.456,0.406.")
+@click.option("--std", default=None, help="Per-channel std for images, e.g. 0.229,0.224,0.225.")
+@click.option("--size", default=None, metavar="H,W", help="Resize images (bilinear) and masks (nearest) to H,W.")
+@click.option("--ignore-index", type=int, default=None, help="Label value that mIoU ignores (e.g. 255).")
+@click.option("--min-miou", type=float, default=None,
+              help="Fail below this mIoU: against --labels when given, else agreement with the reference's argmax.")
+@click.option("--max-miou-drop", type=float, default=None, help="Fail when a backend's mIoU against --labels is this much below PyTorch's.")
+@click.option("--per-layer", is_flag=True, help="With several samples, gate every layer of the first sample too.")
+@click.option("--load", "loads", multiple=True, metavar="BACKEND=FILE",
+              help="Compare a recording from `trtdiff run --save` instead of running that backend.")
 @click.option("--all", "show_all", is_flag=True, help="Show every layer, not only those up to the first divergence.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON here.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), default=None, help="Write JUnit XML (one test case per check).")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False), default=None, help="Write a Markdown summary (PR comment, CI step summary).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, help="Write a self-contained HTML report with plots.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress display and no table; the verdict line only.")
 @click.option("--memory-limit", default="2GB", show_default=True, help="Reference tensors kept in RAM before spilling to disk.")
 @debug_option
 def compare(**options: Any) -> None:
@@ -160,9 +179,17 @@ def compare(**options: Any) -> None:
     from trtdiff.api import compare as run_compare
     from trtdiff.report import Thresholds
 
+    from trtdiff.gate import GateOptions
+
     json_path = options.pop("json_path")
     show_all = options.pop("show_all")
+    quiet = options.pop("quiet")
+    outputs = {"junit": options.pop("junit_path"), "markdown": options.pop("markdown_path"), "html": options.pop("html_path")}
     _check_json_path(json_path)
+    for kind, path in outputs.items():
+        _check_output_path(path, f"--{kind}")
+    gate = _gate_options(options)
+    loads = _loads(options.pop("loads"))
     defaults = Thresholds()
     min_cosine, rtol, max_abs = options.pop("min_cosine"), options.pop("rtol"), options.pop("max_abs")
     thresholds = Thresholds(
@@ -170,23 +197,53 @@ def compare(**options: Any) -> None:
         rtol=defaults.rtol if rtol is None else rtol,
         max_abs=max_abs,
     )
-    report = run_compare(
-        thresholds=thresholds,
-        backends=_names(options.pop("backends")),
-        require=_names(options.pop("require")) or (),
-        ort_provider=options.pop("ort_provider"),
-        torch_device=options.pop("torch_device"),
-        memory_bytes=_parse_size(options.pop("memory_limit"), "--memory-limit"),
-        **_common(options),
-    )
+    with _progress(quiet) as progress:
+        report = run_compare(
+            thresholds=thresholds,
+            gate=gate,
+            load=loads,
+            progress=progress,
+            backends=_names(options.pop("backends")),
+            require=_names(options.pop("require")) or (),
+            ort_provider=options.pop("ort_provider"),
+            torch_device=options.pop("torch_device"),
+            memory_bytes=_parse_size(options.pop("memory_limit"), "--memory-limit"),
+            **_common(options),
+        )
     from rich.console import Console
 
-    from trtdiff.render.terminal import render_terminal
+    from trtdiff.render.terminal import render_terminal, render_verdict
 
-    render_terminal(report, Console(highlight=False), show_all=show_all)
-    if json_path:
-        report.write_json(json_path)
+    console = Console(highlight=False)
+    if quiet:
+        render_verdict(report, console)
+    else:
+        render_terminal(report, console, show_all=show_all)
+    _write_reports(report, json_path, outputs)
     sys.exit(0 if report.passed else EXIT_DIVERGED)
+
+
+@main.command()
+@model_options
+@click.option("--backend", type=click.Choice(["onnxruntime", "tensorrt"]), required=True, help="The backend to run and record.")
+@click.option("--save", "save_path", type=click.Path(dir_okay=False), required=True, help="The .npz file to write.")
+@click.option("--ort-provider", default="CPUExecutionProvider", show_default=True, help="ONNX Runtime execution provider.")
+@tensorrt_options
+@debug_option
+def run(**options: Any) -> None:
+    """Run one ONNX backend and record every tensor it produced, for `compare --load`.
+
+    Record on the machine where the backend runs (an edge device without PyTorch, say), then
+    compare there or elsewhere: trtdiff compare MODEL --onnx FILE --load BACKEND=FILE.npz
+    """
+    from trtdiff.run import run as run_backend
+
+    common = _common(options)
+    common.pop("save_engine")
+    recording = run_backend(backend=options.pop("backend"), save=options.pop("save_path"),
+                            ort_provider=options.pop("ort_provider"), **common)
+    click.echo(f"recorded {recording.tensors} tensors of {recording.describe} to {recording.path} "
+               f"(ONNX sha256 {recording.onnx_sha256[:12]}…); compare with --load {recording.backend}={recording.path}")
 
 
 @main.command()
@@ -271,6 +328,81 @@ def _common(options: dict[str, Any]) -> dict[str, Any]:
         "save_engine": options.pop("save_engine"),
         **options,
     }
+
+
+def _gate_options(options: dict[str, Any]) -> Any:
+    from trtdiff.datasets import parse_channel_values, parse_size
+    from trtdiff.gate import GateOptions
+
+    mean, std, size = options.pop("mean"), options.pop("std"), options.pop("size")
+    return GateOptions(
+        inputs_dir=options.pop("inputs_dir"),
+        labels_dir=options.pop("labels_dir"),
+        num_samples=options.pop("num_samples"),
+        mean=parse_channel_values(mean, "--mean") if mean else None,
+        std=parse_channel_values(std, "--std") if std else None,
+        size=parse_size(size, "--size") if size else None,
+        ignore_index=options.pop("ignore_index"),
+        min_miou=options.pop("min_miou"),
+        max_miou_drop=options.pop("max_miou_drop"),
+        per_layer=options.pop("per_layer"),
+    )
+
+
+def _loads(values: tuple[str, ...]) -> dict[str, str]:
+    loads: dict[str, str] = {}
+    for value in values:
+        backend, sep, path = value.partition("=")
+        if not sep or not backend or not path:
+            raise OptionError(f"--load {value}: expected BACKEND=FILE.npz, e.g. --load onnxruntime=ort.npz")
+        loads[backend] = path
+    return loads
+
+
+def _progress(quiet: bool) -> Any:
+    """A spinner on stderr while long steps run, only in a terminal and without --quiet."""
+    import contextlib
+
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if quiet or not console.is_terminal:
+        return contextlib.nullcontext(None)
+
+    @contextlib.contextmanager
+    def spinner() -> Any:
+        with console.status("starting") as status:
+            yield lambda text: status.update(text)
+
+    return spinner()
+
+
+def _write_reports(report: Any, json_path: str | None, outputs: dict[str, str | None]) -> None:
+    if json_path:
+        report.write_json(json_path)
+    if outputs["junit"]:
+        from trtdiff.render.junit import write_junit
+
+        write_junit(report, outputs["junit"])
+    if outputs["markdown"]:
+        from trtdiff.render.markdown import write_markdown
+
+        write_markdown(report, outputs["markdown"])
+    if outputs["html"]:
+        from trtdiff.render.html import write_html
+
+        write_html(report, outputs["html"])
+
+
+def _check_output_path(path: str | None, option: str) -> None:
+    """Report files are overwritten (CI reruns), but their folder must exist and they must not be folders."""
+    if not path:
+        return
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise OptionError(f"{option} {target}: folder {target.parent} does not exist; create it first")
+    if target.is_dir():
+        raise OptionError(f"{option} {target}: is a folder; give a file path")
 
 
 def _names(text: str | None) -> list[str] | None:

@@ -14,8 +14,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
+from trtdiff.backends.base import OnnxBackend, fetch
+from trtdiff.backends.torch_backend import run_outputs
 from trtdiff.errors import OptionError
+from trtdiff.metrics import compare_tensors
+from trtdiff.onnx_graph import GraphInfo
+from trtdiff.prepare import onnx_feeds
 from trtdiff.report import Layer, SampleResult, SegmentationSummary, ThresholdCheck, Thresholds
 
 
@@ -223,3 +229,38 @@ def _worst(values: Sequence[tuple[str, float]], pick) -> tuple[str | None, float
     if nan:
         return nan[0]
     return pick(values, key=lambda item: item[1])
+
+
+def run_samples(
+    stream, graph: GraphInfo, module: torch.nn.Module | None, runners: Sequence[OnnxBackend],  # noqa: ANN001
+    pairs: Sequence[str], thresholds: Thresholds, gate: GateOptions, torch_device: str, tf32: bool, reference: str,
+) -> tuple[list[SampleResult], SegmentationSummary | None]:
+    """Final outputs of every backend on every sample, compared per pair, with mIoU for segmentation."""
+    outputs = list(graph.graph_outputs)
+    results: list[SampleResult] = []
+    tally: SegmentationTally | None = None
+    seg_output: str | None = None
+    for sample in stream:
+        feeds = onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values)))
+        values: dict[str, dict[str, np.ndarray]] = {}
+        if module is not None:
+            flat = run_outputs(module, sample.values, device=torch_device, tf32=tf32)
+            if len(flat) == len(outputs):
+                values["torch"] = dict(zip(outputs, flat, strict=True))
+        for runner in runners:
+            values[runner.name] = fetch(runner, feeds, outputs)
+        per_output = {
+            tensor: {key: compare_tensors(values[a][tensor], values[b][tensor], thresholds)
+                     for key in pairs for a, b in [key.split("~")] if tensor in values.get(a, {}) and tensor in values.get(b, {})}
+            for tensor in outputs
+        }
+        if seg_output is None:
+            seg_output = next((t for t in outputs if reference in values and segmentation_output(values[reference][t].shape)), "")
+            if seg_output:
+                tally = SegmentationTally(int(values[reference][seg_output].shape[1]), gate.ignore_index)
+        agreement = changed = against = {}
+        if tally is not None and seg_output:
+            agreement, changed, against = tally.add({b: v[seg_output] for b, v in values.items()}, pairs, sample.label)
+        results.append(SampleResult(sample.name, per_output, agreement, changed, against))
+    summary = tally.summary(reference) if tally is not None else None
+    return results, summary

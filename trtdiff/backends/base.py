@@ -60,3 +60,11 @@ def chunk_names(
     if current:
         groups.append(current)
     return groups
+
+
+def fetch(runner: OnnxBackend, feeds: Mapping[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+    """One chunk's tensors from one backend (the chunk is already sized; no further split)."""
+    values: dict[str, np.ndarray] = {}
+    for part in runner.run(feeds, names, max_bytes=1 << 62):
+        values.update(part)
+    return values

@@ -134,26 +134,50 @@ def _table(layers: list[Layer], pairs: list[str], *, numbered_from: int) -> Tabl
     return table
 
 
+def render_verdict(report: Report, console: Console) -> None:
+    """The closing lines alone (--quiet): failed checks, then the first divergence or PASS."""
+    _verdict(report, console)
+
+
+def _checks(report: Report, console: Console) -> None:
+    if len(report.samples) > 1 or report.segmentation is not None:
+        for check in report.checks:
+            mark = "[green]ok[/green]  " if check.passed else "[bold red]FAIL[/bold red]"
+            console.print(f"{mark} {check.id}: {check.message}")
+    if report.segmentation is not None:
+        seg = report.segmentation
+        parts = [f"agreement mIoU {k} {v:.4f} ({seg.changed_pixels.get(k, 0.0):.2%} pixels changed)" for k, v in seg.agreement_miou.items()]
+        parts += [f"mIoU vs labels {k} {v:.4f}" for k, v in seg.label_miou.items()]
+        parts += [f"drop {k} {v:+.4f}" for k, v in seg.miou_drop.items()]
+        console.print("segmentation: " + "; ".join(parts))
+
+
 def _verdict(report: Report, console: Console) -> None:
+    _checks(report, console)
+    failed = report.failed_checks
     first = report.first_divergence
-    if first is None:
-        compared = len(report.layers)
+    if not failed and first is None:
         keys = ", ".join(_pair_keys(report)) or "no pairs"
-        console.print(f"[bold green]PASS[/bold green]: all {compared} compared tensors agree ({keys}).")
+        console.print(f"[bold green]PASS[/bold green]: all {len(report.layers)} compared tensors agree ({keys}).")
         return
-    where = f"module {first.module}" if first.module else "no PyTorch module"
-    console.print(
-        Text.assemble(
-            ("FIRST DIVERGENCE", "bold red"),
+    if first is not None:
+        where = f"module {first.module}" if first.module else "no PyTorch module"
+        console.print(Text.assemble(
+            ("FIRST DIVERGENCE", "bold red" if failed else "bold yellow"),
             f": {first.onnx_node} ({first.op_type}, {where}) on {first.pair}: "
             f"cosine {_cos(first.cosine)}, max-abs {_sci(first.max_abs)}, rel-err {_sci(first.rel_err)}"
             f" ({'; '.join(first.reasons)})",
-        )
-    )
-    others = [s for s in first.suspects if s != first.onnx_node]
-    if others:
-        listed = ", ".join(others[:8]) + (f", … {len(others) - 8} more" if len(others) > 8 else "")
-        console.print(f"suspects: {first.onnx_node}, then {listed}")
+        ))
+        others = [s for s in first.suspects if s != first.onnx_node]
+        if others:
+            listed = ", ".join(others[:8]) + (f", … {len(others) - 8} more" if len(others) > 8 else "")
+            console.print(f"suspects: {first.onnx_node}, then {listed}")
+    if not failed:
+        console.print(f"[bold green]PASS[/bold green]: all {len(report.checks)} checks hold "
+                      "(layers of the first sample are shown, not gated; --per-layer gates them).")
+    elif any(check.scope != "layers" for check in failed):
+        console.print(f"[bold red]FAIL[/bold red]: {len(failed)} of {len(report.checks)} checks failed: "
+                      + ", ".join(check.id for check in failed))
 
 
 def _short_pair(key: str) -> str:
