@@ -238,10 +238,11 @@ def run(**options: Any) -> None:
     """
     from trtdiff.run import run as run_backend
 
+    backend, save, provider = options.pop("backend"), options.pop("save_path"), options.pop("ort_provider")
     common = _common(options)
-    common.pop("save_engine")
-    recording = run_backend(backend=options.pop("backend"), save=options.pop("save_path"),
-                            ort_provider=options.pop("ort_provider"), **common)
+    if common.pop("save_engine"):
+        raise OptionError("--save-engine: use `trtdiff build` to keep an engine; `run` records tensors")
+    recording = run_backend(backend=backend, save=save, ort_provider=provider, **common)
     click.echo(f"recorded {recording.tensors} tensors of {recording.describe} to {recording.path} "
                f"(ONNX sha256 {recording.onnx_sha256[:12]}…); compare with --load {recording.backend}={recording.path}")
 
