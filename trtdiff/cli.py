@@ -179,7 +179,6 @@ def compare(**options: Any) -> None:
     from trtdiff.api import compare as run_compare
     from trtdiff.report import Thresholds
 
-    from trtdiff.gate import GateOptions
 
     json_path = options.pop("json_path")
     show_all = options.pop("show_all")
