@@ -19,17 +19,19 @@ import torch
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, chunk_names, fetch
 from trtdiff.backends.recorded import RecordedBackend, recorded_inputs
 from trtdiff.backends.tensorrt.builder import BuildSettings, input_shapes_from
+from trtdiff.backends.tensorrt.selection import ran_summary, tensorrt_runner
 from trtdiff.backends.torch_backend import TorchCapture, capture as capture_reference
 from trtdiff.gate import GateOptions, GateSample, layer_checks, miou_checks, output_checks, run_samples, samples
 from trtdiff.inputs import make_inputs
-from trtdiff.errors import BackendError, OptionError
+from trtdiff.errors import OptionError
 from trtdiff.localize import first_divergence
 from trtdiff.metrics import compare_tensors
 from trtdiff.onnx_graph import GraphInfo
 from trtdiff.pairing import Pairing, pair
-from trtdiff.prepare import check_new_file, load_source, onnx_feeds, onnx_graph_for, timed
+from trtdiff.prepare import Source, check_new_file, load_source, onnx_feeds, onnx_graph_for, timed
 from trtdiff.report import (
-    Layer, PairingSummary, PairMetrics, Report, TensorRTSummary, ThresholdCheck, Thresholds, pair_key,
+    FirstDivergence, Layer, PairingSummary, PairMetrics, Report, SampleResult, SegmentationSummary, TensorRTSummary,
+    ThresholdCheck, Thresholds, pair_key,
 )
 from trtdiff.store import DEFAULT_MEMORY_BYTES, TensorStore
 
@@ -148,7 +150,7 @@ def compare(
                 runners.append(OnnxRuntimeBackend(graph, provider=ort_provider))
             if "tensorrt" in chosen and "tensorrt" not in load:
                 settings = replace(tensorrt or BuildSettings(), tf32=tf32, input_shapes=input_shapes_from(feeds))
-                trt_runner, trt_summary = _tensorrt(graph, settings, engine_cache, engine_path, "tensorrt" in require)
+                trt_runner, trt_summary = tensorrt_runner(graph, settings, engine_cache, engine_path, "tensorrt" in require)
                 if trt_runner is not None:
                     runners.append(trt_runner)
                 else:
@@ -165,42 +167,19 @@ def compare(
         with timed(timings, "run_and_compare"):
             metrics = _run_and_compare(graph, runners, feeds, capture, pairing, thresholds, chunk_bytes)
         if trt_summary is not None and trt_summary.status != "skipped":
-            trt_summary = _finish_tensorrt(runners)
+            trt_summary = ran_summary(runners)
         layers = _layers(graph, metrics, pairing, capture)
         divergence = first_divergence(layers, graph, pair_order)
         compared = {layer.tensor for layer in layers}
 
-        def random_sample(index: int) -> tuple[np.ndarray, ...]:
-            if index == 0:
-                return tuple(source.feeds.values())
-            built = make_inputs(list(source.input_names), shapes=list(input_shapes), files=[str(f) for f in input_files],
-                                seed=seed + index, dtypes=source.dtypes or {})
-            return tuple(built.values())
-
-        if load:
-            stream = [first]
-        else:
-            stream = [first, *folder] if first is not None and folder is not None else samples(gate, random_sample)
+        stream = _sample_stream(gate, source, first, folder, input_shapes, input_files, seed, bool(load))
         with timed(timings, "samples"):
-            results, segmentation = run_samples(_announced(stream, say, gate.num_samples), graph, source.loaded.module if capture is not None else None,
-                                                  runners, pair_order, thresholds, gate, torch_device, tf32, reference)
-        first_name = results[0].name if results else "input"
-        checks: list[ThresholdCheck] = []
-        if not gate.many or gate.per_layer:
-            where = f"{divergence.onnx_node} ({divergence.op_type})" if divergence else None
-            checks += layer_checks(layers, first_name, pair_order, where)
-        checks += output_checks(results, thresholds, pair_order)
-        if segmentation is not None:
-            checks += miou_checks(results, segmentation, gate, pair_order, reference)
-        elif gate.min_miou is not None or gate.max_miou_drop is not None:
-            raise OptionError("--min-miou: no output has the (N, C, H, W) shape of segmentation scores; drop the option")
+            results, segmentation = run_samples(_announced(stream, say, gate.num_samples), graph,
+                                                source.loaded.module if capture is not None else None, runners,
+                                                pair_order, thresholds, gate, torch_device, tf32, reference)
+        checks = _checks(gate, layers, results, segmentation, thresholds, pair_order, reference, divergence)
         if store.spilled:
             notes.append(f"{store.spilled} reference tensors were spilled to disk (--memory-limit)")
-        failed: dict[str, list[str]] = {}
-        for check in checks:
-            for name in check.failing_samples:
-                failed.setdefault(name, []).append(check.id)
-        results = [replace(r, failed=tuple(failed.get(r.name, ()))) for r in results]
         return Report(
             passed=all(check.passed for check in checks),
             model=source.loaded.source,
@@ -219,10 +198,53 @@ def compare(
             notes=tuple(notes),
             timings={k: round(v, 4) for k, v in timings.items()},
             tensorrt=trt_summary,
-            samples=tuple(results),
+            samples=_mark_failures(results, checks),
             checks=tuple(checks),
             segmentation=segmentation,
         )
+
+
+def _sample_stream(gate: GateOptions, source: Source, first: GateSample | None, folder: Iterator[GateSample] | None,
+                   input_shapes: Sequence[str], input_files: Sequence[str | Path], seed: int,
+                   recorded: bool) -> Iterable[GateSample]:
+    """The gate's samples: the recorded one, a folder's files, or seeded random inputs (sample 0 = the analysed one)."""
+    if recorded and first is not None:
+        return [first]
+    if first is not None and folder is not None:
+        return [first, *folder]
+
+    def random_sample(index: int) -> tuple[np.ndarray, ...]:
+        if index == 0:
+            return tuple(source.feeds.values())
+        built = make_inputs(list(source.input_names), shapes=list(input_shapes), files=[str(f) for f in input_files],
+                            seed=seed + index, dtypes=source.dtypes or {})
+        return tuple(built.values())
+
+    return samples(gate, random_sample)
+
+
+def _checks(gate: GateOptions, layers: Sequence[Layer], results: Sequence[SampleResult],
+            segmentation: SegmentationSummary | None, thresholds: Thresholds, pairs: Sequence[str], reference: str,
+            divergence: FirstDivergence | None) -> list[ThresholdCheck]:
+    """Every check of this comparison: layers (one sample, or --per-layer), final outputs, mIoU."""
+    checks: list[ThresholdCheck] = []
+    if not gate.many or gate.per_layer:
+        where = f"{divergence.onnx_node} ({divergence.op_type})" if divergence else None
+        checks += layer_checks(layers, results[0].name if results else "input", pairs, where)
+    checks += output_checks(results, thresholds, pairs)
+    if segmentation is not None:
+        checks += miou_checks(results, segmentation, gate, pairs, reference)
+    elif gate.min_miou is not None or gate.max_miou_drop is not None:
+        raise OptionError("--min-miou: no output has the (N, C, H, W) shape of segmentation scores; drop the option")
+    return checks
+
+
+def _mark_failures(results: Sequence[SampleResult], checks: Sequence[ThresholdCheck]) -> tuple[SampleResult, ...]:
+    failed: dict[str, list[str]] = {}
+    for check in checks:
+        for name in check.failing_samples:
+            failed.setdefault(name, []).append(check.id)
+    return tuple(replace(r, failed=tuple(failed.get(r.name, ()))) for r in results)
 
 
 def _announced(stream: Iterable[GateSample], say: Callable[[str], None], total: int | None) -> Iterator[GateSample]:
@@ -254,34 +276,6 @@ def _check_backends(backends: Sequence[str] | None, require: Sequence[str], has_
             raise OptionError("--require torch: MODEL is an ONNX file; give the PyTorch model as MODEL and the file with --onnx")
         chosen = tuple(b for b in chosen if b != "torch")
     return chosen
-
-
-def _tensorrt(graph: GraphInfo, settings: BuildSettings, engine_cache: str | Path | None, engine_path: Path | None,
-              required: bool) -> tuple[OnnxBackend | None, TensorRTSummary]:
-    """A runnable TensorRT backend, or None and the one-line reason it was skipped."""
-    from trtdiff.backends.tensorrt import probe
-    from trtdiff.backends.tensorrt.summary import skipped
-
-    found = probe()
-    if not found.can_run:
-        reason = found.reason or "unknown"
-        if required:
-            raise BackendError(f"--require tensorrt: TensorRT cannot run here: {reason}")
-        return None, skipped(reason, found.info.describe() if found.info else None)
-    from trtdiff.backends.tensorrt import TensorRTBackend
-
-    settings.validate()
-    runner = TensorRTBackend(graph, settings, cache_dir=Path(engine_cache) if engine_cache else None)
-    if engine_path is not None:
-        engine_path.write_bytes(runner.build.plan)
-    return runner, skipped("not run yet")
-
-
-def _finish_tensorrt(runners: Sequence[OnnxBackend]) -> TensorRTSummary:
-    from trtdiff.backends.tensorrt.summary import summarize
-
-    runner = next(r for r in runners if r.name == "tensorrt")
-    return summarize(runner.build, runner.fusion(), status="ran", gpu=runner.gpu.describe())  # type: ignore[attr-defined]
 
 
 def _run_and_compare(
