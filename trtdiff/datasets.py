@@ -197,7 +197,7 @@ def _read_array(path: Path, option: str) -> np.ndarray:
             return np.load(path, allow_pickle=False)
         with np.load(path, allow_pickle=False) as archive:
             arrays = [archive[k] for k in archive.files]
-    except Exception as e:  # numpy raises ValueError, OSError, EOFError, zip errors, ...
+    except Exception as e:  # noqa: BLE001 -- numpy raises ValueError, OSError, EOFError, zip errors, ...
         raise InputError(f"{option} {path}: cannot read it as a numpy array ({_first_line(e)}); save it again with np.save") from None
     if len(arrays) != 1:
         raise InputError(f"{option} {path}: the .npz archive holds {len(arrays)} arrays, not one input; save one array per file")
@@ -224,7 +224,7 @@ def _read_label(path: Path, hw: tuple[int, int], resize: bool, num_classes: int 
     if path.suffix.lower() == ".npy":
         try:
             mask = np.load(path, allow_pickle=False)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 -- as for input arrays
             raise InputError(f"{option} {path}: cannot read the label array ({_first_line(e)}); save it again with np.save") from None
         mask = mask[0] if mask.ndim == 3 and mask.shape[0] == 1 else mask
         if mask.ndim != 2 or mask.dtype.kind not in "iu":
