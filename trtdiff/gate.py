@@ -10,7 +10,7 @@ Markdown summary.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,7 +67,7 @@ class GateSample:
     label: np.ndarray | None = None
 
 
-def samples(options: GateOptions, random_sample: callable) -> Iterator[GateSample]:  # type: ignore[valid-type]
+def samples(options: GateOptions, random_sample: Callable[[int], tuple[np.ndarray, ...]]) -> Iterator[GateSample]:
     """The samples, read one at a time: a folder's files, N seeded random inputs, or one input."""
     if options.inputs_dir is not None:
         from trtdiff.datasets import iter_samples
@@ -232,7 +232,7 @@ def _worst(values: Sequence[tuple[str, float]], pick) -> tuple[str | None, float
 
 
 def run_samples(
-    stream, graph: GraphInfo, module: torch.nn.Module | None, runners: Sequence[OnnxBackend],  # noqa: ANN001
+    stream: Iterable[GateSample], graph: GraphInfo, module: torch.nn.Module | None, runners: Sequence[OnnxBackend],
     pairs: Sequence[str], thresholds: Thresholds, gate: GateOptions, torch_device: str, tf32: bool, reference: str,
 ) -> tuple[list[SampleResult], SegmentationSummary | None]:
     """Final outputs of every backend on every sample, compared per pair, with mIoU for segmentation."""
