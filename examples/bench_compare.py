@@ -8,11 +8,8 @@ Each configuration runs in a fresh process, so peak RSS (ru_maxrss) is its own.
 from __future__ import annotations
 
 import argparse
-import json
-import resource
 import subprocess
 import sys
-import time
 
 CHILD = """
 import json, resource, sys, time

@@ -12,7 +12,6 @@ import torch
 
 import trtdiff
 from trtdiff.examples.deeplabv3plus import deeplabv3plus_resnet
-from trtdiff.report import Thresholds
 
 
 def main() -> None:
