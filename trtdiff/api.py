@@ -153,7 +153,7 @@ def compare(
                 trt_runner, trt_summary = tensorrt_runner(graph, settings, engine_cache, engine_path, "tensorrt" in require)
                 if trt_runner is not None:
                     runners.append(trt_runner)
-                else:
+                elif trt_summary is not None:
                     notes.append(f"TensorRT skipped: {trt_summary.reason}")
         backends_run = (("torch",) if capture is not None else ()) + tuple(r.name for r in runners)
         if len(backends_run) < 2:
@@ -166,8 +166,7 @@ def compare(
         say(f"running {', '.join(r.name for r in runners)} and comparing every layer")
         with timed(timings, "run_and_compare"):
             metrics = _run_and_compare(graph, runners, feeds, capture, pairing, thresholds, chunk_bytes)
-        if trt_summary is not None and trt_summary.status != "skipped":
-            trt_summary = ran_summary(runners)
+        trt_summary = ran_summary(runners) or trt_summary
         layers = _layers(graph, metrics, pairing, capture)
         divergence = first_divergence(layers, graph, pair_order)
         compared = {layer.tensor for layer in layers}

@@ -13,8 +13,8 @@ from trtdiff.report import TensorRTSummary
 
 
 def tensorrt_runner(graph: GraphInfo, settings: BuildSettings, engine_cache: str | Path | None, engine_path: Path | None,
-              required: bool) -> tuple[OnnxBackend | None, TensorRTSummary]:
-    """A runnable TensorRT backend, or None and the one-line reason it was skipped."""
+              required: bool) -> tuple[OnnxBackend | None, TensorRTSummary | None]:
+    """(a runnable TensorRT backend, None), or (None, a summary with the one-line reason it was skipped)."""
     from trtdiff.backends.tensorrt import probe
     from trtdiff.backends.tensorrt.summary import skipped
 
@@ -30,11 +30,15 @@ def tensorrt_runner(graph: GraphInfo, settings: BuildSettings, engine_cache: str
     runner = TensorRTBackend(graph, settings, cache_dir=Path(engine_cache) if engine_cache else None)
     if engine_path is not None:
         engine_path.write_bytes(runner.build.plan)
-    return runner, skipped("not run yet")
+    return runner, None
 
 
-def ran_summary(runners: Sequence[OnnxBackend]) -> TensorRTSummary:
+def ran_summary(runners: Sequence[OnnxBackend]) -> TensorRTSummary | None:
+    """What the live TensorRT backend among `runners` built and fused, or None if there is none."""
+    from trtdiff.backends.tensorrt import TensorRTBackend
     from trtdiff.backends.tensorrt.summary import summarize
 
-    runner = next(r for r in runners if r.name == "tensorrt")
+    runner = next((r for r in runners if isinstance(r, TensorRTBackend)), None)
+    if runner is None:
+        return None
     return summarize(runner.build, runner.fusion(), status="ran", gpu=runner.gpu.describe())  # type: ignore[attr-defined]
