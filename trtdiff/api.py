@@ -155,6 +155,8 @@ def compare(
                     runners.append(trt_runner)
                 elif trt_summary is not None:
                     notes.append(f"TensorRT skipped: {trt_summary.reason}")
+                    if engine_path is not None:
+                        notes.append(f"--save-engine {engine_path}: nothing written; `trtdiff build` builds without running")
         backends_run = (("torch",) if capture is not None else ()) + tuple(r.name for r in runners)
         if len(backends_run) < 2:
             raise OptionError(
