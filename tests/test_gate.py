@@ -106,3 +106,15 @@ def test_images_and_labels_from_folders(tmp_path) -> None:  # noqa: ANN001
 def test_bad_gate_options(gate: GateOptions, message: str) -> None:
     with pytest.raises(OptionError, match=message):
         gate.validate()
+
+
+def test_label_with_a_class_the_model_lacks_names_the_file(tmp_path) -> None:  # noqa: ANN001
+    images, labels = tmp_path / "images", tmp_path / "labels"
+    images.mkdir()
+    labels.mkdir()
+    Image.fromarray(np.zeros((64, 64, 3), dtype=np.uint8)).save(images / "odd.png")
+    Image.fromarray(np.full((64, 64), 9, dtype=np.uint8)).save(labels / "odd.png")  # the model has 5 classes
+    result = CliRunner().invoke(main, ["compare", FACTORY, "--inputs", str(images), "--labels", str(labels)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "odd" in lines[0] and "--labels" in lines[0], result.stderr

@@ -18,7 +18,7 @@ import torch
 
 from trtdiff.backends.base import OnnxBackend, fetch
 from trtdiff.backends.torch_backend import run_outputs
-from trtdiff.errors import OptionError
+from trtdiff.errors import InputError, OptionError
 from trtdiff.metrics import compare_tensors
 from trtdiff.onnx_graph import GraphInfo
 from trtdiff.prepare import onnx_feeds
@@ -260,7 +260,10 @@ def run_samples(
                 tally = SegmentationTally(int(values[reference][seg_output].shape[1]), gate.ignore_index)
         agreement = changed = against = {}
         if tally is not None and seg_output:
-            agreement, changed, against = tally.add({b: v[seg_output] for b, v in values.items()}, pairs, sample.label)
+            try:
+                agreement, changed, against = tally.add({b: v[seg_output] for b, v in values.items()}, pairs, sample.label)
+            except InputError as error:
+                raise InputError(f"--labels: the mask of {sample.name}: {error}") from error
         results.append(SampleResult(sample.name, per_output, agreement, changed, against))
     summary = tally.summary(reference) if tally is not None else None
     return results, summary
