@@ -18,12 +18,17 @@ def tensorrt_runner(graph: GraphInfo, settings: BuildSettings, engine_cache: str
     from trtdiff.backends.tensorrt import probe
     from trtdiff.backends.tensorrt.summary import skipped
 
-    found = probe()
-    if not found.can_run:
-        reason = found.reason or "unknown"
+    quick = _without_importing()
+    if quick is not None:
+        reason, version = quick
+    else:
+        found = probe()
+        reason = None if found.can_run else (found.reason or "unknown")
+        version = found.info.describe() if found.info else None
+    if reason is not None:
         if required:
             raise BackendError(f"--require tensorrt: TensorRT cannot run here: {reason}")
-        return None, skipped(reason, found.info.describe() if found.info else None)
+        return None, skipped(reason, version)
     from trtdiff.backends.tensorrt import TensorRTBackend
 
     settings.validate()
@@ -31,6 +36,31 @@ def tensorrt_runner(graph: GraphInfo, settings: BuildSettings, engine_cache: str
     if engine_path is not None:
         engine_path.write_bytes(runner.build.plan)
     return runner, None
+
+
+def _without_importing() -> tuple[str, str | None] | None:
+    """(reason, version) when TensorRT surely cannot run here, found without importing it.
+
+    Importing TensorRT costs seconds and ~100 MB; on a machine with no CUDA GPU, or none of
+    the modules installed, the answer is known from torch and the installed metadata alone.
+    """
+    import importlib.metadata
+    import importlib.util
+
+    import torch
+
+    from trtdiff.backends.tensorrt.importing import INSTALL_HINT, MODULE_CANDIDATES
+
+    present = [name for name in MODULE_CANDIDATES if importlib.util.find_spec(name) is not None]
+    if not present:
+        return f"TensorRT is not installed ({', '.join(MODULE_CANDIDATES)} not found); {INSTALL_HINT}", None
+    if torch.cuda.is_available():
+        return None
+    distributions = importlib.metadata.packages_distributions().get(present[0], [])
+    version = None
+    if distributions:
+        version = f"{distributions[0]} {importlib.metadata.version(distributions[0])} (module {present[0]}, not imported)"
+    return "no CUDA GPU: torch.cuda.is_available() is False; engines can be built here but not executed", version
 
 
 def ran_summary(runners: Sequence[OnnxBackend]) -> TensorRTSummary | None:
