@@ -266,7 +266,10 @@ def build(**options: Any) -> None:
 
     json_path = options.pop("json_path")
     _check_json_path(json_path, kind="build")
-    report = run_build(**_common(options))
+    with _progress(quiet=False) as progress:
+        if progress is not None:
+            progress("exporting and building the TensorRT engine (this can take minutes)")
+        report = run_build(**_common(options))
     render_build(report, Console(highlight=False))
     if json_path:
         Path(json_path).write_text(report.to_json() + "\n")
