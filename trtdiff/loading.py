@@ -8,25 +8,21 @@ modules run code when loaded, so they need an explicit `--trust`.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
-import os
-import re
-import sys
 import warnings
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtdiff.errors import ModelLoadError, OptionError
+from trtdiff.factories import FACTORY_RE, call_factory, cwd_on_path, first_line as _first_line, is_exported_program
 
 if TYPE_CHECKING:
     import torch
 
 _FORMATS_HINT = "give a path to a TorchScript, ExportedProgram, torch.save or .onnx file, or a factory spec pkg.module:function"
-_FACTORY_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 _CHECKPOINT_KEYS = ("state_dict", "model_state_dict", "model", "net")
 
 
@@ -47,10 +43,10 @@ def load_model(spec: str, *, model_class: str | None = None, trust: bool = False
     path = Path(spec)
     if not path.exists():
         if ":" in spec:
-            if not _FACTORY_RE.match(spec):
+            if not FACTORY_RE.match(spec):
                 raise ModelLoadError(f"{spec}: no such file, and not a factory spec of the form pkg.module:function; {_FORMATS_HINT}")
             _refuse_model_class(spec, model_class, "a factory spec")
-            return _from_object(spec, _call_factory(spec, label=spec))
+            return _from_object(spec, call_factory(spec, label=spec))
         raise ModelLoadError(f"{spec}: no such file; {_FORMATS_HINT}")
     if path.is_dir():
         raise ModelLoadError(f"{spec}: is a directory, not a model file; {_FORMATS_HINT}")
@@ -71,13 +67,6 @@ def _refuse_model_class(spec: str, model_class: str | None, what: str) -> None:
     """--model-class only applies to state_dicts; silently ignoring it would hide a mix-up."""
     if model_class is not None:
         raise OptionError(f"--model-class {model_class}: {spec} is {what}, which holds its own model; drop --model-class")
-
-
-def _first_line(exc: BaseException) -> str:
-    """The exception's type and first non-empty message line, short enough for one line."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = (lines[0][:197] + "...") if lines and len(lines[0]) > 200 else (lines[0] if lines else "")
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _detect_format(spec: str, path: Path) -> str:
@@ -193,7 +182,7 @@ def _load_torch_save(spec: str, path: Path, *, model_class: str | None, trust: b
     if model_class is None:
         raise ModelLoadError(f"{spec}: a state_dict holds weights but no model; pass --model-class pkg.mod:Class to build the model it belongs to")
     label = f"--model-class {model_class}"
-    module = _call_factory(model_class, label=label)
+    module = call_factory(model_class, label=label)
     if not isinstance(module, torch.nn.Module) or isinstance(module, torch.jit.ScriptModule):
         raise ModelLoadError(f"{label}: built an object of type {type(module).__name__}, not an eager nn.Module to load the state_dict into")
     _load_state_dict(spec, label, module, state_dict)
@@ -205,7 +194,7 @@ def _load_trusted(spec: str, path: Path) -> Any:
     import torch
 
     try:
-        with _cwd_on_path():
+        with cwd_on_path():
             return torch.load(str(path), map_location="cpu", weights_only=False)
     except (ImportError, AttributeError) as e:
         raise ModelLoadError(
@@ -293,66 +282,11 @@ def _few(keys: list[str], n: int = 3) -> str:
     return f"{shown} and {len(keys) - n} more" if len(keys) > n else shown
 
 
-@contextlib.contextmanager
-def _cwd_on_path() -> Iterator[None]:
-    """Make modules in the current directory importable, as `python -m` would, for one import."""
-    cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    importlib.invalidate_caches()  # files written since the last import must be seen
-    try:
-        yield
-    finally:
-        if added and cwd in sys.path:
-            sys.path.remove(cwd)
-
-
-def _call_factory(spec: str, *, label: str) -> Any:
-    """Import `pkg.mod:attr` from the current directory; call it with no arguments if callable."""
-    import torch
-
-    if not _FACTORY_RE.match(spec):
-        raise ModelLoadError(f"{label}: not of the form pkg.module:ClassOrFunction; name an importable module, a colon, then the class or function")
-    module_name, attr_path = spec.split(":", 1)
-    with _cwd_on_path():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
-                raise ModelLoadError(f"{label}: no module named {e.name!r} importable from {os.getcwd()}; run trtdiff from the directory that holds it") from None
-            raise ModelLoadError(f"{label}: importing {module_name} failed ({_first_line(e)}); install what it imports") from None
-        except Exception as e:  # the user's module may raise anything at import time
-            raise ModelLoadError(f"{label}: importing {module_name} raised {_first_line(e)}; fix the module") from None
-    target: Any = module
-    for part in attr_path.split("."):
-        if not hasattr(target, part):
-            raise ModelLoadError(f"{label}: {module_name} has no attribute {attr_path!r}; check the name after the ':'")
-        target = getattr(target, part)
-    if isinstance(target, torch.nn.Module) or _is_exported_program(target):
-        return target
-    if not callable(target):
-        raise ModelLoadError(f"{label}: {module_name}.{attr_path} is an object of type {type(target).__name__}, not a class or function that builds an nn.Module")
-    try:
-        result = target()
-    except Exception as e:  # the factory's own error, whatever it is
-        raise ModelLoadError(f"{label}: calling {attr_path}() raised {_first_line(e)}; fix it so that it builds the model when called with no arguments") from None
-    if not isinstance(result, torch.nn.Module) and not _is_exported_program(result):
-        raise ModelLoadError(f"{label}: {attr_path}() returned an object of type {type(result).__name__}, not an nn.Module; make it return the model")
-    return result
-
-
-def _is_exported_program(obj: Any) -> bool:
-    import torch
-
-    return isinstance(obj, torch.export.ExportedProgram)
-
-
 def from_module(obj: Any, source: str = "<in-memory model>") -> LoadedModel:
     """Wrap a model the caller already has (nn.Module, ScriptModule or ExportedProgram)."""
     import torch
 
-    if not isinstance(obj, torch.nn.Module) and not _is_exported_program(obj):
+    if not isinstance(obj, torch.nn.Module) and not is_exported_program(obj):
         raise ModelLoadError(f"{source}: an object of type {type(obj).__name__} is not a model; pass an nn.Module, ScriptModule or ExportedProgram")
     return _from_object(source, obj)
 
@@ -361,7 +295,7 @@ def _from_object(spec: str, obj: Any) -> LoadedModel:
     """Wrap a loaded module or program in eval mode, with its input names."""
     import torch
 
-    if _is_exported_program(obj):
+    if is_exported_program(obj):
         _refuse_training_graph(spec, obj)
         names = tuple(
             s.arg.name

@@ -1,0 +1,80 @@
+"""Import a model factory (`pkg.module:build`) from the current directory, as `python -m` would.
+
+Used for MODEL given as a factory spec and for --model-class with a state_dict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import re
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from trtdiff.errors import ModelLoadError
+
+FACTORY_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+
+
+def first_line(exc: BaseException) -> str:
+    """The exception's type and first non-empty message line, short enough for one line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = (lines[0][:197] + "...") if lines and len(lines[0]) > 200 else (lines[0] if lines else "")
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def cwd_on_path() -> Iterator[None]:
+    """Make modules in the current directory importable, as `python -m` would, for one import."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    importlib.invalidate_caches()  # files written since the last import must be seen
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def call_factory(spec: str, *, label: str) -> Any:
+    """Import `pkg.mod:attr` from the current directory; call it with no arguments if callable."""
+    import torch
+
+    if not FACTORY_RE.match(spec):
+        raise ModelLoadError(f"{label}: not of the form pkg.module:ClassOrFunction; name an importable module, a colon, then the class or function")
+    module_name, attr_path = spec.split(":", 1)
+    with cwd_on_path():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
+                raise ModelLoadError(f"{label}: no module named {e.name!r} importable from {os.getcwd()}; run trtdiff from the directory that holds it") from None
+            raise ModelLoadError(f"{label}: importing {module_name} failed ({first_line(e)}); install what it imports") from None
+        except Exception as e:  # the user's module may raise anything at import time
+            raise ModelLoadError(f"{label}: importing {module_name} raised {first_line(e)}; fix the module") from None
+    target: Any = module
+    for part in attr_path.split("."):
+        if not hasattr(target, part):
+            raise ModelLoadError(f"{label}: {module_name} has no attribute {attr_path!r}; check the name after the ':'")
+        target = getattr(target, part)
+    if isinstance(target, torch.nn.Module) or is_exported_program(target):
+        return target
+    if not callable(target):
+        raise ModelLoadError(f"{label}: {module_name}.{attr_path} is an object of type {type(target).__name__}, not a class or function that builds an nn.Module")
+    try:
+        result = target()
+    except Exception as e:  # the factory's own error, whatever it is
+        raise ModelLoadError(f"{label}: calling {attr_path}() raised {first_line(e)}; fix it so that it builds the model when called with no arguments") from None
+    if not isinstance(result, torch.nn.Module) and not is_exported_program(result):
+        raise ModelLoadError(f"{label}: {attr_path}() returned an object of type {type(result).__name__}, not an nn.Module; make it return the model")
+    return result
+
+
+def is_exported_program(obj: Any) -> bool:
+    import torch
+
+    return isinstance(obj, torch.export.ExportedProgram)
