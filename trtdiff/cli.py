@@ -174,7 +174,8 @@ def compare(**options: Any) -> None:
 
     MODEL is a TorchScript archive, an ExportedProgram (.pt2), a torch.save file (a state_dict
     with --model-class, or a pickled module with --trust), a factory spec pkg.module:function,
-    or an .onnx file. Exit code 0: all agree; 1: a divergence; 2: bad usage or input.
+    or an .onnx file. Exit code 0: every check holds; 1: a divergence or a failed threshold;
+    2: bad usage or input.
     """
     from trtdiff.api import compare as run_compare
     from trtdiff.report import Thresholds
