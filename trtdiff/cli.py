@@ -49,7 +49,7 @@ class _Cli(click.Group):
 
 
 def _debug(ctx: click.Context) -> bool:
-    return bool(ctx.meta.get("trtdiff.debug")) or "--debug" in sys.argv
+    return bool(ctx.meta.get("trtdiff.debug"))  # meta is shared by the group's and the command's contexts
 
 
 def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:

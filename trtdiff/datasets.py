@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trtdiff.errors import InputError, OptionError
+from trtdiff.errors import InputError, OptionError, describe_error
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PilImage
@@ -186,7 +186,7 @@ def _read_image(path: Path, size: tuple[int, int] | None, option: str) -> np.nda
                 rgb = rgb.resize((size[1], size[0]), Image.Resampling.BILINEAR)
             pixels = np.asarray(rgb, dtype=np.uint8)
     except OSError as e:  # truncated data surfaces only when the pixels are decoded
-        raise InputError(f"{option} {path}: cannot decode the image ({_first_line(e)}); check or re-save the file") from None
+        raise InputError(f"{option} {path}: cannot decode the image ({describe_error(e)}); check or re-save the file") from None
     return (pixels.astype(np.float32) / 255.0).transpose(2, 0, 1)[None]
 
 
@@ -198,7 +198,7 @@ def _read_array(path: Path, option: str) -> np.ndarray:
         with np.load(path, allow_pickle=False) as archive:
             arrays = [archive[k] for k in archive.files]
     except Exception as e:  # noqa: BLE001 -- numpy raises ValueError, OSError, EOFError, zip errors, ...
-        raise InputError(f"{option} {path}: cannot read it as a numpy array ({_first_line(e)}); save it again with np.save") from None
+        raise InputError(f"{option} {path}: cannot read it as a numpy array ({describe_error(e)}); save it again with np.save") from None
     if len(arrays) != 1:
         raise InputError(f"{option} {path}: the .npz archive holds {len(arrays)} arrays, not one input; save one array per file")
     return arrays[0]
@@ -225,7 +225,7 @@ def _read_label(path: Path, hw: tuple[int, int], resize: bool, num_classes: int 
         try:
             mask = np.load(path, allow_pickle=False)
         except Exception as e:  # noqa: BLE001 -- as for input arrays
-            raise InputError(f"{option} {path}: cannot read the label array ({_first_line(e)}); save it again with np.save") from None
+            raise InputError(f"{option} {path}: cannot read the label array ({describe_error(e)}); save it again with np.save") from None
         mask = mask[0] if mask.ndim == 3 and mask.shape[0] == 1 else mask
         if mask.ndim != 2 or mask.dtype.kind not in "iu":
             raise InputError(f"{option} {path}: a label array must be (H, W) integers, got {mask.shape} {mask.dtype}; save the class index per pixel")
@@ -243,7 +243,7 @@ def _read_label(path: Path, hw: tuple[int, int], resize: bool, num_classes: int 
                     image = image.resize((hw[1], hw[0]), Image.Resampling.NEAREST)
                 mask = np.asarray(image)
         except OSError as e:
-            raise InputError(f"{option} {path}: cannot decode the mask ({_first_line(e)}); check or re-save the file") from None
+            raise InputError(f"{option} {path}: cannot decode the mask ({describe_error(e)}); check or re-save the file") from None
     if mask.shape != hw:
         raise InputError(f"{option} {path}: mask size {mask.shape[0]}x{mask.shape[1]} differs from its image's {hw[0]}x{hw[1]}; pass --size HxW or fix the mask")
     mask = mask.astype(np.int64)
@@ -273,9 +273,4 @@ def _open(path: Path, option: str, what: str) -> PilImage:
     try:
         return Image.open(path)
     except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise InputError(f"{option} {path}: cannot read it as {what} ({_first_line(e)}); check or re-save the file") from None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
+        raise InputError(f"{option} {path}: cannot read it as {what} ({describe_error(e)}); check or re-save the file") from None

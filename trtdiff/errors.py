@@ -36,3 +36,21 @@ class ModelRunError(TrtdiffError):
 
 class OptionError(TrtdiffError):
     """An option value is invalid or conflicts with another."""
+
+
+def first_line(what: object, limit: int = 300) -> str:
+    """The first non-empty line of `str(what)`, cut to `limit` characters ("" when there is none).
+
+    Library and backend messages run over many lines; trtdiff's errors quote one.
+    """
+    for line in str(what).splitlines():
+        line = line.strip()
+        if line:
+            return line if len(line) <= limit else line[: limit - 3] + "..."
+    return ""
+
+
+def describe_error(error: BaseException, limit: int = 200) -> str:
+    """'ValueError: its first line', or the type name alone, for messages that quote an exception."""
+    text = first_line(error, limit)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

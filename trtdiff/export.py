@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 import torch
 
-from trtdiff.errors import ExportError, OptionError
+from trtdiff.errors import ExportError, OptionError, first_line
 from trtdiff.loading import LoadedModel
 from trtdiff.onnx_graph import opset_of
 
@@ -72,7 +72,7 @@ def export_onnx(
                 target = loaded.exported_program if loaded.exported_program is not None else loaded.module
                 torch.onnx.export(target, args, str(path), opset_version=opset, input_names=names, dynamo=True)
     except Exception as error:
-        message = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+        message = first_line(error) or type(error).__name__
         hint = "try --exporter dynamo" if chosen == "torchscript" else "try --exporter torchscript (opsets below 18)"
         raise ExportError(f"ONNX export with the {chosen} exporter at opset {opset} failed: {message}; {hint}") from error
     written = opset_of(onnx.load(str(path), load_external_data=False))

@@ -13,16 +13,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from trtdiff.errors import ModelLoadError
+from trtdiff.errors import ModelLoadError, describe_error
 
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
-
-
-def first_line(exc: BaseException) -> str:
-    """The exception's type and first non-empty message line, short enough for one line."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = (lines[0][:197] + "...") if lines and len(lines[0]) > 200 else (lines[0] if lines else "")
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @contextlib.contextmanager
@@ -53,9 +46,9 @@ def call_factory(spec: str, *, label: str) -> Any:
         except ModuleNotFoundError as e:
             if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
                 raise ModelLoadError(f"{label}: no module named {e.name!r} importable from {os.getcwd()}; run trtdiff from the directory that holds it") from None
-            raise ModelLoadError(f"{label}: importing {module_name} failed ({first_line(e)}); install what it imports") from None
+            raise ModelLoadError(f"{label}: importing {module_name} failed ({describe_error(e)}); install what it imports") from None
         except Exception as e:  # the user's module may raise anything at import time
-            raise ModelLoadError(f"{label}: importing {module_name} raised {first_line(e)}; fix the module") from None
+            raise ModelLoadError(f"{label}: importing {module_name} raised {describe_error(e)}; fix the module") from None
     target: Any = module
     for part in attr_path.split("."):
         if not hasattr(target, part):
@@ -68,7 +61,7 @@ def call_factory(spec: str, *, label: str) -> Any:
     try:
         result = target()
     except Exception as e:  # the factory's own error, whatever it is
-        raise ModelLoadError(f"{label}: calling {attr_path}() raised {first_line(e)}; fix it so that it builds the model when called with no arguments") from None
+        raise ModelLoadError(f"{label}: calling {attr_path}() raised {describe_error(e)}; fix it so that it builds the model when called with no arguments") from None
     if not isinstance(result, torch.nn.Module) and not is_exported_program(result):
         raise ModelLoadError(f"{label}: {attr_path}() returned an object of type {type(result).__name__}, not an nn.Module; make it return the model")
     return result

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from trtdiff.errors import InputError, OptionError
+from trtdiff.errors import InputError, OptionError, describe_error
 
 _SHAPE_EXAMPLE = "e.g. 1x3x224x224 or input:1x3x224x224"
 _FILE_KINDS = ".npy, .npz, .pt or .pth"
@@ -56,8 +56,7 @@ def _read(path: Path, what: str, reader: Any) -> Any:
     try:
         return reader()
     except Exception as e:  # numpy and torch raise ValueError, OSError, EOFError, zip errors, ...
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise InputError(f"--input {path}: cannot read it as {what} ({type(e).__name__}: {first[:200]}); save it again") from None
+        raise InputError(f"--input {path}: cannot read it as {what} ({describe_error(e)}); save it again") from None
 
 
 def _from_npz(path: Path) -> dict[str, np.ndarray] | list[np.ndarray]:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtdiff.errors import ModelLoadError, OptionError
-from trtdiff.factories import FACTORY_RE, call_factory, cwd_on_path, first_line as _first_line, is_exported_program
+from trtdiff.errors import ModelLoadError, OptionError, describe_error
+from trtdiff.factories import FACTORY_RE, call_factory, cwd_on_path, is_exported_program
 
 if TYPE_CHECKING:
     import torch
@@ -75,7 +75,7 @@ def _detect_format(spec: str, path: Path) -> str:
         with path.open("rb") as f:
             head = f.read(8)
     except OSError as e:
-        raise ModelLoadError(f"{spec}: cannot be read ({_first_line(e)}); check its permissions") from None
+        raise ModelLoadError(f"{spec}: cannot be read ({describe_error(e)}); check its permissions") from None
     if not head:
         raise ModelLoadError(f"{spec}: the file is empty; save the model again ({_FORMATS_HINT})")
     if head.startswith(b"PK"):
@@ -95,7 +95,7 @@ def _detect_zip(spec: str, path: Path) -> str:
             format_members = [n for n in names if n == "archive_format" or n.endswith("/archive_format")]
             archive_format = archive.read(format_members[0]).strip() if format_members else b""
     except (zipfile.BadZipFile, OSError, EOFError) as e:
-        raise ModelLoadError(f"{spec}: a truncated or corrupt zip archive ({_first_line(e)}); save or copy the model again") from None
+        raise ModelLoadError(f"{spec}: a truncated or corrupt zip archive ({describe_error(e)}); save or copy the model again") from None
     inner = [n.split("/", 1)[1] if "/" in n else n for n in names]
     if archive_format == b"pt2" or any("serialized_exported_program" in n for n in inner):
         return "exported_program"
@@ -114,7 +114,7 @@ def _load_torchscript(spec: str, path: Path) -> LoadedModel:
             warnings.filterwarnings("ignore", message=r"`torch\.jit\.load` is deprecated", category=DeprecationWarning)
             module = torch.jit.load(str(path), map_location="cpu")
     except Exception as e:  # a damaged archive can fail in many ways inside the C++ reader
-        raise ModelLoadError(f"{spec}: cannot load this TorchScript archive ({_first_line(e)}); save it again with torch.jit.save") from None
+        raise ModelLoadError(f"{spec}: cannot load this TorchScript archive ({describe_error(e)}); save it again with torch.jit.save") from None
     return _from_object(spec, module)
 
 
@@ -124,7 +124,7 @@ def _load_exported_program(spec: str, path: Path) -> LoadedModel:
     try:
         program = torch.export.load(str(path))
     except Exception as e:  # deserialization errors come from many layers
-        raise ModelLoadError(f"{spec}: cannot load this ExportedProgram ({_first_line(e)}); save it again with torch.export.save from this torch version") from None
+        raise ModelLoadError(f"{spec}: cannot load this ExportedProgram ({describe_error(e)}); save it again with torch.export.save from this torch version") from None
     return _from_object(spec, program)
 
 
@@ -134,13 +134,13 @@ def _load_onnx(spec: str, path: Path) -> LoadedModel:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # protobuf DecodeError and friends
-        raise ModelLoadError(f"{spec}: not a readable ONNX file ({_first_line(e)}); export the model to ONNX again") from None
+        raise ModelLoadError(f"{spec}: not a readable ONNX file ({describe_error(e)}); export the model to ONNX again") from None
     if not model.HasField("graph") or not model.graph.node:
         raise ModelLoadError(f"{spec}: parses as protobuf but holds no ONNX graph; {_FORMATS_HINT}")
     try:
         onnx.checker.check_model(str(path))
     except Exception as e:  # ValidationError, or missing external data files
-        raise ModelLoadError(f"{spec}: the ONNX checker rejects this model ({_first_line(e)}); export it again") from None
+        raise ModelLoadError(f"{spec}: the ONNX checker rejects this model ({describe_error(e)}); export it again") from None
     initializers = {init.name for init in model.graph.initializer}
     names = tuple(i.name for i in model.graph.input if i.name not in initializers)
     return LoadedModel(kind="onnx", source=spec, module=None, onnx_path=path, input_names=names)
@@ -156,7 +156,7 @@ def _load_torch_save(spec: str, path: Path, *, model_class: str | None, trust: b
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         if "weights only load failed" not in str(e).lower():
-            raise ModelLoadError(f"{spec}: a corrupt or truncated torch.save file ({_first_line(e)}); save it again") from None
+            raise ModelLoadError(f"{spec}: a corrupt or truncated torch.save file ({describe_error(e)}); save it again") from None
         if not trust:
             found = _pickled_globals(path)
             refs = f" (it references {_few(found)})" if found else ""
@@ -166,7 +166,7 @@ def _load_torch_save(spec: str, path: Path, *, model_class: str | None, trust: b
             ) from None
         obj = _load_trusted(spec, path)
     except Exception as e:  # truncated zips and bad pickles surface as RuntimeError, EOFError, ...
-        raise ModelLoadError(f"{spec}: a corrupt or truncated torch.save file ({_first_line(e)}); save it again") from None
+        raise ModelLoadError(f"{spec}: a corrupt or truncated torch.save file ({describe_error(e)}); save it again") from None
 
     if isinstance(obj, torch.nn.Module):
         _refuse_model_class(spec, model_class, "a pickled module")
@@ -198,11 +198,11 @@ def _load_trusted(spec: str, path: Path) -> Any:
             return torch.load(str(path), map_location="cpu", weights_only=False)
     except (ImportError, AttributeError) as e:
         raise ModelLoadError(
-            f"{spec}: unpickling needs code that cannot be imported ({_first_line(e)}); "
+            f"{spec}: unpickling needs code that cannot be imported ({describe_error(e)}); "
             "run from the directory where the model's code is importable, or save a state_dict and use --model-class"
         ) from None
     except Exception as e:  # the file's own code may raise anything
-        raise ModelLoadError(f"{spec}: unpickling failed ({_first_line(e)}); save the model again or save a state_dict") from None
+        raise ModelLoadError(f"{spec}: unpickling failed ({describe_error(e)}); save the model again or save a state_dict") from None
 
 
 def _pickled_globals(path: Path) -> list[str]:
@@ -273,7 +273,7 @@ def _load_state_dict(spec: str, label: str, module: torch.nn.Module, state_dict:
     try:
         module.load_state_dict(state_dict, strict=True)
     except RuntimeError as e:
-        detail = next((line.strip() for line in str(e).splitlines() if "mismatch" in line), _first_line(e))
+        detail = next((line.strip() for line in str(e).splitlines() if "mismatch" in line), describe_error(e))
         raise ModelLoadError(f"{spec}: the state_dict does not fit {label} ({detail}); check the class's constructor defaults") from None
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from trtdiff.errors import OnnxFileError
+from trtdiff.errors import OnnxFileError, first_line
 
 DYNAMO_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 _SHAPE_OPS = frozenset({"Shape", "Size"})
@@ -112,7 +112,7 @@ def load_graph(path: str | Path) -> GraphInfo:
     try:
         model = onnx.load(str(path))
     except Exception as error:  # onnx raises DecodeError, ValueError and others for bad files
-        raise OnnxFileError(f"{path}: not a readable ONNX file ({_first_line(error)}); re-export it or check the file") from error
+        raise OnnxFileError(f"{path}: not a readable ONNX file ({first_line(error, 200) or type(error).__name__}); re-export it or check the file") from error
     if not model.graph.node:
         raise OnnxFileError(f"{path}: the ONNX graph has no nodes; re-export the model")
     return graph_from_model(model, path)
@@ -188,8 +188,3 @@ def _tensor_type(value: onnx.ValueInfoProto) -> TensorType:
     if tensor_type.HasField("shape"):
         shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
     return TensorType(dtype, shape)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0][:200] if text else type(error).__name__

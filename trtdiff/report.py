@@ -227,6 +227,11 @@ class Report:
     schema_version: int = SCHEMA_VERSION
 
     @property
+    def pair_keys(self) -> tuple[str, ...]:
+        """Every backend pair compared on some layer, in the order first seen (reference pairs first)."""
+        return tuple(dict.fromkeys(key for layer in self.layers for key in layer.pairs))
+
+    @property
     def failed_checks(self) -> tuple[ThresholdCheck, ...]:
         return tuple(check for check in self.checks if not check.passed)
 

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names
-from trtdiff.errors import BackendError, OptionError
+from trtdiff.errors import BackendError, OptionError, first_line
 from trtdiff.onnx_graph import GraphInfo
 
 DEFAULT_PROVIDER = "CPUExecutionProvider"
@@ -72,7 +72,7 @@ class OnnxRuntimeBackend:
 
 def _ort_message(error: BaseException, graph: GraphInfo) -> str:
     """ORT's first line, plus the node and op type when an unsupported op is the cause."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    text = first_line(error, limit=10_000) or type(error).__name__
     for node in graph.nodes:
         if node.domain not in ("", "ai.onnx") and node.op_type in text:
             return f"{text[:300]} (node {node.name}, op {node.domain}::{node.op_type}; ONNX Runtime has no kernel for it)"

@@ -19,7 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from trtdiff.errors import ModelRunError, OptionError
+from trtdiff.errors import ModelRunError, OptionError, first_line
 from trtdiff.op_kinds import aten_kind
 from trtdiff.store import TensorStore
 
@@ -177,7 +177,7 @@ def _capture(module: torch.nn.Module, inputs: Mapping[str, np.ndarray], device: 
             result = module(*tensors)
     except Exception as error:
         shapes = ", ".join(f"{name}:{'x'.join(map(str, v.shape))}" for name, v in inputs.items())
-        message = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+        message = first_line(error)
         raise ModelRunError(
             f"the model's forward raised {type(error).__name__}: {message} (inputs {shapes}); "
             "check --input-shape / --input against what the model expects"
@@ -213,7 +213,7 @@ def run_outputs(module: torch.nn.Module, inputs: Sequence[np.ndarray], *, device
         try:
             result = module(*tensors)
         except Exception as error:
-            message = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+            message = first_line(error)
             raise ModelRunError(f"the model's forward raised {type(error).__name__}: {message}; check the inputs") from error
     leaves, _ = tree_flatten(result)
     return [leaf.detach().to("cpu").numpy() for leaf in leaves if isinstance(leaf, torch.Tensor)]

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from trtdiff import __version__
-from trtdiff.render.html_plots import cosine_text, esc, layer_index, miou_text, pair_keys, depth_svg, samples_svg
+from trtdiff.render.html_plots import cosine_text, esc, layer_index, miou_text, depth_svg, samples_svg
 from trtdiff.render.junit import format_value, limit_text
 from trtdiff.report import Report
 
@@ -153,7 +153,7 @@ def _tensorrt(report: Report) -> str:
 
 
 def _layers(report: Report) -> str:
-    pairs = pair_keys(report.layers)
+    pairs = list(report.pair_keys)
     first = report.first_divergence.tensor if report.first_divergence else None
     head = "<tr><th>#</th><th>op</th><th>module</th><th>ONNX node</th><th>shape</th>"
     head += "".join(f"<th>{esc(k)}<br>cosine</th><th>max |Δ|</th><th>rel-err</th>" for k in pairs) + "<th></th></tr>"

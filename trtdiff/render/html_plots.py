@@ -30,7 +30,7 @@ def depth_svg(report: Report) -> str:
     import numpy as np
 
     mpl, figure = _matplotlib()
-    layers, pairs = report.layers, pair_keys(report.layers)
+    layers, pairs = report.layers, list(report.pair_keys)
     x = np.arange(len(layers))
     titles: dict[str, str] = {}
     with mpl.rc_context({**_RC, "svg.hashsalt": "trtdiff-depth"}):
@@ -237,13 +237,6 @@ def _svg(fig: Any, titles: dict[str, str], label: str) -> str:
         return match.group(0) + (f"<title>{esc(found)}</title>" if found else "")
 
     return re.sub(r'<g id="(trtdiff-[\w-]+)">', title, text)
-
-
-def pair_keys(layers: tuple[Layer, ...]) -> list[str]:
-    keys: list[str] = []
-    for layer in layers:
-        keys += [key for key in layer.pairs if key not in keys]
-    return keys
 
 
 def layer_index(report: Report, tensor: str) -> int | None:

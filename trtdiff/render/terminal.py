@@ -20,7 +20,7 @@ NAME_WIDTH = 26
 def render_terminal(report: Report, console: Console, *, show_all: bool = False) -> None:
     """Print `report`: every layer with `show_all`, else up to and including the first divergence."""
     _header(report, console)
-    pairs = _pair_keys(report)
+    pairs = list(report.pair_keys)
     layers = list(report.layers)
     shown = layers
     if not show_all and report.first_divergence is not None:
@@ -90,15 +90,6 @@ def render_build(report: BuildReport, console: Console) -> None:
         console.print(f"[dim]note: {note}[/dim]")
 
 
-def _pair_keys(report: Report) -> list[str]:
-    keys: list[str] = []
-    for layer in report.layers:
-        for key in layer.pairs:
-            if key not in keys:
-                keys.append(key)
-    return keys
-
-
 def _table(layers: list[Layer], pairs: list[str], *, numbered_from: int) -> Table:
     """One row per layer; with several backend pairs the op joins the name to keep 80 columns."""
     many = len(pairs) > 1
@@ -157,7 +148,7 @@ def _verdict(report: Report, console: Console) -> None:
     failed = report.failed_checks
     first = report.first_divergence
     if not failed and first is None:
-        keys = ", ".join(_pair_keys(report)) or "no pairs"
+        keys = ", ".join(report.pair_keys) or "no pairs"
         console.print(f"[bold green]PASS[/bold green]: all {len(report.layers)} compared tensors agree ({keys}).")
         return
     if first is not None:

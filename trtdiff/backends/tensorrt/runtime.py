@@ -23,7 +23,7 @@ from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names
 from trtdiff.backends.tensorrt.builder import BuildResult, BuildSettings, build_engine, make_logger
 from trtdiff.backends.tensorrt.fusion import FusionReport, engine_fusion
 from trtdiff.backends.tensorrt.importing import GpuInfo, import_tensorrt, probe
-from trtdiff.errors import BackendError, InputError
+from trtdiff.errors import BackendError, InputError, first_line
 from trtdiff.onnx_graph import GraphInfo
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class TensorRTBackend:
         check_engine_validity(self._trt, self._runtime, self.build.plan, self.gpu)
         self._engine = self._runtime.deserialize_cuda_engine(self.build.plan)
         if self._engine is None:
-            cause = self._logger.errors[-1].strip().splitlines()[0][:300] if self._logger.errors else "no message"
+            cause = first_line(self._logger.errors[-1]) if self._logger.errors else "no message"
             raise BackendError(f"TensorRT could not load the engine built from {graph.path}: {cause}; "
                                "rebuild it without the engine cache")
         self._context = self._engine.create_execution_context()
@@ -138,7 +138,7 @@ class TensorRTBackend:
                 self._listener.tensors.clear()
             stream = torch.cuda.current_stream(device)
             if not context.execute_async_v3(stream.cuda_stream):
-                cause = self._logger.errors[-1].strip().splitlines()[0][:300] if self._logger.errors else "no message"
+                cause = first_line(self._logger.errors[-1]) if self._logger.errors else "no message"
                 raise BackendError(f"TensorRT failed to run the engine for {self.graph.path}: {cause}")
             stream.synchronize()
         values = {self._reverse[n]: t for n, t in buffers.items() if n in self._reverse}
