@@ -167,7 +167,7 @@ def compare(
         pair_order = [pair_key(a, b) for i, a in enumerate(backends_run) for b in backends_run[i + 1 :]]
         say(f"running {', '.join(r.name for r in runners)} and comparing every layer")
         with timed(timings, "run_and_compare"):
-            metrics = _run_and_compare(graph, runners, feeds, capture, pairing, thresholds, chunk_bytes)
+            metrics, first_outputs = _run_and_compare(graph, runners, feeds, capture, pairing, thresholds, chunk_bytes)
         trt_summary = ran_summary(runners) or trt_summary
         layers = _layers(graph, metrics, pairing, capture)
         divergence = first_divergence(layers, graph, pair_order)
@@ -177,7 +177,8 @@ def compare(
         with timed(timings, "samples"):
             results, segmentation = run_samples(_announced(stream, say, gate.num_samples), graph,
                                                 source.loaded.module if capture is not None else None, runners,
-                                                pair_order, thresholds, gate, torch_device, tf32, reference)
+                                                pair_order, thresholds, gate, torch_device, tf32, reference,
+                                                first_outputs=first_outputs)
         checks = _checks(gate, layers, results, segmentation, thresholds, pair_order, reference, divergence)
         if store.spilled:
             notes.append(f"{store.spilled} reference tensors were spilled to disk (--memory-limit)")
@@ -287,14 +288,24 @@ def _run_and_compare(
     pairing: Pairing | None,
     thresholds: Thresholds,
     chunk_bytes: int,
-) -> dict[str, dict[str, PairMetrics]]:
-    """Run every backend over the same chunks of tensors and compare each chunk as it arrives."""
+) -> tuple[dict[str, dict[str, PairMetrics]], dict[str, dict[str, np.ndarray]] | None]:
+    """Run every backend over the same chunks of tensors and compare each chunk as it arrives.
+
+    Returns the metrics per tensor, and every backend's final outputs (kept for the gate, so
+    the first sample is not run twice), or None where some backend did not return them all.
+    """
     paired = pairing.pairs if pairing is not None else {}
-    wanted = [t for t in graph.node_outputs if t in paired or len(runners) > 1]
+    outputs = list(graph.graph_outputs)
+    wanted = [t for t in graph.node_outputs if t in paired or len(runners) > 1 or t in outputs]
     sizes = {t: n for t in wanted if (n := graph.tensor_type(t).nbytes()) is not None}
     results: dict[str, dict[str, PairMetrics]] = {}
+    kept: dict[str, dict[str, np.ndarray]] = {runner.name: {} for runner in runners}
+    if capture is not None and len(capture.output_keys) == len(outputs):
+        kept["torch"] = {tensor: capture.value(key) for tensor, key in zip(outputs, capture.output_keys, strict=True)}
     for group in chunk_names(wanted, sizes, chunk_bytes):
         values = {runner.name: fetch(runner, feeds, group) for runner in runners}
+        for name, tensors in values.items():
+            kept[name].update((t, v) for t, v in tensors.items() if t in outputs)
         for tensor in group:
             entry: dict[str, PairMetrics] = {}
             if capture is not None and tensor in paired:
@@ -309,7 +320,8 @@ def _run_and_compare(
             if entry:
                 results[tensor] = entry
         del values
-    return results
+    complete = all(set(outputs) <= set(tensors) for tensors in kept.values()) and (capture is None or "torch" in kept)
+    return results, kept if complete else None
 
 
 def _layers(

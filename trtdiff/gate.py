@@ -231,24 +231,40 @@ def _worst(values: Sequence[tuple[str, float]], pick) -> tuple[str | None, float
     return pick(values, key=lambda item: item[1])
 
 
+def _sample_outputs(sample: GateSample, graph: GraphInfo, module: torch.nn.Module | None, runners: Sequence[OnnxBackend],
+                    torch_device: str, tf32: bool) -> dict[str, dict[str, np.ndarray]]:
+    """Every backend's final outputs on one sample, by ONNX output name."""
+    outputs = list(graph.graph_outputs)
+    feeds = onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values)))
+    values: dict[str, dict[str, np.ndarray]] = {}
+    if module is not None:
+        flat = run_outputs(module, sample.values, device=torch_device, tf32=tf32)
+        if len(flat) == len(outputs):
+            values["torch"] = dict(zip(outputs, flat, strict=True))
+    for runner in runners:
+        values[runner.name] = fetch(runner, feeds, outputs)
+    return values
+
+
 def run_samples(
     stream: Iterable[GateSample], graph: GraphInfo, module: torch.nn.Module | None, runners: Sequence[OnnxBackend],
     pairs: Sequence[str], thresholds: Thresholds, gate: GateOptions, torch_device: str, tf32: bool, reference: str,
+    first_outputs: Mapping[str, Mapping[str, np.ndarray]] | None = None,
 ) -> tuple[list[SampleResult], SegmentationSummary | None]:
-    """Final outputs of every backend on every sample, compared per pair, with mIoU for segmentation."""
+    """Final outputs of every backend on every sample, compared per pair, with mIoU for segmentation.
+
+    `first_outputs` (backend -> output tensor -> value) are the first sample's outputs when the
+    layer-by-layer comparison already produced them, so that sample is not run again.
+    """
     outputs = list(graph.graph_outputs)
     results: list[SampleResult] = []
     tally: SegmentationTally | None = None
     seg_output: str | None = None
-    for sample in stream:
-        feeds = onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values)))
-        values: dict[str, dict[str, np.ndarray]] = {}
-        if module is not None:
-            flat = run_outputs(module, sample.values, device=torch_device, tf32=tf32)
-            if len(flat) == len(outputs):
-                values["torch"] = dict(zip(outputs, flat, strict=True))
-        for runner in runners:
-            values[runner.name] = fetch(runner, feeds, outputs)
+    for index, sample in enumerate(stream):
+        if index == 0 and first_outputs is not None:
+            values = {backend: dict(tensors) for backend, tensors in first_outputs.items()}
+        else:
+            values = _sample_outputs(sample, graph, module, runners, torch_device, tf32)
         per_output = {
             tensor: {key: compare_tensors(values[a][tensor], values[b][tensor], thresholds)
                      for key in pairs for a, b in [key.split("~")] if tensor in values.get(a, {}) and tensor in values.get(b, {})}
