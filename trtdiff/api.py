@@ -21,7 +21,9 @@ from trtdiff.backends.recorded import RecordedBackend, recorded_inputs
 from trtdiff.backends.tensorrt.builder import BuildSettings, input_shapes_from
 from trtdiff.backends.tensorrt.selection import ran_summary, tensorrt_runner
 from trtdiff.backends.torch_backend import TorchCapture, capture as capture_reference
-from trtdiff.gate import GateOptions, GateSample, layer_checks, miou_checks, output_checks, run_samples, samples
+from trtdiff.gate import (
+    GateOptions, GateSample, folder_samples, layer_checks, miou_checks, output_checks, random_samples, run_samples,
+)
 from trtdiff.inputs import make_inputs
 from trtdiff.errors import OptionError
 from trtdiff.localize import first_divergence
@@ -105,7 +107,7 @@ def compare(
     load = dict(load or {})
     if load and gate.many:
         raise OptionError("--load: a recording holds one sample; drop --inputs/--num-samples")
-    folder = samples(gate, lambda i: ()) if gate.inputs_dir else None
+    folder = folder_samples(gate) if gate.inputs_dir else None
     first = next(folder) if folder is not None else None
     if load:
         first = GateSample("recorded", tuple(recorded_inputs(load).values()))
@@ -222,7 +224,7 @@ def _sample_stream(gate: GateOptions, source: Source, first: GateSample | None, 
                             seed=seed + index, dtypes=source.dtypes or {})
         return tuple(built.values())
 
-    return samples(gate, random_sample)
+    return random_samples(gate, random_sample)
 
 
 def _checks(gate: GateOptions, layers: Sequence[Layer], results: Sequence[SampleResult],

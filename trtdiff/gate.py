@@ -67,17 +67,19 @@ class GateSample:
     label: np.ndarray | None = None
 
 
-def samples(options: GateOptions, random_sample: Callable[[int], tuple[np.ndarray, ...]]) -> Iterator[GateSample]:
-    """The samples, read one at a time: a folder's files, N seeded random inputs, or one input."""
-    if options.inputs_dir is not None:
-        from trtdiff.datasets import iter_samples
+def folder_samples(options: GateOptions) -> Iterator[GateSample]:
+    """The files of --inputs DIR (with their --labels masks), read one at a time."""
+    from trtdiff.datasets import iter_samples
 
-        for sample in iter_samples(options.inputs_dir, labels=options.labels_dir, mean=options.mean, std=options.std,
-                                   size=options.size, ignore_index=options.ignore_index, option="--inputs"):
-            yield GateSample(sample.name, (sample.image,), sample.label)
-        return
+    for sample in iter_samples(options.inputs_dir, labels=options.labels_dir, mean=options.mean, std=options.std,
+                               size=options.size, ignore_index=options.ignore_index, option="--inputs"):
+        yield GateSample(sample.name, (sample.image,), sample.label)
+
+
+def random_samples(options: GateOptions, make: Callable[[int], tuple[np.ndarray, ...]]) -> Iterator[GateSample]:
+    """--num-samples N inputs made by `make(index)` (one, named "input", without the option)."""
     for index in range(options.num_samples or 1):
-        yield GateSample(f"sample-{index}" if options.many else "input", random_sample(index))
+        yield GateSample(f"sample-{index}" if options.many else "input", make(index))
 
 
 def segmentation_output(shape: Sequence[int]) -> bool:
