@@ -5,25 +5,28 @@ from __future__ import annotations
 import json
 import math
 
-from trtdiff.report import FirstDivergence, Layer, PairingSummary, PairMetrics, Report, Thresholds
+from trtdiff.report import BackendPair, FirstDivergence, Layer, PairingSummary, PairMetrics, Reason, Report, Thresholds
+
+ORT = BackendPair("torch", "onnxruntime")
+NON_FINITE = (Reason("non_finite", 3.0, 0.0),)
 
 
 def _report() -> Report:
     ok = PairMetrics(cosine=1.0, max_abs=1e-7, mean_abs=1e-8, rel_err=2e-7, ref_max_abs=0.5)
     bad = PairMetrics(cosine=float("nan"), max_abs=float("inf"), mean_abs=float("inf"), rel_err=float("inf"),
-                      ref_max_abs=1.0, nan_cand=3, diverged=True, reasons=("non-finite values",))
+                      ref_max_abs=1.0, nan_cand=3, diverged=True, reasons=NON_FINITE)
     layers = (
-        Layer("a", "/a/Conv", "Conv", "a", (1, 2), "float32", {"torch~onnxruntime": ok}, torch_op="aten.convolution.default", pairing="op"),
-        Layer("out", "/Resize", "Resize", None, (1, 2), "float32", {"torch~onnxruntime": bad}, is_output=True),
+        Layer("a", "/a/Conv", "Conv", "a", (1, 2), "float32", {ORT: ok}, torch_op="aten.convolution.default", pairing="op"),
+        Layer("out", "/Resize", "Resize", None, (1, 2), "float32", {ORT: bad}, is_output=True),
     )
     return Report(
         passed=False, model="m.pt", onnx_path=None, opset=13, exporter="torchscript",
         backends=("torch", "onnxruntime"), reference="torch", inputs={"x": (1, 3, 8, 8)},
         thresholds=Thresholds(), layers=layers, not_compared=("/Shape_output_0",),
-        first_divergence=FirstDivergence("out", "/Resize", "Resize", None, "torch~onnxruntime", float("nan"),
-                                         float("inf"), float("inf"), ("non-finite values",), ("/Resize", "/Shape")),
+        first_divergence=FirstDivergence("out", "/Resize", "Resize", None, ORT, float("nan"),
+                                         float("inf"), float("inf"), NON_FINITE, ("/Resize", "/Shape")),
         pairing=PairingSummary(onnx_tensors=3, float_tensors=2, paired_with_torch=2, by_method={"op": 2}),
-        environment={"torch": "2.13.0"}, notes=("a note",), timings={"torch": 0.1},
+        environment={"torch": "2.13.0"}, notes=("a note",), timings={"torch": 0.1}, trtdiff_version="0.1.0",
     )
 
 
@@ -37,6 +40,8 @@ def test_json_round_trip_preserves_everything() -> None:
     assert back.layers[0] == report.layers[0]
     assert math.isnan(back.first_divergence.cosine) and math.isinf(back.first_divergence.max_abs)
     assert back.inputs == {"x": (1, 3, 8, 8)} and back.outputs[0].tensor == "out"
+    assert back.first_divergence.pair == ORT and back.trtdiff_version == "0.1.0"
+    assert json.loads(text)["first_divergence"]["reasons"] == [{"metric": "non_finite", "value": 3.0, "limit": 0.0, "detail": None}]
 
 
 def test_documented_keys_are_present() -> None:

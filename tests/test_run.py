@@ -22,7 +22,7 @@ def test_recorded_onnxruntime_compares_like_a_live_one(tmp_path: Path) -> None:
                                        "--input-shape", SHAPE, "--opset", "10", "--save-onnx", str(onnx_file)])
     assert result.exit_code == 0, result.output
     assert "recorded" in result.stdout and "--load onnxruntime=" in result.stdout
-    replayed = trtdiff.compare(FACTORY, onnx=onnx_file, load={"onnxruntime": recording})
+    replayed = trtdiff.compare(FACTORY, onnx=onnx_file, recordings={"onnxruntime": recording})
     live = trtdiff.compare(FACTORY, onnx=onnx_file, input_shapes=[SHAPE])
     assert replayed.first_divergence == live.first_divergence
     assert [l.tensor for l in replayed.layers] == [l.tensor for l in live.layers]
@@ -33,9 +33,9 @@ def test_a_recording_of_another_onnx_file_is_refused(tmp_path: Path, export_exam
     recording = tmp_path / "ort.npz"
     run(FACTORY, backend="onnxruntime", save=recording, input_shapes=[SHAPE], opset=10)
     with pytest.raises(InputError, match="different ONNX file"):
-        trtdiff.compare(FACTORY, onnx=export_example(13), load={"onnxruntime": recording})
+        trtdiff.compare(FACTORY, onnx=export_example(13), recordings={"onnxruntime": recording})
     with pytest.raises(InputError, match="records backend 'onnxruntime'"):
-        trtdiff.compare(FACTORY, onnx=export_example(13), load={"tensorrt": recording})
+        trtdiff.compare(FACTORY, onnx=export_example(13), recordings={"tensorrt": recording})
 
 
 def test_run_refuses_torch_and_existing_files(tmp_path: Path) -> None:

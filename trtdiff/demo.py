@@ -8,13 +8,17 @@ a Resize at opsets below 11, none at 11 and above.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from trtdiff.api import compare
 from trtdiff.render.terminal import render_terminal
-from trtdiff.report import Report
+from trtdiff.report import BackendPair, Report
+
+if TYPE_CHECKING:
+    import torch
 
 EXAMPLES = {
     "resnet": ("trtdiff.examples.deeplabv3plus", "deeplabv3plus_resnet"),
@@ -22,12 +26,13 @@ EXAMPLES = {
 }
 
 
-def build_example(name: str):  # noqa: ANN201 - returns an nn.Module; torch stays a lazy import
+def build_example(name: str) -> torch.nn.Module:
     """The embedded example model `name`, in eval mode with seeded weights."""
     import importlib
 
     module_name, factory = EXAMPLES[name]
-    return getattr(importlib.import_module(module_name), factory)()
+    model: torch.nn.Module = getattr(importlib.import_module(module_name), factory)()
+    return model
 
 
 def run_demo(example: str, input_shape: str, opsets: Sequence[int], console: Console, *, show_all: bool = False) -> bool:
@@ -45,7 +50,7 @@ def run_demo(example: str, input_shape: str, opsets: Sequence[int], console: Con
         table.add_column(column)
     ok = True
     for opset, report in zip(opsets, reports, strict=True):
-        output = report.outputs[0].pairs.get("torch~onnxruntime") if report.outputs else None
+        output = report.outputs[0].pairs.get(BackendPair("torch", "onnxruntime")) if report.outputs else None
         first = report.first_divergence
         table.add_row(
             str(report.opset),

@@ -1,13 +1,56 @@
-"""Errors a user can act on. Each message says which file or option, what is wrong, what to try.
+"""Errors a user can act on. Each message says which parameter or file, what is wrong, what to try.
 
-The CLI turns every `TrtdiffError` into one line and exit code 2; anything else is a bug.
+The library names its own parameters (`input_shapes`, `save_onnx`); a message marks each
+name with `param(...)`, so a Python caller reads the parameter and the CLI, which renders
+the same error with its flag table, reads the flag (`--input-shape`, `--save-onnx`). The
+CLI turns every `TrtdiffError` into one line and exit code 2; anything else is a bug.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
+_MARK = "\x1f"
+_PARAM = re.compile(f"{_MARK}([A-Za-z_][A-Za-z0-9_]*){_MARK}")
+
+
+def param(name: str) -> str:
+    """`name` marked as a parameter inside a message (rendered as a flag by the CLI)."""
+    return f"{_MARK}{name}{_MARK}"
+
+
+def render_names(text: str, name_of: Callable[[str], str]) -> str:
+    """`text` with every `param(...)` mark replaced by `name_of(parameter)`."""
+    return _PARAM.sub(lambda match: name_of(match.group(1)), text)
+
 
 class TrtdiffError(Exception):
-    """A problem with the user's model, inputs, options or environment (exit code 2)."""
+    """A problem with the user's model, inputs, options or environment (exit code 2).
+
+    With `parameter` (and `value`) the message starts with them: "save_onnx out.onnx: the
+    file exists; ..." in Python, "--save-onnx out.onnx: ..." on the command line.
+    """
+
+    def __init__(self, message: str, *, parameter: str | None = None, value: object = None) -> None:
+        if parameter is not None:
+            head = param(parameter) + ("" if value is None else f" {value}")
+            message = f"{head}: {message}"
+        super().__init__(message)
+        self.parameter = parameter
+        self.value = value
+
+    @property
+    def template(self) -> str:
+        """The message with parameter marks kept (to quote it inside another error)."""
+        return str(self.args[0]) if self.args else ""
+
+    def render(self, name_of: Callable[[str], str] = str) -> str:
+        """The message with each marked parameter written as `name_of(parameter)`."""
+        return render_names(self.template, name_of)
+
+    def __str__(self) -> str:
+        return self.render()
 
 
 class ModelLoadError(TrtdiffError):

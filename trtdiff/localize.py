@@ -10,13 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trtdiff.onnx_graph import GraphInfo
-from trtdiff.report import FirstDivergence, Layer
+from typing import TYPE_CHECKING
+
+from trtdiff.report import FirstDivergence
+
+if TYPE_CHECKING:
+    from trtdiff.onnx_graph import GraphInfo
+    from trtdiff.report import BackendPair, Layer
 
 _NOT_SUSPECT_OPS = {"Constant"}
 
 
-def first_divergence(layers: Sequence[Layer], graph: GraphInfo, pair_order: Sequence[str]) -> FirstDivergence | None:
+def first_divergence(
+    layers: Sequence[Layer], graph: GraphInfo, pair_order: Sequence[BackendPair]
+) -> FirstDivergence | None:
     """The first layer with a diverged pair (pairs tried in `pair_order`), with its suspects."""
     for position, layer in enumerate(layers):
         diverged = [key for key in pair_order if key in layer.pairs and layer.pairs[key].diverged]

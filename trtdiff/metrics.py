@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trtdiff.report import PairMetrics, Thresholds
+from trtdiff.report import PairMetrics, Reason, Thresholds
 
 
 def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Thresholds) -> PairMetrics:
@@ -25,7 +25,7 @@ def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Th
             return PairMetrics(
                 cosine=float("nan"), max_abs=float("inf"), mean_abs=float("inf"), rel_err=float("inf"),
                 ref_max_abs=_finite_max_abs(reference), shape_mismatch=mismatch, diverged=True,
-                reasons=(f"shape {mismatch}",),
+                reasons=(Reason("shape", float("nan"), detail=mismatch),),
             )
     if not _is_float(reference) and not _is_float(candidate):
         return _exact(reference, candidate)
@@ -42,15 +42,15 @@ def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Th
     ref_max_abs = float(np.abs(ref).max()) if ref.size else 0.0
     rel_err = max_abs / ref_max_abs if ref_max_abs > 0 else (0.0 if max_abs == 0 else float("inf"))
     cosine = _cosine(ref, cand)
-    reasons: list[str] = []
+    reasons: list[Reason] = []
     if cosine < thresholds.min_cosine:
-        reasons.append(f"cosine {cosine:.6f} < {thresholds.min_cosine:g}")
+        reasons.append(Reason("cosine", cosine, thresholds.min_cosine))
     if rel_err > thresholds.rtol:
-        reasons.append(f"rel-err {rel_err:.2e} > {thresholds.rtol:g}")
+        reasons.append(Reason("rel_err", rel_err, thresholds.rtol))
     if thresholds.max_abs is not None and max_abs > thresholds.max_abs:
-        reasons.append(f"max-abs {max_abs:.2e} > {thresholds.max_abs:g}")
+        reasons.append(Reason("max_abs", max_abs, thresholds.max_abs))
     if nan_cand != nan_ref or inf_cand != inf_ref:
-        reasons.append(f"non-finite values: reference {nan_ref} NaN/{inf_ref} Inf, candidate {nan_cand} NaN/{inf_cand} Inf")
+        reasons.append(Reason("non_finite", float(nan_cand + inf_cand), float(nan_ref + inf_ref)))
     return PairMetrics(
         cosine=cosine, max_abs=max_abs, mean_abs=mean_abs, rel_err=rel_err, ref_max_abs=ref_max_abs,
         nan_ref=nan_ref, nan_cand=nan_cand, inf_ref=inf_ref, inf_cand=inf_cand,
@@ -72,7 +72,7 @@ def _exact(reference: np.ndarray, candidate: np.ndarray) -> PairMetrics:
     diff = np.abs(reference.astype(np.float64) - candidate.astype(np.float64)).ravel()
     max_abs = float(diff.max()) if diff.size else 0.0
     ref_max_abs = _finite_max_abs(reference)
-    reasons = (f"{mismatches} of {reference.size} elements differ",) if mismatches else ()
+    reasons = (Reason("mismatches", float(mismatches), float(reference.size)),) if mismatches else ()
     return PairMetrics(
         cosine=1.0 if mismatches == 0 else float(1.0 - mismatches / max(reference.size, 1)),
         max_abs=max_abs,

@@ -1,26 +1,38 @@
-"""The steps `compare` and `build` share: load the model, build inputs, get the ONNX file.
+"""The step `compare`, `build` and `run` share: load -> inputs -> export or read ONNX -> open backends.
 
-Kept apart from the pipeline so both commands take exactly the same options the same way.
+`prepare` takes the same `CompareOptions` for all three commands and yields one `Prepared`
+value that the rest of the pipeline reads; the exported file lives in a temporary folder
+until the `with` block ends.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import torch
-
-from trtdiff.errors import InputError, OptionError
-from trtdiff.export import export_onnx
+from trtdiff.backends.factory import choose_backends, open_backends
+from trtdiff.errors import InputError, OptionError, param
 from trtdiff.inputs import make_inputs
 from trtdiff.loading import LoadedModel, from_module, load_model
 from trtdiff.onnx_graph import GraphInfo, load_graph
+from trtdiff.options import DEFAULT_OPSET, CompareOptions, ExportOptions, LoadOptions
 
-DEFAULT_OPSET = 17
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from trtdiff.backends.base import OnnxBackend
+    from trtdiff.backends.torch_backend import TorchCapture
+    from trtdiff.report import TensorRTSummary
+
+Progress = Callable[[str], None]
+# Records the PyTorch reference on the inputs, before export (so a forward that fails says so).
+Capture = Callable[["torch.nn.Module", "Mapping[str, np.ndarray]"], "TorchCapture"]
 
 
 @dataclass(frozen=True)
@@ -31,22 +43,97 @@ class Source:
     given_graph: GraphInfo | None
     feeds: dict[str, np.ndarray]
     input_names: tuple[str, ...] = ()
-    dtypes: dict[str, np.dtype] | None = None
+    dtypes: dict[str, np.dtype] = field(default_factory=dict)
 
     @property
     def has_torch(self) -> bool:
         return self.loaded.kind != "onnx"
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """The model, its inputs, the ONNX graph compared and the backends opened on it."""
+
+    loaded: LoadedModel
+    graph: GraphInfo
+    exporter: str
+    onnx_path: str | None
+    model_feeds: dict[str, np.ndarray]
+    feeds: dict[str, np.ndarray]
+    input_names: tuple[str, ...]
+    dtypes: dict[str, np.dtype]
+    chosen: tuple[str, ...]
+    capture: TorchCapture | None
+    backends: tuple[OnnxBackend, ...]
+    tensorrt: TensorRTSummary | None
+    engine_path: Path | None
+    notes: tuple[str, ...]
+
+    @property
+    def has_torch(self) -> bool:
+        return self.loaded.kind != "onnx"
+
+    @property
+    def inputs(self) -> dict[str, tuple[int, ...]]:
+        """Each model input's shape, as the report states it."""
+        return {name: tuple(int(d) for d in value.shape) for name, value in self.model_feeds.items()}
+
+
+@contextmanager
+def prepare(
+    model: str | Path | torch.nn.Module,
+    options: CompareOptions,
+    *,
+    backends: Sequence[str] | None = None,
+    first_feeds: Mapping[str, np.ndarray] | None = None,
+    capture: Capture | None = None,
+    timings: dict[str, float] | None = None,
+    say: Progress | None = None,
+) -> Iterator[Prepared]:
+    """Load `model`, build its inputs, export it (or read the given file) and open the backends.
+
+    `backends` names the ONNX backends to open (default: those the options choose; "torch" is
+    not opened here). `first_feeds` replaces the inputs built from shapes and files (a data
+    set's first sample). `capture` records the PyTorch reference when "torch" is chosen.
+    """
+    timings = {} if timings is None else timings
+    say = say or (lambda _text: None)
+    save_path = check_new_file(options.export.save_onnx, options.force, "save_onnx")
+    engine_path = check_new_file(options.runtime.save_engine, options.force, "save_engine")
+    say("loading the model")
+    with timed(timings, "load"):
+        source = load_source(model, options.load, options.export.onnx, first_feeds)
+    if backends is None:
+        backends, chosen_notes = choose_backends(options.runtime, source.loaded.kind != "onnx")
+    else:
+        chosen_notes = ()
+    notes: list[str] = list(chosen_notes)
+    recorded = None
+    if capture is not None and "torch" in backends and source.loaded.module is not None:
+        say("running PyTorch, recording every op")
+        with timed(timings, "torch"):
+            recorded = capture(source.loaded.module, source.feeds)
+    with tempfile.TemporaryDirectory(prefix="trtdiff-") as tmp:
+        say("exporting to ONNX" if source.given_graph is None else "reading the ONNX file")
+        with timed(timings, "export"):
+            graph, exporter = onnx_graph_for(source, options.export, save_path, Path(tmp), notes)
+        feeds = onnx_feeds(graph, source.feeds)
+        say("preparing backends (a TensorRT engine build can take minutes)")
+        with timed(timings, "backends"):
+            opened = open_backends(graph, feeds, options.runtime, backends, engine_path)
+        given = source.given_graph.path if source.given_graph is not None else None
+        yield Prepared(
+            loaded=source.loaded, graph=graph, exporter=exporter, onnx_path=str(save_path or given) if save_path or given else None,
+            model_feeds=source.feeds, feeds=feeds, input_names=source.input_names, dtypes=source.dtypes,
+            chosen=tuple(backends), capture=recorded, backends=opened.backends, tensorrt=opened.tensorrt, engine_path=engine_path,
+            notes=(*notes, *opened.notes),
+        )
+
+
 def load_source(
     model: str | Path | torch.nn.Module,
-    *,
-    model_class: str | None,
-    trust: bool,
+    options: LoadOptions,
     onnx: str | Path | None,
-    input_shapes: Sequence[str],
-    input_files: Sequence[str | Path],
-    seed: int,
     first_feeds: Mapping[str, np.ndarray] | None = None,
 ) -> Source:
     """Load MODEL (a file, a factory spec or an nn.Module), the given ONNX file, and the inputs.
@@ -54,12 +141,12 @@ def load_source(
     `first_feeds` replaces the inputs built from shapes and files (a data set's first sample).
     """
     if isinstance(model, (str, Path)):
-        loaded = load_model(str(model), model_class=model_class, trust=trust)
+        loaded = load_model(str(model), model_class=options.model_class, trust=options.trust)
     else:
         loaded = from_module(model)
     if loaded.kind == "onnx":
         if onnx is not None:
-            raise OptionError(f"--onnx {onnx}: MODEL is already an ONNX file; give the PyTorch model as MODEL")
+            raise OptionError("MODEL is already an ONNX file; give the PyTorch model as MODEL", parameter="onnx", value=onnx)
         onnx = loaded.onnx_path
     given = load_graph(onnx) if onnx is not None else None
     names = given.graph_inputs if given is not None else loaded.input_names
@@ -68,14 +155,15 @@ def load_source(
         values = list(first_feeds.values())
         feeds = dict(zip(names, values, strict=True)) if len(names) == len(values) else dict(first_feeds)
         return Source(loaded, given, feeds, tuple(names), dtypes)
-    if given is not None and not input_shapes and not input_files:
-        input_shapes = _static_shapes(given)
-    feeds = make_inputs(list(names), shapes=list(input_shapes), files=[str(f) for f in input_files], seed=seed, dtypes=dtypes)
+    shapes = list(options.input_shapes)
+    if given is not None and not shapes and not options.input_files:
+        shapes = _static_shapes(given)
+    feeds = make_inputs(list(names), shapes=shapes, files=list(options.input_files), seed=options.seed, dtypes=dtypes)
     return Source(loaded, given, feeds, tuple(names), dtypes)
 
 
 def _static_shapes(graph: GraphInfo) -> list[str]:
-    """--input-shape values read from the ONNX file's inputs, when every dimension is fixed."""
+    """input_shapes read from the ONNX file's inputs, when every dimension is fixed."""
     shapes = []
     for name in graph.graph_inputs:
         shape = graph.tensor_type(name).shape
@@ -86,28 +174,32 @@ def _static_shapes(graph: GraphInfo) -> list[str]:
 
 
 def onnx_graph_for(
-    source: Source, *, opset: int | None, exporter: str, save_path: Path | None, folder: Path, notes: list[str]
+    source: Source, options: ExportOptions, save_path: Path | None, folder: Path, notes: list[str]
 ) -> tuple[GraphInfo, str]:
     """The ONNX graph to compare (given, or exported now) and the name of the exporter used."""
-    if source.given_graph is not None:
-        if opset is not None and source.given_graph.opset != opset:
-            notes.append(f"--opset {opset} ignored: the given ONNX file declares opset {source.given_graph.opset}")
-        return source.given_graph, "given"
+    from trtdiff.export import export_onnx
+
+    given, opset = source.given_graph, options.opset
+    if given is not None:
+        if opset is not None and given.opset != opset:
+            notes.append(f"opset {opset} ignored: the given ONNX file declares opset {given.opset}")
+        return given, "given"
     target = save_path if save_path is not None else folder / "model.onnx"
-    result = export_onnx(source.loaded, source.feeds, opset=opset or DEFAULT_OPSET, exporter=exporter, path=target)
+    result = export_onnx(source.loaded, source.feeds, opset=opset or DEFAULT_OPSET, exporter=options.exporter, path=target)
     notes.append(f"exported with the {result.exporter} exporter at opset {result.opset}")
     return load_graph(result.path), result.exporter
 
 
-def check_new_file(path: str | Path | None, force: bool, option: str) -> Path | None:
+def check_new_file(path: str | Path | None, force: bool, parameter: str) -> Path | None:
     """A path trtdiff may write: never an existing file unless `force`, and its folder must exist."""
     if path is None:
         return None
     path = Path(path)
     if path.exists() and not force:
-        raise OptionError(f"{option} {path}: the file exists; choose another path or pass --force to overwrite it")
+        raise OptionError(f"the file exists; choose another path or pass {param('force')} to overwrite it",
+                          parameter=parameter, value=path)
     if not path.parent.is_dir():
-        raise OptionError(f"{option} {path}: folder {path.parent} does not exist; create it first")
+        raise OptionError(f"folder {path.parent} does not exist; create it first", parameter=parameter, value=path)
     return path
 
 
@@ -121,7 +213,7 @@ def onnx_feeds(graph: GraphInfo, feeds: Mapping[str, np.ndarray]) -> dict[str, n
     else:
         raise InputError(
             f"{graph.path}: the ONNX file has inputs {', '.join(graph.graph_inputs)} but the model was given "
-            f"{', '.join(feeds)}; check that --onnx belongs to this model"
+            f"{', '.join(feeds)}; check that {param('onnx')} belongs to this model"
         )
     for name, value in named.items():
         expected = graph.tensor_type(name)
@@ -132,7 +224,7 @@ def onnx_feeds(graph: GraphInfo, feeds: Mapping[str, np.ndarray]) -> dict[str, n
             want = "x".join("?" if d is None else str(d) for d in expected.shape)
             got = "x".join(map(str, value.shape))
             raise InputError(f"input {name}: shape {got} does not fit {graph.path.name}, which expects {want}; "
-                             f"use --input-shape {name}:{want.replace('?', '1')}")
+                             f"use {param('input_shapes')} {name}:{want.replace('?', '1')}")
     return named
 
 

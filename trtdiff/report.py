@@ -9,15 +9,60 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from trtdiff.serialization import from_jsonable, to_jsonable
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+ReasonMetric = Literal["cosine", "rel_err", "max_abs", "non_finite", "shape", "mismatches"]
+CheckScope = Literal["outputs", "layers", "agreement", "labels"]
+CheckMetric = Literal["cosine", "rel_err", "max_abs", "divergence", "miou", "miou_drop"]
+Threshold = Literal["min_cosine", "rtol", "max_abs", "layers", "min_miou", "max_miou_drop"]
+PairingMethod = Literal["op", "scope", "folded", "module", "output"]
+TensorRTStatus = Literal["skipped", "built", "ran"]
+OutputsMode = Literal["all", "unfused", "none"]
+
+# The threshold names as they appear in check ids ("outputs/min-cosine/torch~onnxruntime").
+_THRESHOLD_IDS: dict[str, str] = {
+    "min_cosine": "min-cosine", "rtol": "rtol", "max_abs": "max-abs", "min_miou": "min-miou",
+    "max_miou_drop": "max-miou-drop",
+}
 
 
-def pair_key(reference: str, candidate: str) -> str:
-    """The key of a backend pair in `Layer.pairs`, e.g. "torch~onnxruntime"."""
-    return f"{reference}~{candidate}"
+@dataclass(frozen=True, order=True)
+class BackendPair:
+    """A reference backend and a candidate compared against it; JSON writes it as "torch~onnxruntime"."""
+
+    reference: str
+    candidate: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.reference}~{self.candidate}"
+
+    def __str__(self) -> str:
+        return self.key
+
+    def json_text(self) -> str:
+        return self.key
+
+    @classmethod
+    def parse(cls, key: str) -> BackendPair:
+        """The pair written as "reference~candidate"."""
+        reference, sep, candidate = key.partition("~")
+        if not sep or not reference or not candidate or "~" in candidate:
+            raise ValueError(f"not a backend pair: {key!r} (expected reference~candidate)")
+        return cls(reference, candidate)
+
+    @classmethod
+    def from_json_text(cls, text: str) -> BackendPair:
+        return cls.parse(text)
+
+
+def all_pairs(backends: tuple[str, ...] | list[str]) -> tuple[BackendPair, ...]:
+    """Every pair of `backends`, earlier ones as reference: (a, b, c) -> a~b, a~c, b~c."""
+    return tuple(BackendPair(a, b) for i, a in enumerate(backends) for b in backends[i + 1 :])
 
 
 @dataclass(frozen=True)
@@ -27,6 +72,21 @@ class Thresholds:
     min_cosine: float = 0.9999
     rtol: float = 1e-3
     max_abs: float | None = None
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One reason a tensor counts as diverged: `metric` came out at `value` against `limit`.
+
+    For "non_finite", `value` and `limit` count the candidate's and the reference's NaN/Inf;
+    for "mismatches" (integer tensors), `value` counts differing elements and `limit` all;
+    for "shape", `detail` holds "2x3 vs 3x2".
+    """
+
+    metric: ReasonMetric
+    value: float
+    limit: float | None = None
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,7 +110,7 @@ class PairMetrics:
     mismatches: int | None = None
     shape_mismatch: str | None = None
     diverged: bool = False
-    reasons: tuple[str, ...] = ()
+    reasons: tuple[Reason, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,10 +123,10 @@ class Layer:
     module: str | None
     shape: tuple[int, ...]
     dtype: str
-    pairs: dict[str, PairMetrics]
+    pairs: dict[BackendPair, PairMetrics]
     is_output: bool = False
     torch_op: str | None = None
-    pairing: str | None = None
+    pairing: PairingMethod | None = None
 
     @property
     def diverged(self) -> bool:
@@ -81,11 +141,11 @@ class FirstDivergence:
     onnx_node: str
     op_type: str
     module: str | None
-    pair: str
+    pair: BackendPair
     cosine: float
     max_abs: float
     rel_err: float
-    reasons: tuple[str, ...]
+    reasons: tuple[Reason, ...]
     suspects: tuple[str, ...]
 
 
@@ -100,7 +160,7 @@ class PairingSummary:
     onnx_tensors: int
     float_tensors: int
     paired_with_torch: int
-    by_method: dict[str, int] = field(default_factory=dict)
+    by_method: dict[PairingMethod, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -128,11 +188,11 @@ class TensorRTSummary:
     survives it as debug tensors; "none" returns the final outputs only.
     """
 
-    status: str
+    status: TensorRTStatus
     reason: str | None = None
     version: str | None = None
     gpu: str | None = None
-    outputs_mode: str | None = None
+    outputs_mode: OutputsMode | None = None
     precision: str | None = None
     tf32: bool = False
     flags: tuple[str, ...] = ()
@@ -158,32 +218,51 @@ class SampleResult:
     """
 
     name: str
-    outputs: dict[str, dict[str, PairMetrics]]
-    agreement_miou: dict[str, float] = field(default_factory=dict)
-    changed_pixels: dict[str, float] = field(default_factory=dict)
+    outputs: dict[str, dict[BackendPair, PairMetrics]]
+    agreement_miou: dict[BackendPair, float] = field(default_factory=dict)
+    changed_pixels: dict[BackendPair, float] = field(default_factory=dict)
     label_miou: dict[str, float] = field(default_factory=dict)
     failed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class ThresholdCheck:
-    """One threshold on one backend pair (or backend), over every sample: the CI gate's unit.
+    """One threshold on one backend pair (or one backend, against labels), over every sample.
 
-    `scope` is "outputs" (final outputs), "layers" (every compared layer), "agreement" (mIoU
-    against the reference's argmax) or "labels" (mIoU against ground truth); `worst` is the
-    worst figure seen and `worst_sample` where.
+    The CI gate's unit: a JUnit test case, a line in the Markdown summary. `scope` is
+    "outputs" (final outputs), "layers" (every compared layer), "agreement" (mIoU against the
+    reference's argmax) or "labels" (mIoU against ground truth). `worst` is the worst figure
+    (for mIoU: over all samples) and `worst_sample` where, with `worst_sample_value` its own
+    figure; `compared`/`failed` count samples (layers for the "layers" scope). `id` is the
+    stable name CI systems track, e.g. "outputs/min-cosine/torch~onnxruntime".
     """
 
     id: str
-    metric: str
-    scope: str
-    pair: str
+    scope: CheckScope
+    threshold: Threshold
+    metric: CheckMetric
+    pair: BackendPair | None
+    backend: str | None
     limit: float
     worst: float
     worst_sample: str | None
     passed: bool
     failing_samples: tuple[str, ...] = ()
-    message: str = ""
+    compared: int = 0
+    failed: int = 0
+    worst_sample_value: float | None = None
+
+    @staticmethod
+    def make_id(scope: CheckScope, threshold: Threshold, subject: BackendPair | str) -> str:
+        """The check's stable id: scope, threshold and pair (or backend)."""
+        if threshold == "layers":
+            return f"{scope}/{subject}"
+        return f"{scope}/{_THRESHOLD_IDS[threshold]}/{subject}"
+
+    @property
+    def subject(self) -> str:
+        """The pair key, or the backend for checks against labels."""
+        return str(self.pair) if self.pair is not None else (self.backend or "")
 
 
 @dataclass(frozen=True)
@@ -192,9 +271,9 @@ class SegmentationSummary:
 
     num_classes: int
     ignore_index: int | None
-    agreement_miou: dict[str, float]
-    agreement_per_class: dict[str, tuple[float, ...]]
-    changed_pixels: dict[str, float]
+    agreement_miou: dict[BackendPair, float]
+    agreement_per_class: dict[BackendPair, tuple[float, ...]]
+    changed_pixels: dict[BackendPair, float]
     label_miou: dict[str, float] = field(default_factory=dict)
     label_per_class: dict[str, tuple[float, ...]] = field(default_factory=dict)
     miou_drop: dict[str, float] = field(default_factory=dict)
@@ -224,12 +303,13 @@ class Report:
     samples: tuple[SampleResult, ...] = ()
     checks: tuple[ThresholdCheck, ...] = ()
     segmentation: SegmentationSummary | None = None
+    trtdiff_version: str = "unknown"
     schema_version: int = SCHEMA_VERSION
 
     @property
-    def pair_keys(self) -> tuple[str, ...]:
+    def pairs(self) -> tuple[BackendPair, ...]:
         """Every backend pair compared on some layer, in the order first seen (reference pairs first)."""
-        return tuple(dict.fromkeys(key for layer in self.layers for key in layer.pairs))
+        return tuple(dict.fromkeys(pair for layer in self.layers for pair in layer.pairs))
 
     @property
     def failed_checks(self) -> tuple[ThresholdCheck, ...]:
@@ -271,6 +351,7 @@ class BuildReport:
     saved_engine: str | None = None
     notes: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
+    trtdiff_version: str = "unknown"
 
     def to_json(self) -> str:
         return json.dumps(to_jsonable(self), indent=2, allow_nan=False)

@@ -1,26 +1,25 @@
-"""`trtdiff run`: record every tensor one ONNX backend produces, to compare elsewhere with --load.
+"""`trtdiff run`: record every tensor one ONNX backend produces, to compare elsewhere with recordings.
 
 For a backend that runs where PyTorch does not (an edge device with ONNX Runtime or
-TensorRT): record there, then `trtdiff compare MODEL --onnx FILE --load B=FILE.npz` on a
-machine with the PyTorch model, with the same pairing and reports.
+TensorRT): record there, then compare on a machine with the PyTorch model, giving the ONNX
+file and the recording, with the same pairing and reports.
 """
 
 from __future__ import annotations
 
-import tempfile
-from dataclasses import dataclass, replace
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
+from trtdiff.errors import BackendError, OptionError
+from trtdiff.options import ONNX_BACKENDS, CompareOptions
+from trtdiff.prepare import check_new_file, prepare
 
-from trtdiff.backends.base import OnnxBackend
-from trtdiff.backends.recorded import onnx_digest, record
-from trtdiff.backends.tensorrt.builder import BuildSettings, input_shapes_from
-from trtdiff.errors import OptionError
-from trtdiff.onnx_graph import GraphInfo
-from trtdiff.prepare import check_new_file, load_source, onnx_feeds, onnx_graph_for
-
-RECORDABLE = ("onnxruntime", "tensorrt")
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -38,55 +37,49 @@ class Recording:
 
 def run(
     model: str | Path | torch.nn.Module,
+    options: CompareOptions | None = None,
     *,
     backend: str,
     save: str | Path,
-    force: bool = False,
-    input_shapes: tuple[str, ...] | list[str] = (),
-    input_files: tuple[str | Path, ...] | list[str | Path] = (),
-    seed: int = 0,
-    opset: int | None = None,
-    exporter: str = "auto",
-    onnx: str | Path | None = None,
-    save_onnx: str | Path | None = None,
-    model_class: str | None = None,
-    trust: bool = False,
-    ort_provider: str = "CPUExecutionProvider",
-    tensorrt: BuildSettings | None = None,
-    tf32: bool = False,
-    engine_cache: str | Path | None = None,
+    **fields: Any,
 ) -> Recording:
-    """Run `backend` on the model's ONNX file and record every tensor it returns to `save` (.npz)."""
-    if backend not in RECORDABLE:
-        raise OptionError(f"--backend {backend}: only ONNX backends can be recorded ({', '.join(RECORDABLE)}); "
-                          "the PyTorch reference is captured by compare itself")
-    target = check_new_file(save, force, "--save")
+    """Run `backend` on the model's ONNX file and record every tensor it returns to `save` (.npz).
+
+    Options as for `compare` (the model, export and backend parts are read).
+    """
+    from trtdiff.backends.recorded import onnx_digest, record
+
+    options = (options or CompareOptions()).with_fields(**fields)
+    if backend not in ONNX_BACKENDS:
+        raise OptionError(f"only ONNX backends can be recorded ({', '.join(ONNX_BACKENDS)}); "
+                          "the PyTorch reference is captured by compare itself", parameter="backend", value=backend)
+    if options.runtime.save_engine is not None:
+        raise OptionError("use `trtdiff build` to keep an engine; `run` records tensors", parameter="save_engine")
+    target = check_new_file(save, options.force, "save")
     assert target is not None
     if target.suffix != ".npz":
-        raise OptionError(f"--save {target}: recordings are .npz files; name it {target.with_suffix('.npz').name}")
-    source = load_source(model, model_class=model_class, trust=trust, onnx=onnx, input_shapes=input_shapes,
-                         input_files=input_files, seed=seed)
-    notes: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="trtdiff-") as tmp:
-        graph, _ = onnx_graph_for(source, opset=opset, exporter=exporter, save_path=check_new_file(save_onnx, force, "--save-onnx"),
-                                  folder=Path(tmp), notes=notes)
-        feeds = onnx_feeds(graph, source.feeds)
-        runner = _backend(backend, graph, ort_provider, replace(tensorrt or BuildSettings(), tf32=tf32,
-                                                                 input_shapes=input_shapes_from(feeds)), engine_cache)
-        count = record(runner, graph, feeds, target)
-    return Recording(
-        path=str(target), backend=backend, describe=runner.describe(), tensors=count, onnx_sha256=onnx_digest(graph),
-        onnx_path=str(save_onnx or source.given_graph.path) if (save_onnx or source.given_graph) else None,
-        inputs={name: tuple(int(d) for d in value.shape) for name, value in feeds.items()},
-    )
+        raise OptionError(f"recordings are .npz files; name it {target.with_suffix('.npz').name}",
+                          parameter="save", value=target)
+    options = dataclasses.replace(options, runtime=dataclasses.replace(options.runtime, require=(backend,)))
+    options.export.validate()
+    options.runtime.validate()
+    with _required_by(backend), prepare(model, options, backends=(backend,)) as prepared:
+        runner = prepared.backends[0]
+        count = record(runner, prepared.graph, prepared.feeds, target)
+        return Recording(
+            path=str(target), backend=backend, describe=runner.describe(), tensors=count,
+            onnx_sha256=onnx_digest(prepared.graph), onnx_path=prepared.onnx_path,
+            inputs={name: tuple(int(d) for d in value.shape) for name, value in prepared.feeds.items()},
+        )
 
 
-def _backend(name: str, graph: GraphInfo, ort_provider: str, settings: BuildSettings,
-             engine_cache: str | Path | None) -> OnnxBackend:
-    if name == "onnxruntime":
-        from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
-
-        return OnnxRuntimeBackend(graph, provider=ort_provider)
-    from trtdiff.backends.tensorrt import TensorRTBackend
-
-    return TensorRTBackend(graph, settings, cache_dir=Path(engine_cache) if engine_cache else None)
+@contextmanager
+def _required_by(backend: str) -> Iterator[None]:
+    """A required backend that cannot run is named by the `backend` parameter, which required it."""
+    try:
+        yield
+    except BackendError as error:
+        if error.parameter != "require":
+            raise
+        cause = error.template.split(": ", 1)[-1]
+        raise BackendError(cause, parameter="backend", value=backend) from error

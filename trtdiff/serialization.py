@@ -1,7 +1,8 @@
 """Turn frozen dataclasses into JSON-ready dicts and back, driven by their type hints.
 
 Non-finite floats are not valid JSON: NaN is written as null and infinities as the strings
-"inf" / "-inf", and read back as floats.
+"inf" / "-inf", and read back as floats. A class with a `json_text()` method and a
+`from_json_text(text)` classmethod (a backend pair) is written as that text, as a value or a key.
 """
 
 from __future__ import annotations
@@ -10,17 +11,19 @@ import dataclasses
 import math
 import types
 import typing
-from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 T = TypeVar("T")
 
 
 def to_jsonable(value: Any) -> Any:
     """Recursively convert dataclasses, tuples and floats into plain JSON values."""
+    if hasattr(value, "json_text"):
+        return value.json_text()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
+        return {(k.json_text() if hasattr(k, "json_text") else str(k)): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_jsonable(v) for v in value]
     if isinstance(value, float):
@@ -38,6 +41,14 @@ def from_jsonable(cls: type[T], data: Any) -> T:
 
 def _build(tp: Any, data: Any) -> Any:
     origin = get_origin(tp)
+    if origin is Literal:
+        if data not in get_args(tp):
+            raise ValueError(f"expected one of {', '.join(map(repr, get_args(tp)))}, got {data!r}")
+        return data
+    if isinstance(tp, type) and hasattr(tp, "from_json_text"):
+        if not isinstance(data, str):
+            raise TypeError(f"expected a string for {tp.__name__}, got {data!r}")
+        return tp.from_json_text(data)
     if origin in (typing.Union, types.UnionType):
         args = get_args(tp)
         if data is None and type(None) in args:
@@ -52,6 +63,10 @@ def _build(tp: Any, data: Any) -> Any:
             except (TypeError, ValueError, KeyError) as error:
                 last_error = error
         raise TypeError(f"cannot read {data!r} as {tp}") from last_error
+    if origin in (tuple, list) and not isinstance(data, list):
+        raise TypeError(f"expected an array, got {data!r}")
+    if origin is dict and not isinstance(data, dict):
+        raise TypeError(f"expected an object, got {data!r}")
     if origin is tuple:
         args = get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:

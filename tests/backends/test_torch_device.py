@@ -8,7 +8,7 @@ from torch import nn
 
 import trtdiff
 from trtdiff.errors import OptionError
-from trtdiff.report import Thresholds
+from trtdiff.report import BackendPair, Thresholds
 
 SHAPE = "1x3x64x64"
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU visible to torch (none here)")
@@ -33,6 +33,6 @@ def test_tf32_reference_is_looser_than_fp32(resnet_model: nn.Module) -> None:
     def worst(tf32: bool) -> float:
         report = trtdiff.compare(resnet_model, input_shapes=[SHAPE], opset=13, torch_device="cuda", tf32=tf32,
                                  thresholds=Thresholds(min_cosine=0.0, rtol=1.0))
-        return max(layer.pairs["torch~onnxruntime"].rel_err for layer in report.layers)
+        return max(layer.pairs[BackendPair("torch", "onnxruntime")].rel_err for layer in report.layers)
 
     assert worst(tf32=True) > 10 * worst(tf32=False)

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from trtdiff.backends.base import OnnxBackend
-from trtdiff.backends.tensorrt.builder import BuildSettings
 from trtdiff.errors import BackendError
-from trtdiff.onnx_graph import GraphInfo
-from trtdiff.report import TensorRTSummary
+
+if TYPE_CHECKING:
+    from trtdiff.backends.base import OnnxBackend
+    from trtdiff.onnx_graph import GraphInfo
+    from trtdiff.options import BuildSettings
+    from trtdiff.report import TensorRTSummary
 
 
-def tensorrt_runner(graph: GraphInfo, settings: BuildSettings, engine_cache: str | Path | None, engine_path: Path | None,
-              required: bool) -> tuple[OnnxBackend | None, TensorRTSummary | None]:
+def tensorrt_runner(
+    graph: GraphInfo, settings: BuildSettings, engine_cache: Path | None, engine_path: Path | None, required: bool
+) -> tuple[OnnxBackend | None, TensorRTSummary | None]:
     """(a runnable TensorRT backend, None), or (None, a summary with the one-line reason it was skipped)."""
     from trtdiff.backends.tensorrt import probe
     from trtdiff.backends.tensorrt.summary import skipped
 
     quick = _without_importing()
+    reason: str | None
     if quick is not None:
         reason, version = quick
     else:
@@ -27,12 +32,12 @@ def tensorrt_runner(graph: GraphInfo, settings: BuildSettings, engine_cache: str
         version = found.info.describe() if found.info else None
     if reason is not None:
         if required:
-            raise BackendError(f"--require tensorrt: TensorRT cannot run here: {reason}")
+            raise BackendError(f"TensorRT cannot run here: {reason}", parameter="require", value="tensorrt")
         return None, skipped(reason, version)
     from trtdiff.backends.tensorrt import TensorRTBackend
 
     settings.validate()
-    runner = TensorRTBackend(graph, settings, cache_dir=Path(engine_cache) if engine_cache else None)
+    runner = TensorRTBackend(graph, settings, cache_dir=engine_cache)
     if engine_path is not None:
         engine_path.write_bytes(runner.build.plan)
     return runner, None
@@ -71,4 +76,4 @@ def ran_summary(runners: Sequence[OnnxBackend]) -> TensorRTSummary | None:
     runner = next((r for r in runners if isinstance(r, TensorRTBackend)), None)
     if runner is None:
         return None
-    return summarize(runner.build, runner.fusion(), status="ran", gpu=runner.gpu.describe())  # type: ignore[attr-defined]
+    return summarize(runner.build, runner.fusion(), status="ran", gpu=runner.gpu.describe())

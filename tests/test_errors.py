@@ -1,0 +1,124 @@
+"""trtdiff.errors: parameter marks, their rendering as names or flags, and one-line error quotes."""
+
+from __future__ import annotations
+
+import pytest
+
+from trtdiff.errors import (
+    BackendError,
+    ExportError,
+    InputError,
+    ModelLoadError,
+    ModelRunError,
+    OnnxFileError,
+    OptionError,
+    TrtdiffError,
+    describe_error,
+    first_line,
+    param,
+    render_names,
+)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def test_param_mark_is_not_the_plain_name_but_renders_as_it() -> None:
+    marked = param("input_shapes")
+    assert marked != "input_shapes"
+    assert "input_shapes" in marked
+    assert render_names(f"give {marked} as NxCxHxW", str) == "give input_shapes as NxCxHxW"
+    assert render_names(f"give {marked} as NxCxHxW", _flag) == "give --input-shapes as NxCxHxW"
+
+
+def test_render_names_replaces_every_mark_and_leaves_other_text_alone() -> None:
+    text = f"{param('save_onnx')} and {param('force')} conflict; 50% of a_b stays"
+    assert render_names(text, _flag) == "--save-onnx and --force conflict; 50% of a_b stays"
+    assert render_names("no marks here", _flag) == "no marks here"
+
+
+def test_str_renders_marks_as_plain_parameter_names() -> None:
+    error = OptionError(f"{param('min_cosine')} must be in (0, 1]; got 2")
+    assert str(error) == "min_cosine must be in (0, 1]; got 2"
+    assert "\x1f" not in str(error)
+
+
+def test_render_uses_the_name_of_function_for_flags() -> None:
+    error = InputError(f"{param('input_shapes')} has 3 entries but the model takes 1 input")
+    assert error.render(_flag) == "--input-shapes has 3 entries but the model takes 1 input"
+    assert error.render() == str(error) == "input_shapes has 3 entries but the model takes 1 input"
+
+
+def test_parameter_and_value_prefix_the_message() -> None:
+    error = ExportError("the file exists; pass force=True", parameter="save_onnx", value="out.onnx")
+    assert str(error) == "save_onnx out.onnx: the file exists; pass force=True"
+    assert error.render(_flag) == "--save-onnx out.onnx: the file exists; pass force=True"
+    assert (error.parameter, error.value) == ("save_onnx", "out.onnx")
+
+
+def test_parameter_without_value_prefixes_the_name_only() -> None:
+    error = OptionError("needs a GPU", parameter="require")
+    assert str(error) == "require: needs a GPU"
+    assert error.value is None
+
+
+def test_falsy_value_is_still_written() -> None:
+    assert str(OptionError("must be positive", parameter="seed", value=0)) == "seed 0: must be positive"
+
+
+def test_no_parameter_leaves_the_message_unchanged() -> None:
+    error = BackendError("ONNX Runtime failed")
+    assert str(error) == error.template == "ONNX Runtime failed"
+    assert error.parameter is None
+
+
+def test_template_keeps_the_marks_for_quoting_in_another_error() -> None:
+    inner = InputError("wrong rank", parameter="input_shapes", value="1x3")
+    assert inner.template == f"{param('input_shapes')} 1x3: wrong rank"
+    outer = BackendError(f"cannot run: {inner.template}")
+    assert outer.render(_flag) == "cannot run: --input-shapes 1x3: wrong rank"
+    assert str(outer) == "cannot run: input_shapes 1x3: wrong rank"
+
+
+@pytest.mark.parametrize(
+    "cls", [ModelLoadError, InputError, ExportError, OnnxFileError, BackendError, ModelRunError, OptionError]
+)
+def test_every_user_error_is_a_trtdiff_error(cls: type[TrtdiffError]) -> None:
+    error = cls("x", parameter="opset", value=99)
+    assert isinstance(error, TrtdiffError)
+    assert error.render(_flag) == "--opset 99: x"
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "expected"),
+    [
+        ("one line", 300, "one line"),
+        ("\n\n   second   \nthird", 300, "second"),
+        ("", 300, ""),
+        ("  \n\t\n", 300, ""),
+        ("abcdefghij", 10, "abcdefghij"),
+        ("abcdefghijk", 10, "abcdefg..."),
+    ],
+)
+def test_first_line(text: str, limit: int, expected: str) -> None:
+    assert first_line(text, limit) == expected
+
+
+def test_first_line_of_an_exception_uses_its_message() -> None:
+    assert first_line(RuntimeError("Fail: bad node\n  at line 3")) == "Fail: bad node"
+
+
+def test_first_line_default_limit_is_300() -> None:
+    assert first_line("x" * 300) == "x" * 300
+    assert first_line("x" * 301) == "x" * 297 + "..."
+
+
+def test_describe_error_names_the_type_and_the_first_line() -> None:
+    assert describe_error(ValueError("bad shape\ndetails")) == "ValueError: bad shape"
+    assert describe_error(KeyError()) == "KeyError"
+    assert describe_error(OSError("y" * 50), limit=10) == "OSError: yyyyyyy..."
+
+
+def test_describe_error_renders_trtdiff_marks_as_names() -> None:
+    assert describe_error(OptionError("bad", parameter="rtol")) == "OptionError: rtol: bad"
