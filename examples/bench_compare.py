@@ -39,8 +39,9 @@ def main() -> None:
     args = parser.parse_args()
     for example in args.examples.split(","):
         for opset in args.opsets.split(","):
-            out = subprocess.run([sys.executable, "-c", CHILD, example, args.shape, opset],
-                                 check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, example, args.shape, opset], check=True, capture_output=True, text=True
+            ).stdout
             print(f"{example:12} opset {opset:>2} {args.shape}: {out.strip().splitlines()[-1]}")
 
 

@@ -1,6 +1,6 @@
 """Measure the CUDA reference path: FP32 vs TF32 PyTorch on the GPU against ONNX Runtime on the CPU.
 
-    python examples/bench_cuda_reference.py [--shape 1x3x512x512]
+python examples/bench_cuda_reference.py [--shape 1x3x512x512]
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ def main() -> None:
         seconds = time.perf_counter() - start
         worst = max(layer.pairs["torch~onnxruntime"].rel_err for layer in report.layers)
         first = report.first_divergence
-        print(f"{device:4} tf32={tf32!s:5} passed={report.passed!s:5} worst rel-err {worst:.2e} "
-              f"first divergence {first.onnx_node if first else '-'}  {seconds:.2f}s  timings {report.timings}")
+        print(
+            f"{device:4} tf32={tf32!s:5} passed={report.passed!s:5} worst rel-err {worst:.2e} "
+            f"first divergence {first.onnx_node if first else '-'}  {seconds:.2f}s  timings {report.timings}"
+        )
 
 
 if __name__ == "__main__":

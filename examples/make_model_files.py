@@ -1,11 +1,11 @@
 """Write the embedded DeepLabV3+ in every format `trtdiff compare` loads, to try each one.
 
-    python examples/make_model_files.py out/
-    trtdiff compare out/deeplab_torchscript.pt --opset 10 --input-shape 1x3x128x128
-    trtdiff compare out/deeplab.pt2 --opset 18 --input-shape 1x3x128x128
-    trtdiff compare out/deeplab_state_dict.pt --model-class trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet --input-shape 1x3x128x128
-    trtdiff compare out/deeplab_pickled.pt --trust --input-shape 1x3x128x128
-    trtdiff compare trtdiff.examples.mobilenetv2:deeplabv3plus_mobilenetv2 --opset 13 --input-shape 1x3x128x128
+python examples/make_model_files.py out/
+trtdiff compare out/deeplab_torchscript.pt --opset 10 --input-shape 1x3x128x128
+trtdiff compare out/deeplab.pt2 --opset 18 --input-shape 1x3x128x128
+trtdiff compare out/deeplab_state_dict.pt --model-class trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet --input-shape 1x3x128x128
+trtdiff compare out/deeplab_pickled.pt --trust --input-shape 1x3x128x128
+trtdiff compare trtdiff.examples.mobilenetv2:deeplabv3plus_mobilenetv2 --opset 13 --input-shape 1x3x128x128
 """
 
 from __future__ import annotations

@@ -34,7 +34,9 @@ from trtdiff.examples import shapes
 from trtdiff.segmentation import agreement, argmax_masks, changed_mask, edge_mask, score, share_at_edges
 
 
-def augment(images: torch.Tensor, labels: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def augment(
+    images: torch.Tensor, labels: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random flips and quarter turns of the whole batch: the classes do not depend on orientation."""
     k = int(torch.randint(0, 4, (1,), generator=generator))
     images, labels = torch.rot90(images, k, (2, 3)), torch.rot90(labels, k, (1, 2))
@@ -43,13 +45,17 @@ def augment(images: torch.Tensor, labels: torch.Tensor, generator: torch.Generat
     return images.contiguous(), labels.contiguous()
 
 
-def train(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, epochs: int, batch_size: int, lr: float, seed: int) -> float:
+def train(
+    model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, epochs: int, batch_size: int, lr: float, seed: int
+) -> float:
     """Train with AdamW and a one-cycle schedule; returns the seconds it took."""
     x, y = torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64))
     generator = torch.Generator().manual_seed(seed)
     steps_per_epoch = (len(x) + batch_size - 1) // batch_size
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=epochs * steps_per_epoch, pct_start=0.15)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=lr, total_steps=epochs * steps_per_epoch, pct_start=0.15
+    )
     model.train()
     start = time.perf_counter()
     for epoch in range(epochs):
@@ -66,7 +72,10 @@ def train(model: torch.nn.Module, images: np.ndarray, labels: np.ndarray, epochs
             total += loss.item() * len(batch_x)
             correct += int((logits.argmax(1) == batch_y).sum())
             seen += batch_y.numel()
-        print(f"epoch {epoch + 1:2d}/{epochs}  loss {total / len(x):.4f}  pixel acc {correct / seen:.4f}  {time.perf_counter() - start:6.1f} s", flush=True)
+        print(
+            f"epoch {epoch + 1:2d}/{epochs}  loss {total / len(x):.4f}  pixel acc {correct / seen:.4f}  {time.perf_counter() - start:6.1f} s",
+            flush=True,
+        )
     model.eval()
     return time.perf_counter() - start
 
@@ -78,7 +87,9 @@ def onnx_logits(model: torch.nn.Module, images: np.ndarray, opset: int, folder: 
     path = folder / f"shapes_opset{opset}.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.from_numpy(images),), str(path), opset_version=opset, input_names=["x"], dynamo=False)
+        torch.onnx.export(
+            model, (torch.from_numpy(images),), str(path), opset_version=opset, input_names=["x"], dynamo=False
+        )
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return session.run(None, {"x": images})[0]
 
@@ -89,7 +100,9 @@ def report(model: torch.nn.Module, eval_dir: Path) -> None:
     reference = shapes.predict(model, images)
     torch_score = score(argmax_masks(reference), labels, shapes.NUM_CLASSES)
     print(f"eval set: {len(names)} images from {eval_dir}")
-    print(f"PyTorch        mIoU {torch_score.miou:.4f}  pixel acc {torch_score.pixel_accuracy:.4f}  per class {_classes(torch_score.per_class)}")
+    print(
+        f"PyTorch        mIoU {torch_score.miou:.4f}  pixel acc {torch_score.pixel_accuracy:.4f}  per class {_classes(torch_score.per_class)}"
+    )
     edges = edge_mask(labels, width=1)
     with tempfile.TemporaryDirectory() as tmp:
         for opset in (13, 10):
@@ -117,14 +130,20 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-2)
     parser.add_argument("--seed", type=int, default=0, help="seed of the training data and the weights")
-    parser.add_argument("--eval-seed", type=int, default=1, help="seed of the eval images (differs from --seed: disjoint sets)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads; use 1 if another process keeps a core busy")
+    parser.add_argument(
+        "--eval-seed", type=int, default=1, help="seed of the eval images (differs from --seed: disjoint sets)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch threads; use 1 if another process keeps a core busy"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     images, labels = shapes.make_shapes(args.images, seed=args.seed)
-    print(f"generated {len(images)} training images in {time.perf_counter() - started:.1f} s; pixels per class {shapes.class_counts(labels)}")
+    print(
+        f"generated {len(images)} training images in {time.perf_counter() - started:.1f} s; pixels per class {shapes.class_counts(labels)}"
+    )
     model = shapes.build_shapes_model(seed=args.seed)
     print(f"model: {sum(p.numel() for p in model.parameters())} parameters; torch threads {torch.get_num_threads()}")
     seconds = train(model, images, labels, args.epochs, args.batch_size, args.lr, args.seed)

@@ -38,7 +38,12 @@ def test_opset10_is_pinned_to_the_decoder_resize(report_at: Callable[[int], Repo
     assert not report.passed and report.opset == 10 and report.exporter == "torchscript"
     first = report.first_divergence
     assert first is not None
-    assert (first.onnx_node, first.op_type, first.module, str(first.pair)) == ("/decoder/Resize", "Resize", "decoder", "torch~onnxruntime")
+    assert (first.onnx_node, first.op_type, first.module, str(first.pair)) == (
+        "/decoder/Resize",
+        "Resize",
+        "decoder",
+        "torch~onnxruntime",
+    )
     assert first.suspects[0] == "/decoder/Resize"
     # The ASPP pooling Resize upsamples a 1x1 map, where every coordinate mode agrees.
     aspp = next(layer for layer in report.layers if layer.onnx_node == "/aspp/branches.4/Resize")
@@ -76,14 +81,19 @@ def _set_attribute(node: onnx.NodeProto, name: str, value: object) -> None:
 def test_resize_with_changed_coordinate_mode_is_pinned(
     resnet_model: nn.Module, export_example: Callable[..., Path], tmp_path: Path
 ) -> None:
-    path = _mutated(export_example(13), tmp_path,
-                    lambda m: _set_attribute(_node(m, "/decoder/Resize"), "coordinate_transformation_mode", "asymmetric"))
+    path = _mutated(
+        export_example(13),
+        tmp_path,
+        lambda m: _set_attribute(_node(m, "/decoder/Resize"), "coordinate_transformation_mode", "asymmetric"),
+    )
     report = trtdiff.compare(resnet_model, input_shapes=[SHAPE], onnx=path)
     assert report.exporter == "given" and report.first_divergence is not None
     assert report.first_divergence.onnx_node == "/decoder/Resize"
 
 
-def test_conv_with_scaled_weights_is_pinned(resnet_model: nn.Module, export_example: Callable[..., Path], tmp_path: Path) -> None:
+def test_conv_with_scaled_weights_is_pinned(
+    resnet_model: nn.Module, export_example: Callable[..., Path], tmp_path: Path
+) -> None:
     def scale(model: onnx.ModelProto) -> None:
         weight_name = _node(model, "/backbone/layer3/conv1/Conv").input[1]
         init = next(i for i in model.graph.initializer if i.name == weight_name)
@@ -95,7 +105,9 @@ def test_conv_with_scaled_weights_is_pinned(resnet_model: nn.Module, export_exam
     assert first.cosine > 0.9999  # a pure scale error: only the magnitude rule catches it
 
 
-def test_swapped_activation_is_pinned(resnet_model: nn.Module, export_example: Callable[..., Path], tmp_path: Path) -> None:
+def test_swapped_activation_is_pinned(
+    resnet_model: nn.Module, export_example: Callable[..., Path], tmp_path: Path
+) -> None:
     def swap(model: onnx.ModelProto) -> None:
         node = _node(model, "/backbone/layer2/relu/Relu")  # ReLU module called twice in the block
         node.op_type = "LeakyRelu"
@@ -106,7 +118,9 @@ def test_swapped_activation_is_pinned(resnet_model: nn.Module, export_example: C
     assert first is not None and first.onnx_node == "/backbone/layer2/relu/Relu" and first.op_type == "LeakyRelu"
 
 
-def test_op_onnxruntime_lacks_is_a_backend_error(resnet_model: nn.Module, export_example: Callable[..., Path], tmp_path: Path) -> None:
+def test_op_onnxruntime_lacks_is_a_backend_error(
+    resnet_model: nn.Module, export_example: Callable[..., Path], tmp_path: Path
+) -> None:
     def unknown(model: onnx.ModelProto) -> None:
         node = _node(model, "/backbone/layer1/Add")
         node.domain = "com.example"
@@ -118,7 +132,9 @@ def test_op_onnxruntime_lacks_is_a_backend_error(resnet_model: nn.Module, export
     assert "/backbone/layer1/Add" in str(info.value) and "\n" not in str(info.value)
 
 
-def test_given_onnx_with_other_input_shape_is_refused(resnet_model: nn.Module, export_example: Callable[..., Path]) -> None:
+def test_given_onnx_with_other_input_shape_is_refused(
+    resnet_model: nn.Module, export_example: Callable[..., Path]
+) -> None:
     with pytest.raises(InputError, match="expects 1x3x64x64"):
         trtdiff.compare(resnet_model, input_shapes=["1x3x32x32"], onnx=export_example(13))
 
@@ -142,7 +158,9 @@ def test_save_onnx_keeps_the_file_and_never_overwrites(resnet_model: nn.Module, 
         trtdiff.compare(resnet_model, input_shapes=[SHAPE], opset=13, save_onnx=target)
 
 
-def test_chunked_runs_and_spilled_reference_give_the_same_report(resnet_model: nn.Module, report_at: Callable[[int], Report]) -> None:
+def test_chunked_runs_and_spilled_reference_give_the_same_report(
+    resnet_model: nn.Module, report_at: Callable[[int], Report]
+) -> None:
     small = trtdiff.compare(resnet_model, input_shapes=[SHAPE], opset=10, chunk_bytes=200_000, memory_bytes=100_000)
     assert any("spilled" in note for note in small.notes)
     reference = report_at(10)
@@ -158,7 +176,7 @@ class _TwoInOut(nn.Module):
         self.image = nn.Conv2d(3, 4, 3, padding=1)
         self.mask = nn.Conv2d(1, 4, 1)
 
-    def forward(self, image, mask):  # noqa: ANN001, ANN201 - exercised through the exporter
+    def forward(self, image, mask):
         fused = self.image(image) + self.mask(mask)
         return {"logits": fused, "labels": fused.argmax(dim=1)}
 

@@ -26,7 +26,7 @@ cannot_run = pytest.mark.skipif(FOUND.can_run, reason="checks the skip path; Ten
 
 
 @cannot_run
-def test_compare_skips_tensorrt_with_the_reason(resnet_model) -> None:  # noqa: ANN001
+def test_compare_skips_tensorrt_with_the_reason(resnet_model) -> None:
     report = trtdiff.compare(resnet_model, input_shapes=[SHAPE], opset=13)
     assert report.backends == ("torch", "onnxruntime") and report.passed
     assert report.tensorrt is not None and report.tensorrt.status == "skipped"
@@ -43,7 +43,7 @@ def test_require_tensorrt_exits_2_with_one_line() -> None:
 
 
 @cannot_run
-def test_onnx_model_needs_a_second_onnx_backend(tmp_path: Path, export_example) -> None:  # noqa: ANN001
+def test_onnx_model_needs_a_second_onnx_backend(tmp_path: Path, export_example) -> None:
     result = CliRunner().invoke(main, ["compare", str(export_example(13))])
     assert result.exit_code == 2 and "comparing needs two" in result.stderr
 
@@ -52,8 +52,10 @@ def test_onnx_model_needs_a_second_onnx_backend(tmp_path: Path, export_example) 
 def test_build_reports_the_mark_plan_and_name_map(tmp_path: Path) -> None:
     out = tmp_path / "build.json"
     engine = tmp_path / "model.engine"
-    result = CliRunner().invoke(main, ["build", FACTORY, "--input-shape", SHAPE, "--opset", "13", "--json", str(out),
-                                       "--save-engine", str(engine)])
+    result = CliRunner().invoke(
+        main,
+        ["build", FACTORY, "--input-shape", SHAPE, "--opset", "13", "--json", str(out), "--save-engine", str(engine)],
+    )
     assert result.exit_code == 0, result.output
     assert "51 marked" in result.stdout and "not returned" in result.stdout
     report = BuildReport.from_json(out.read_text())

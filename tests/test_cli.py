@@ -13,6 +13,7 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
+import trtdiff
 from trtdiff.cli import main
 from trtdiff.report import Report
 
@@ -51,7 +52,9 @@ def test_agreement_exits_0_and_output_fits_80_columns_without_colour(tmp_path: P
 
 
 def test_loose_thresholds_turn_the_opset10_divergence_into_a_pass() -> None:
-    code, _, _ = _run("compare", FACTORY, "--opset", "10", "--input-shape", SHAPE, "--min-cosine", "0.99", "--rtol", "0.5")
+    code, _, _ = _run(
+        "compare", FACTORY, "--opset", "10", "--input-shape", SHAPE, "--min-cosine", "0.99", "--rtol", "0.5"
+    )
     assert code == 0
 
 
@@ -123,9 +126,24 @@ def test_given_onnx_file_from_the_command_line(export_example: Callable[..., Pat
 
 
 def test_version_names_tensorrt_and_the_gpu() -> None:
+    import importlib.metadata
+    import importlib.util
+    import platform
+
     code, stdout, _ = _run("--version")
-    assert code == 0 and stdout.startswith("trtdiff ")
-    assert "TensorRT: " in stdout and "GPU: " in stdout
+    lines = stdout.splitlines()
+    assert code == 0 and lines[0] == f"trtdiff {trtdiff.__version__} (Python {platform.python_version()})"
+    try:
+        rtx = importlib.metadata.version("tensorrt-rtx-cu13-bindings")
+    except importlib.metadata.PackageNotFoundError:
+        rtx = None
+    if rtx is not None and importlib.util.find_spec("tensorrt") is None:
+        assert lines[1] == f"TensorRT: tensorrt-rtx {rtx} (module tensorrt_rtx_bindings)"
+    if not torch.cuda.is_available():
+        assert lines[2] == "GPU: none visible to torch"
+        assert lines[3].startswith("cannot run engines: ") and "CUDA" in lines[3]
+    else:
+        assert lines[2].startswith(f"GPU: {torch.cuda.get_device_name(0)}")
 
 
 def test_help_does_not_import_torch_or_tensorrt() -> None:

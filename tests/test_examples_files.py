@@ -32,7 +32,9 @@ def model_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("deeplab_pickled.pt", {"trust": True}),
     ],
 )
-def test_every_format_pairs_every_float_tensor_and_agrees_at_opset13(model_files: Path, name: str, options: dict) -> None:
+def test_every_format_pairs_every_float_tensor_and_agrees_at_opset13(
+    model_files: Path, name: str, options: dict
+) -> None:
     report = trtdiff.compare(model_files / name, input_shapes=["1x3x128x128"], opset=13, **options)
     assert report.passed and report.opset == 13
     assert report.pairing.paired_with_torch == report.pairing.float_tensors
@@ -40,4 +42,9 @@ def test_every_format_pairs_every_float_tensor_and_agrees_at_opset13(model_files
 
 def test_exported_program_at_opset10_still_finds_a_resize(model_files: Path) -> None:
     report = trtdiff.compare(model_files / "deeplab.pt2", input_shapes=["1x3x128x128"], opset=10)
-    assert report.first_divergence is not None and report.first_divergence.op_type == "Resize"
+    resizes = [layer for layer in report.layers if layer.op_type == "Resize"]
+    # ASPP pooling (from 1x1: agrees), the decoder's x4 (to 32x32: the first wrong one), the final x4.
+    assert [layer.shape[-2:] for layer in resizes] == [(16, 16), (32, 32), (128, 128)]
+    assert not resizes[0].diverged and resizes[1].diverged
+    first = report.first_divergence
+    assert first is not None and (first.onnx_node, first.op_type) == (resizes[1].onnx_node, "Resize")

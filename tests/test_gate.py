@@ -20,19 +20,27 @@ ORT = BackendPair("torch", "onnxruntime")
 
 
 @pytest.fixture(scope="module")
-def opset10_gate():  # noqa: ANN201
+def opset10_gate():
     from trtdiff.examples.deeplabv3plus import deeplabv3plus_resnet
 
-    return trtdiff.compare(deeplabv3plus_resnet(), input_shapes=[SHAPE], opset=10,
-                           gate=GateOptions(num_samples=3, min_miou=0.5), thresholds=Thresholds(rtol=1.0))
+    return trtdiff.compare(
+        deeplabv3plus_resnet(),
+        input_shapes=[SHAPE],
+        opset=10,
+        gate=GateOptions(num_samples=3, min_miou=0.5),
+        thresholds=Thresholds(rtol=1.0),
+    )
 
 
-def test_every_sample_is_gated_and_named(opset10_gate) -> None:  # noqa: ANN001
+def test_every_sample_is_gated_and_named(opset10_gate) -> None:
     report = opset10_gate
     assert [s.name for s in report.samples] == ["sample-0", "sample-1", "sample-2"]
     ids = {c.id for c in report.checks}
-    assert {"outputs/min-cosine/torch~onnxruntime", "outputs/rtol/torch~onnxruntime",
-            "agreement/min-miou/torch~onnxruntime"} <= ids
+    assert {
+        "outputs/min-cosine/torch~onnxruntime",
+        "outputs/rtol/torch~onnxruntime",
+        "agreement/min-miou/torch~onnxruntime",
+    } <= ids
     assert not any(c.scope == "layers" for c in report.checks)  # layers are shown, not gated, without --per-layer
     cosine = next(c for c in report.checks if c.id == "outputs/min-cosine/torch~onnxruntime")
     assert not cosine.passed and set(cosine.failing_samples) <= {"sample-0", "sample-1", "sample-2"}
@@ -41,7 +49,7 @@ def test_every_sample_is_gated_and_named(opset10_gate) -> None:  # noqa: ANN001
     assert report.segmentation is not None and 0 < report.segmentation.changed_pixels[ORT] < 0.1
 
 
-def test_exit_code_flips_exactly_at_the_cosine_threshold(opset10_gate) -> None:  # noqa: ANN001
+def test_exit_code_flips_exactly_at_the_cosine_threshold(opset10_gate) -> None:
     worst = next(c for c in opset10_gate.checks if c.id == "outputs/min-cosine/torch~onnxruntime").worst
     common = ["compare", FACTORY, "--input-shape", SHAPE, "--opset", "10", "--num-samples", "3", "--rtol", "1", "-q"]
     at = CliRunner().invoke(main, [*common, "--min-cosine", repr(worst)])
@@ -53,16 +61,26 @@ def test_exit_code_flips_exactly_at_the_cosine_threshold(opset10_gate) -> None: 
 def test_per_layer_gates_the_layers_too() -> None:
     from trtdiff.examples.deeplabv3plus import deeplabv3plus_resnet
 
-    report = trtdiff.compare(deeplabv3plus_resnet(), input_shapes=[SHAPE], opset=10,
-                             gate=GateOptions(num_samples=2, per_layer=True), thresholds=Thresholds(rtol=1.0))
+    report = trtdiff.compare(
+        deeplabv3plus_resnet(),
+        input_shapes=[SHAPE],
+        opset=10,
+        gate=GateOptions(num_samples=2, per_layer=True),
+        thresholds=Thresholds(rtol=1.0),
+    )
     layers = [c for c in report.checks if c.scope == "layers"]
     assert [c.id for c in layers] == ["layers/torch~onnxruntime"]
     diverged = [layer.onnx_node for layer in report.layers if layer.diverged]
     assert diverged and diverged[0] == "/decoder/Resize"  # opset 10's bilinear Resize breaks min-cosine 0.9999
     assert not layers[0].passed and layers[0].failing_samples == ("sample-0",)
     assert (layers[0].failed, layers[0].compared) == (len(diverged), len(report.layers))
-    relaxed = trtdiff.compare(deeplabv3plus_resnet(), input_shapes=[SHAPE], opset=10,
-                              gate=GateOptions(num_samples=2, per_layer=True), thresholds=Thresholds(min_cosine=0.9, rtol=1.0))
+    relaxed = trtdiff.compare(
+        deeplabv3plus_resnet(),
+        input_shapes=[SHAPE],
+        opset=10,
+        gate=GateOptions(num_samples=2, per_layer=True),
+        thresholds=Thresholds(min_cosine=0.9, rtol=1.0),
+    )
     assert [c.passed for c in relaxed.checks if c.scope == "layers"] == [True]
 
 
@@ -74,8 +92,9 @@ def test_segmentation_tally_on_hand_made_masks() -> None:
     candidate = label.copy()
     candidate[0, 2] = 0  # one class-1 pixel becomes class 0
     tally = SegmentationTally(3, ignore_index=None)
-    agreement, changed, against = tally.add({"torch": logits(label), "onnxruntime": logits(candidate)},
-                                            [ORT], label[None])
+    agreement, changed, against = tally.add(
+        {"torch": logits(label), "onnxruntime": logits(candidate)}, [ORT], label[None]
+    )
     # class 0: IoU 4/5, class 1: 3/4, class 2: 8/8
     assert agreement[ORT] == pytest.approx((4 / 5 + 3 / 4 + 1) / 3)
     assert changed[ORT] == pytest.approx(1 / 16)
@@ -84,7 +103,7 @@ def test_segmentation_tally_on_hand_made_masks() -> None:
     assert summary.miou_drop["onnxruntime"] == pytest.approx(1 - (4 / 5 + 3 / 4 + 1) / 3)
 
 
-def test_images_and_labels_from_folders(tmp_path) -> None:  # noqa: ANN001
+def test_images_and_labels_from_folders(tmp_path) -> None:
     images, labels = tmp_path / "images", tmp_path / "labels"
     images.mkdir()
     labels.mkdir()
@@ -92,9 +111,29 @@ def test_images_and_labels_from_folders(tmp_path) -> None:  # noqa: ANN001
     for index in range(2):
         Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(images / f"img{index}.png")
         Image.fromarray(rng.integers(0, 5, (64, 64), dtype=np.uint8)).save(labels / f"img{index}.png")
-    result = CliRunner().invoke(main, ["compare", FACTORY, "--inputs", str(images), "--labels", str(labels), "--opset", "13",
-                                       "--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225",
-                                       "--min-miou", "0.0", "--max-miou-drop", "0.01", "--json", str(tmp_path / "r.json")])
+    result = CliRunner().invoke(
+        main,
+        [
+            "compare",
+            FACTORY,
+            "--inputs",
+            str(images),
+            "--labels",
+            str(labels),
+            "--opset",
+            "13",
+            "--mean",
+            "0.485,0.456,0.406",
+            "--std",
+            "0.229,0.224,0.225",
+            "--min-miou",
+            "0.0",
+            "--max-miou-drop",
+            "0.01",
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = trtdiff.Report.from_json((tmp_path / "r.json").read_text())
     assert [s.name for s in report.samples] == ["img0", "img1"]
@@ -117,7 +156,7 @@ def test_bad_gate_options(gate: GateOptions, message: str) -> None:
         gate.validate()
 
 
-def test_label_with_a_class_the_model_lacks_names_the_file(tmp_path) -> None:  # noqa: ANN001
+def test_label_with_a_class_the_model_lacks_names_the_file(tmp_path) -> None:
     images, labels = tmp_path / "images", tmp_path / "labels"
     images.mkdir()
     labels.mkdir()

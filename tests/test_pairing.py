@@ -21,7 +21,7 @@ from trtdiff.pairing import pair, resolve_scope
 def _ort_values(path: Path, feeds: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
     graph = load_graph(path)
     values: dict[str, np.ndarray] = {}
-    for chunk in OnnxRuntimeBackend(graph).run(dict(zip(graph.graph_inputs, feeds.values())), names):
+    for chunk in OnnxRuntimeBackend(graph).run(dict(zip(graph.graph_inputs, feeds.values(), strict=True)), names):
         values.update(chunk)
     return values
 
@@ -52,7 +52,9 @@ def _check_all_floats_paired_and_equal(module: nn.Module, path: Path, feeds: dic
         (("nosuch",), None),
     ],
 )
-def test_torchscript_scope_names_resolve_to_module_paths(resnet_model: nn.Module, pieces: tuple[str, ...], expected: str | None) -> None:
+def test_torchscript_scope_names_resolve_to_module_paths(
+    resnet_model: nn.Module, pieces: tuple[str, ...], expected: str | None
+) -> None:
     assert resolve_scope(pieces, {n for n, _ in resnet_model.named_modules()}) == expected
 
 

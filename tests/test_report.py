@@ -13,20 +13,51 @@ NON_FINITE = (Reason("non_finite", 3.0, 0.0),)
 
 def _report() -> Report:
     ok = PairMetrics(cosine=1.0, max_abs=1e-7, mean_abs=1e-8, rel_err=2e-7, ref_max_abs=0.5)
-    bad = PairMetrics(cosine=float("nan"), max_abs=float("inf"), mean_abs=float("inf"), rel_err=float("inf"),
-                      ref_max_abs=1.0, nan_cand=3, diverged=True, reasons=NON_FINITE)
+    bad = PairMetrics(
+        cosine=float("nan"),
+        max_abs=float("inf"),
+        mean_abs=float("inf"),
+        rel_err=float("inf"),
+        ref_max_abs=1.0,
+        nan_cand=3,
+        diverged=True,
+        reasons=NON_FINITE,
+    )
     layers = (
-        Layer("a", "/a/Conv", "Conv", "a", (1, 2), "float32", {ORT: ok}, torch_op="aten.convolution.default", pairing="op"),
+        Layer(
+            "a", "/a/Conv", "Conv", "a", (1, 2), "float32", {ORT: ok}, torch_op="aten.convolution.default", pairing="op"
+        ),
         Layer("out", "/Resize", "Resize", None, (1, 2), "float32", {ORT: bad}, is_output=True),
     )
     return Report(
-        passed=False, model="m.pt", onnx_path=None, opset=13, exporter="torchscript",
-        backends=("torch", "onnxruntime"), reference="torch", inputs={"x": (1, 3, 8, 8)},
-        thresholds=Thresholds(), layers=layers, not_compared=("/Shape_output_0",),
-        first_divergence=FirstDivergence("out", "/Resize", "Resize", None, ORT, float("nan"),
-                                         float("inf"), float("inf"), NON_FINITE, ("/Resize", "/Shape")),
+        passed=False,
+        model="m.pt",
+        onnx_path=None,
+        opset=13,
+        exporter="torchscript",
+        backends=("torch", "onnxruntime"),
+        reference="torch",
+        inputs={"x": (1, 3, 8, 8)},
+        thresholds=Thresholds(),
+        layers=layers,
+        not_compared=("/Shape_output_0",),
+        first_divergence=FirstDivergence(
+            "out",
+            "/Resize",
+            "Resize",
+            None,
+            ORT,
+            float("nan"),
+            float("inf"),
+            float("inf"),
+            NON_FINITE,
+            ("/Resize", "/Shape"),
+        ),
         pairing=PairingSummary(onnx_tensors=3, float_tensors=2, paired_with_torch=2, by_method={"op": 2}),
-        environment={"torch": "2.13.0"}, notes=("a note",), timings={"torch": 0.1}, trtdiff_version="0.1.0",
+        environment={"torch": "2.13.0"},
+        notes=("a note",),
+        timings={"torch": 0.1},
+        trtdiff_version="0.1.0",
     )
 
 
@@ -41,13 +72,24 @@ def test_json_round_trip_preserves_everything() -> None:
     assert math.isnan(back.first_divergence.cosine) and math.isinf(back.first_divergence.max_abs)
     assert back.inputs == {"x": (1, 3, 8, 8)} and back.outputs[0].tensor == "out"
     assert back.first_divergence.pair == ORT and back.trtdiff_version == "0.1.0"
-    assert json.loads(text)["first_divergence"]["reasons"] == [{"metric": "non_finite", "value": 3.0, "limit": 0.0, "detail": None}]
+    assert json.loads(text)["first_divergence"]["reasons"] == [
+        {"metric": "non_finite", "value": 3.0, "limit": 0.0, "detail": None}
+    ]
 
 
 def test_documented_keys_are_present() -> None:
     data = _report().to_dict()
     for key in ("passed", "opset", "exporter", "backends", "first_divergence", "layers", "not_compared"):
         assert key in data
-    assert set(data["first_divergence"]) >= {"tensor", "onnx_node", "op_type", "module", "pair", "cosine", "max_abs", "suspects"}
+    assert set(data["first_divergence"]) >= {
+        "tensor",
+        "onnx_node",
+        "op_type",
+        "module",
+        "pair",
+        "cosine",
+        "max_abs",
+        "suspects",
+    }
     assert set(data["layers"][0]) >= {"tensor", "onnx_node", "op_type", "module", "shape", "pairs"}
     assert set(data["layers"][0]["pairs"]) == {"torch~onnxruntime"}

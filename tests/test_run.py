@@ -18,18 +18,33 @@ SHAPE = "1x3x64x64"
 
 def test_recorded_onnxruntime_compares_like_a_live_one(tmp_path: Path) -> None:
     onnx_file, recording = tmp_path / "m.onnx", tmp_path / "ort.npz"
-    result = CliRunner().invoke(main, ["run", FACTORY, "--backend", "onnxruntime", "--save", str(recording),
-                                       "--input-shape", SHAPE, "--opset", "10", "--save-onnx", str(onnx_file)])
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            FACTORY,
+            "--backend",
+            "onnxruntime",
+            "--save",
+            str(recording),
+            "--input-shape",
+            SHAPE,
+            "--opset",
+            "10",
+            "--save-onnx",
+            str(onnx_file),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "recorded" in result.stdout and "--load onnxruntime=" in result.stdout
     replayed = trtdiff.compare(FACTORY, onnx=onnx_file, recordings={"onnxruntime": recording})
     live = trtdiff.compare(FACTORY, onnx=onnx_file, input_shapes=[SHAPE])
     assert replayed.first_divergence == live.first_divergence
-    assert [l.tensor for l in replayed.layers] == [l.tensor for l in live.layers]
+    assert [layer.tensor for layer in replayed.layers] == [layer.tensor for layer in live.layers]
     assert "recorded in ort.npz" in replayed.environment["onnxruntime"]
 
 
-def test_a_recording_of_another_onnx_file_is_refused(tmp_path: Path, export_example) -> None:  # noqa: ANN001
+def test_a_recording_of_another_onnx_file_is_refused(tmp_path: Path, export_example) -> None:
     recording = tmp_path / "ort.npz"
     run(FACTORY, backend="onnxruntime", save=recording, input_shapes=[SHAPE], opset=10)
     with pytest.raises(InputError, match="different ONNX file"):

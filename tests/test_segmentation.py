@@ -38,7 +38,9 @@ def test_iou_known_values() -> None:
     np.testing.assert_allclose(ious, [0.75, 0.8])
     assert mean_iou(PRED, TARGET, 2) == pytest.approx(0.775)
     result = score(PRED, TARGET, 2)
-    assert result == SegmentationScore(miou=pytest.approx(0.775), per_class=(0.75, 0.8), pixel_accuracy=7 / 8, changed_pixels=None)
+    assert result == SegmentationScore(
+        miou=pytest.approx(0.775), per_class=(0.75, 0.8), pixel_accuracy=7 / 8, changed_pixels=None
+    )
 
 
 def test_absent_class_is_nan_and_left_out_of_the_mean() -> None:
@@ -83,7 +85,9 @@ def test_confusion_adds_up_over_batches() -> None:
         (np.zeros((2, 2), int), np.zeros((2, 2), int), 0, None, "num_classes"),
     ],
 )
-def test_confusion_errors(pred: np.ndarray, target: np.ndarray, num_classes: int, ignore: int | None, message: str) -> None:
+def test_confusion_errors(
+    pred: np.ndarray, target: np.ndarray, num_classes: int, ignore: int | None, message: str
+) -> None:
     with pytest.raises(InputError, match=message) as info:
         confusion_matrix(pred, target, num_classes, ignore)
     assert "\n" not in str(info.value)

@@ -64,7 +64,7 @@ def test_shipped_eval_set_is_the_generators_seed_1() -> None:
 
 
 def test_missing_weights_error(tmp_path: Path) -> None:
-    with pytest.raises(ModelLoadError, match="train_shapes.py"):
+    with pytest.raises(ModelLoadError, match=r"train_shapes\.py"):
         shapes.deeplabv3plus_shapes(tmp_path / "none.pt")
     (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ModelLoadError, match=r"bad\.pt: cannot load") as info:
@@ -80,7 +80,9 @@ def shipped() -> tuple[torch.nn.Module, np.ndarray, np.ndarray, np.ndarray]:
     return model, images, labels, shapes.predict(model, images)
 
 
-def test_shipped_weights_load_as_float32_eval(shipped: tuple[torch.nn.Module, np.ndarray, np.ndarray, np.ndarray]) -> None:
+def test_shipped_weights_load_as_float32_eval(
+    shipped: tuple[torch.nn.Module, np.ndarray, np.ndarray, np.ndarray],
+) -> None:
     model, images, _, logits = shipped
     assert not model.training
     assert all(p.dtype == torch.float32 for p in model.state_dict().values() if p.is_floating_point())
@@ -99,7 +101,9 @@ def _ort_logits(model: torch.nn.Module, images: np.ndarray, opset: int, folder: 
     path = folder / f"shapes{opset}.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.from_numpy(images),), str(path), opset_version=opset, input_names=["x"], dynamo=False)
+        torch.onnx.export(
+            model, (torch.from_numpy(images),), str(path), opset_version=opset, input_names=["x"], dynamo=False
+        )
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": images})[0]
 
 

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from trtdiff.api import compare
     from trtdiff.report import Report
 
-__all__ = ["compare", "Report", "__version__"]
+__all__ = ["Report", "__version__", "compare"]
 
 
 def __getattr__(name: str) -> Any:

@@ -8,9 +8,9 @@ outputs of every later sample in one engine -> layers, first divergence, checks 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import chain
 from contextlib import ExitStack
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,19 +57,33 @@ def compare(
     samples = SampleSource.open(options, _recorded_inputs(options))
     with ExitStack() as stack:
         store = stack.enter_context(TensorStore(options.runtime.memory_bytes))
-        prepared = stack.enter_context(prepare(model, options, first_feeds=samples.first_feeds(),
-                                               capture=_recorder(options, store), timings=timings, say=say))
+        prepared = stack.enter_context(
+            prepare(
+                model,
+                options,
+                first_feeds=samples.first_feeds(),
+                capture=_recorder(options, store),
+                timings=timings,
+                say=say,
+            )
+        )
         reference = _pair(prepared, timings)
         run = _Run(prepared, options, reference, _backends_run(prepared, reference))
         say(f"running {', '.join(b.name for b in prepared.backends)} and comparing every layer")
-        compared = run.engine().run(run.passes(samples.stream(prepared.model_feeds, prepared.input_names,
-                                                              prepared.dtypes), say))
+        compared = run.engine().run(
+            run.passes(samples.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes), say)
+        )
         with timed(timings, "run_and_compare"):
             first = next(compared)
         layers = build_layers(prepared.graph, first.metrics, reference.pairing, reference.capture)
         with timed(timings, "samples"):
-            results, segmentation = sample_results(chain([first], compared), prepared.graph.graph_outputs, run.pairs,
-                                                   run.backends[0], options.gate.ignore_index)
+            results, segmentation = sample_results(
+                chain([first], compared),
+                prepared.graph.graph_outputs,
+                run.pairs,
+                run.backends[0],
+                options.gate.ignore_index,
+            )
         divergence = first_divergence(layers, prepared.graph, run.pairs)
         checks = _checks(options, layers, results, segmentation, run, divergence)
         notes = (*prepared.notes, *_spill_note(store))
@@ -102,8 +116,9 @@ class _Run:
         graph = self.prepared.graph
         tensors = self.layer_tensors()
         sizes = {t: n for t in tensors if (n := graph.tensor_type(t).nbytes()) is not None}
-        return Engine(self.pairs, self.options.thresholds, tuple(graph.graph_outputs), sizes,
-                      self.options.runtime.chunk_bytes)
+        return Engine(
+            self.pairs, self.options.thresholds, tuple(graph.graph_outputs), sizes, self.options.runtime.chunk_bytes
+        )
 
     def layer_tensors(self) -> tuple[str, ...]:
         """Sample 0's tensors: those paired with PyTorch, every one several backends share, the outputs."""
@@ -127,8 +142,9 @@ class _Run:
                 feeds = self.prepared.feeds
             else:
                 if self.reference.module is not None:
-                    sources.append(ForwardValues(self.reference.module, sample, outputs, runtime.torch_device,
-                                                 runtime.tf32))
+                    sources.append(
+                        ForwardValues(self.reference.module, sample, outputs, runtime.torch_device, runtime.tf32)
+                    )
                 feeds = onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values, strict=False)))
             sources += [BackendValues(backend, feeds) for backend in self.prepared.backends]
             yield Pass(sample, tuple(sources), self.layer_tensors() if index == 0 else outputs)
@@ -173,15 +189,22 @@ def _backends_run(prepared: Prepared, reference: _Reference) -> tuple[str, ...]:
     """The backends compared, the reference first; two are needed."""
     names = (("torch",) if reference.capture is not None else ()) + tuple(b.name for b in prepared.backends)
     if len(names) < 2:
-        hint = (f"give the PyTorch model as MODEL with {param('onnx')} FILE" if reference.capture is None
-                else f"add {param('backends')} onnxruntime")
+        hint = (
+            f"give the PyTorch model as MODEL with {param('onnx')} FILE"
+            if reference.capture is None
+            else f"add {param('backends')} onnxruntime"
+        )
         raise OptionError(f"only {', '.join(names) or 'no backend'} can run here, and comparing needs two; {hint}")
     return names
 
 
 def _checks(
-    options: CompareOptions, layers: Sequence[Layer], results: Sequence[SampleResult],
-    segmentation: SegmentationSummary | None, run: _Run, divergence: FirstDivergence | None,
+    options: CompareOptions,
+    layers: Sequence[Layer],
+    results: Sequence[SampleResult],
+    segmentation: SegmentationSummary | None,
+    run: _Run,
+    divergence: FirstDivergence | None,
 ) -> list[ThresholdCheck]:
     """Every check of this comparison: layers (one sample, or per_layer), final outputs, mIoU."""
     gate = options.gate
@@ -192,8 +215,10 @@ def _checks(
     if segmentation is not None:
         checks += miou_checks(results, segmentation, gate, run.pairs, run.backends[0])
     elif gate.min_miou is not None or gate.max_miou_drop is not None:
-        raise OptionError("no output has the (N, C, H, W) shape of segmentation scores; drop the option",
-                          parameter="min_miou" if gate.min_miou is not None else "max_miou_drop")
+        raise OptionError(
+            "no output has the (N, C, H, W) shape of segmentation scores; drop the option",
+            parameter="min_miou" if gate.min_miou is not None else "max_miou_drop",
+        )
     return checks
 
 
@@ -204,9 +229,15 @@ def _spill_note(store: TensorStore) -> tuple[str, ...]:
 
 
 def _report(
-    prepared: Prepared, run: _Run, layers: list[Layer], divergence: FirstDivergence | None,
-    results: list[SampleResult], checks: list[ThresholdCheck], segmentation: SegmentationSummary | None,
-    notes: tuple[str, ...], timings: dict[str, float],
+    prepared: Prepared,
+    run: _Run,
+    layers: list[Layer],
+    divergence: FirstDivergence | None,
+    results: list[SampleResult],
+    checks: list[ThresholdCheck],
+    segmentation: SegmentationSummary | None,
+    notes: tuple[str, ...],
+    timings: dict[str, float],
 ) -> Report:
     from trtdiff.backends.tensorrt.selection import ran_summary
 
@@ -236,4 +267,3 @@ def _report(
         segmentation=segmentation,
         trtdiff_version=__version__,
     )
-

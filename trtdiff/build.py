@@ -35,15 +35,22 @@ def build(model: str | Path | torch.nn.Module, options: CompareOptions | None = 
     timings: dict[str, float] = {}
     with prepare(model, options, backends=(), timings=timings) as prepared:
         runtime = options.runtime
-        settings = dataclasses.replace(runtime.tensorrt, tf32=runtime.tf32, input_shapes=input_shapes_from(prepared.feeds))
+        settings = dataclasses.replace(
+            runtime.tensorrt, tf32=runtime.tf32, input_shapes=input_shapes_from(prepared.feeds)
+        )
         gpu = gpu_info()
         with timed(timings, "build"):
             cache = Path(runtime.engine_cache) if runtime.engine_cache else None
             result = build_engine(prepared.graph, settings, cache_dir=cache, gpu=gpu)
         if prepared.engine_path is not None:
             prepared.engine_path.write_bytes(result.plan)
-        summary = summarize(result, result.fusion_hint(prepared.graph), status="built",
-                            gpu=gpu.describe() if gpu else None, include_name_map=True)
+        summary = summarize(
+            result,
+            result.fusion_hint(prepared.graph),
+            status="built",
+            gpu=gpu.describe() if gpu else None,
+            include_name_map=True,
+        )
         return BuildReport(
             model=prepared.loaded.source,
             onnx_path=prepared.onnx_path,

@@ -7,28 +7,18 @@ else; `--debug` shows the traceback instead. The library names its parameters
 
 from __future__ import annotations
 
-import re
 import sys
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 import cloup
 
-from trtdiff import __version__
-from trtdiff.errors import OptionError, TrtdiffError
-
-if TYPE_CHECKING:
-    from trtdiff.options import BackendOptions, CompareOptions, ExportOptions, GateOptions, LoadOptions
-    from trtdiff.outputs import ReportFiles
-    from trtdiff.report import Thresholds
+from trtdiff.errors import TrtdiffError
 
 EXIT_DIVERGED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 # Library parameters whose flag is not simply the option that stores them.
 _FLAG_EXTRAS = {"precision": "--fp16", "model": "MODEL"}
 
@@ -52,8 +42,9 @@ class _Cli(cloup.Group):
         except Exception as error:  # noqa: BLE001 - a bug in trtdiff: still one line unless --debug
             if _debug(ctx):
                 traceback.print_exc()
-            click.echo(f"Error: internal error ({type(error).__name__}: {error}); rerun with --debug and report it",
-                       err=True)
+            click.echo(
+                f"Error: internal error ({type(error).__name__}: {error}); rerun with --debug and report it", err=True
+            )
             ctx.exit(EXIT_INTERNAL)
 
 
@@ -78,6 +69,8 @@ def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> bool
     return value
 
 
+# The flags, a few lines each: a table of the flags and the library parameters they set.
+# fmt: off
 debug_option = cloup.option("--debug", is_flag=True, expose_value=False, callback=_set_debug, is_eager=True,
                             help="Show the full traceback of an error.")
 
@@ -102,7 +95,7 @@ export_options = cloup.option_group(
                  help="auto picks an exporter that honours --opset (TorchScript below 18, dynamo from 18)."),
     cloup.option("--onnx", type=click.Path(dir_okay=False), default=None,
                  help="Use this ONNX file (e.g. after onnxsim) instead of exporting one."),
-    cloup.option("--save-onnx", type=click.Path(dir_okay=False), default=None, help="Keep the exported ONNX file here."),
+    cloup.option("--save-onnx", type=click.Path(dir_okay=False), default=None, help="Keep the exported ONNX file."),
     cloup.option("--force", is_flag=True, help="Let --save-onnx / --save-engine overwrite an existing file."),
 )
 
@@ -125,7 +118,7 @@ tensorrt_options = cloup.option_group(
                  help="TensorRT-RTX only: build for this compute capability (e.g. SM86). Repeatable."),
     cloup.option("--engine-cache", type=click.Path(file_okay=False), default=None,
                  help="Folder of cached engines and the timing cache."),
-    cloup.option("--save-engine", type=click.Path(dir_okay=False), default=None, help="Write the TensorRT engine here."),
+    cloup.option("--save-engine", type=click.Path(dir_okay=False), default=None, help="Write the TensorRT engine."),
 )
 
 ort_provider_option = cloup.option("--ort-provider", default="CPUExecutionProvider", show_default=True,
@@ -149,9 +142,9 @@ backend_options = cloup.option_group(
 
 threshold_options = cloup.option_group(
     "Thresholds",
-    cloup.option("--min-cosine", type=float, default=None, help="Diverged below this cosine similarity (default 0.9999)."),
+    cloup.option("--min-cosine", type=float, default=None, help="Diverged below this cosine (default 0.9999)."),
     cloup.option("--rtol", type=float, default=None,
-                 help="Diverged above this max-abs error relative to the reference's largest magnitude (default 1e-3)."),
+                 help="Diverged above this max-abs error over the reference's largest magnitude (default 1e-3)."),
     cloup.option("--max-abs", type=float, default=None, help="Diverged above this absolute max error (default: off)."),
 )
 
@@ -175,7 +168,7 @@ gate_options = cloup.option_group(
 
 report_options = cloup.option_group(
     "Reports",
-    cloup.option("--all", "show_all", is_flag=True, help="Show every layer, not only those up to the first divergence."),
+    cloup.option("--all", "show_all", is_flag=True, help="Show every layer, not only those up to the first one."),
     cloup.option("--json", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON here."),
     cloup.option("--junit", type=click.Path(dir_okay=False), default=None,
                  help="Write JUnit XML (one test case per check)."),
@@ -185,31 +178,26 @@ report_options = cloup.option_group(
                  help="Write a self-contained HTML report with plots."),
     cloup.option("--quiet", "-q", is_flag=True, help="No progress display and no table; the verdict line only."),
 )
-
-
-def _version_text() -> str:
-    import platform
-
-    from trtdiff.backends.tensorrt import probe
-    from trtdiff.backends.tensorrt.importing import gpu_info
-
-    found = probe()
-    trt = found.info.describe() if found.info else "not installed"
-    visible = found.gpu or gpu_info()
-    gpu = visible.describe() if visible else "none visible to torch"
-    runs = "can run engines" if found.can_run else f"cannot run engines: {found.reason}"
-    return f"trtdiff {__version__} (Python {platform.python_version()})\nTensorRT: {trt}\nGPU: {gpu}\n{runs}"
+# fmt: on
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
-        click.echo(_version_text())
+        from trtdiff.commands import version_text
+
+        click.echo(version_text())
         ctx.exit(0)
 
 
 @cloup.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@cloup.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
-              help="Show trtdiff's version, the TensorRT it found and the GPU.")
+@cloup.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show trtdiff's version, the TensorRT it found and the GPU.",
+)
 @debug_option
 def main() -> None:
     """Find the first layer whose numbers change between PyTorch, ONNX Runtime and TensorRT, and why."""
@@ -233,33 +221,21 @@ def compare(**options: Any) -> None:
     or an .onnx file. Exit code 0: every check holds; 1: a divergence or a failed threshold;
     2: bad usage or input.
     """
-    from trtdiff.api import compare as run_compare
+    from trtdiff.commands import compare_command
 
-    show_all, quiet = options.pop("show_all"), options.pop("quiet")
-    files = _report_files(options)
-    files.validate()
-    compare_options = _compare_options(options)
-    with _progress(quiet) as progress:
-        report = run_compare(options.pop("model"), compare_options, progress=progress)
-    from rich.console import Console
-
-    from trtdiff.render.terminal import render_terminal, render_verdict
-
-    console = Console(highlight=False)
-    if quiet:
-        render_verdict(report, console)
-    else:
-        render_terminal(report, console, show_all=show_all)
-    files.write(report)
-    sys.exit(0 if report.passed else EXIT_DIVERGED)
+    sys.exit(0 if compare_command(options) else EXIT_DIVERGED)
 
 
 @main.command()
 @cloup.argument("model")
 @cloup.option_group(
     "Recording",
-    cloup.option("--backend", type=click.Choice(["onnxruntime", "tensorrt"]), required=True,
-                 help="The backend to run and record."),
+    cloup.option(
+        "--backend",
+        type=click.Choice(["onnxruntime", "tensorrt"]),
+        required=True,
+        help="The backend to run and record.",
+    ),
     cloup.option("--save", type=click.Path(dir_okay=False), required=True, help="The .npz file to write."),
     ort_provider_option,
 )
@@ -273,12 +249,13 @@ def run(**options: Any) -> None:
     Record on the machine where the backend runs (an edge device without PyTorch, say), then
     compare there or elsewhere: trtdiff compare MODEL --onnx FILE --load BACKEND=FILE.npz
     """
-    from trtdiff.run import run as run_backend
+    from trtdiff.commands import run_command
 
-    backend, save, model = options.pop("backend"), options.pop("save"), options.pop("model")
-    recording = run_backend(model, _compare_options(options), backend=backend, save=save)
-    click.echo(f"recorded {recording.tensors} tensors of {recording.describe} to {recording.path} "
-               f"(ONNX sha256 {recording.onnx_sha256[:12]}…); compare with --load {recording.backend}={recording.path}")
+    recording = run_command(options)
+    click.echo(
+        f"recorded {recording.tensors} tensors of {recording.describe} to {recording.path} "
+        f"(ONNX sha256 {recording.onnx_sha256[:12]}…); compare with --load {recording.backend}={recording.path}"
+    )
 
 
 @main.command()
@@ -286,8 +263,12 @@ def run(**options: Any) -> None:
 @model_options
 @export_options
 @tensorrt_options
-@cloup.option("--json", type=click.Path(dir_okay=False), default=None,
-              help="Write what was built as JSON (mark plan, skips and reasons, ONNX-to-TensorRT name map).")
+@cloup.option(
+    "--json",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write what was built as JSON (mark plan, skips and reasons, ONNX-to-TensorRT name map).",
+)
 @debug_option
 def build(**options: Any) -> None:
     """Build the TensorRT engine for MODEL without running it.
@@ -296,28 +277,20 @@ def build(**options: Any) -> None:
     --json adds the ONNX-to-TensorRT name map. Works where TensorRT can build but not run
     (TensorRT-RTX on a CPU-only machine), e.g. to prepare an engine for another machine.
     """
-    from pathlib import Path
+    from trtdiff.commands import build_command
 
-    from rich.console import Console
-
-    from trtdiff.build import build as run_build
-    from trtdiff.outputs import check_json_path
-    from trtdiff.render.terminal import render_build
-
-    json_path, model = options.pop("json"), options.pop("model")
-    check_json_path(json_path, kind="build")
-    with _progress(quiet=False) as progress:
-        if progress is not None:
-            progress("exporting and building the TensorRT engine (this can take minutes)")
-        report = run_build(model, _compare_options(options))
-    render_build(report, Console(highlight=False))
-    if json_path:
-        Path(json_path).write_text(report.to_json() + "\n")
+    build_command(options)
 
 
 @main.command()
-@cloup.option("--model", "example", type=click.Choice(["resnet", "mobilenetv2"]), default="resnet", show_default=True,
-              help="Which embedded DeepLabV3+ to run.")
+@cloup.option(
+    "--model",
+    "example",
+    type=click.Choice(["resnet", "mobilenetv2"]),
+    default="resnet",
+    show_default=True,
+    help="Which embedded DeepLabV3+ to run.",
+)
 @cloup.option("--input-shape", default="1x3x128x128", show_default=True, help="Input shape.")
 @cloup.option("--opsets", default="10,13", show_default=True, help="Comma-separated opsets to export at.")
 @cloup.option("--all", "show_all", is_flag=True, help="Show every layer.")
@@ -328,148 +301,9 @@ def demo(example: str, input_shape: str, opsets: str, show_all: bool) -> None:
     At opset 10 Resize has no coordinate mode, so bilinear upsampling stops matching
     PyTorch: the report names the first Resize whose output changes. At 13 all agree.
     """
-    from rich.console import Console
+    from trtdiff.commands import demo_command
 
-    from trtdiff.demo import run_demo
-
-    try:
-        wanted = [int(o) for o in opsets.split(",") if o.strip()]
-    except ValueError:
-        raise OptionError(f"--opsets {opsets}: expected comma-separated integers, e.g. 10,13") from None
-    ok = run_demo(example, input_shape, wanted, Console(highlight=False), show_all=show_all)
-    sys.exit(0 if ok else EXIT_DIVERGED)
-
-
-def _compare_options(options: dict[str, Any]) -> CompareOptions:
-    """The typed options of a command: every part it has flags for, defaults for the others."""
-    from trtdiff.options import CompareOptions, GateOptions
-    from trtdiff.report import Thresholds
-
-    return CompareOptions(
-        load=_load_options(options),
-        export=_export_options(options),
-        runtime=_backend_options(options),
-        thresholds=_thresholds(options) if "min_cosine" in options else Thresholds(),
-        gate=_gate_options(options) if "inputs_dir" in options else GateOptions(),
-        force=options.pop("force", False),
-    )
-
-
-def _load_options(options: dict[str, Any]) -> LoadOptions:
-    from trtdiff.options import LoadOptions
-
-    return LoadOptions(
-        model_class=options.pop("model_class"), trust=options.pop("trust"), input_shapes=options.pop("input_shapes"),
-        input_files=options.pop("input_files"), seed=options.pop("seed"),
-    )
-
-
-def _export_options(options: dict[str, Any]) -> ExportOptions:
-    from trtdiff.options import ExportOptions
-
-    return ExportOptions(opset=options.pop("opset"), exporter=options.pop("exporter"), onnx=options.pop("onnx"),
-                         save_onnx=options.pop("save_onnx"))
-
-
-def _backend_options(options: dict[str, Any]) -> BackendOptions:
-    from trtdiff.options import BackendOptions, BuildSettings
-
-    workspace = options.pop("workspace_bytes")
-    settings = BuildSettings(
-        outputs=options.pop("outputs"),
-        precision="fp16" if options.pop("fp16") else "fp32",
-        precision_constraints=options.pop("precision_constraints"),
-        optimization_level=options.pop("optimization_level"),
-        workspace_bytes=parse_size(workspace, "workspace_bytes") if workspace else None,
-        compute_capabilities=tuple(options.pop("compute_capabilities")),
-    )
-    memory = options.pop("memory_bytes", None)
-    return BackendOptions(
-        backends=_names(options.pop("backends", None)),
-        require=_names(options.pop("require", None)) or (),
-        ort_provider=options.pop("ort_provider", "CPUExecutionProvider"),
-        torch_device=options.pop("torch_device", "cpu"),
-        tf32=options.pop("tf32"),
-        tensorrt=settings,
-        engine_cache=options.pop("engine_cache"),
-        save_engine=options.pop("save_engine"),
-        recordings=_recordings(options.pop("recordings", ())),
-        **({"memory_bytes": parse_size(memory, "memory_bytes")} if memory else {}),
-    )
-
-
-def _thresholds(options: dict[str, Any]) -> Thresholds:
-    from trtdiff.report import Thresholds
-
-    defaults = Thresholds()
-    min_cosine, rtol = options.pop("min_cosine"), options.pop("rtol")
-    return Thresholds(
-        min_cosine=defaults.min_cosine if min_cosine is None else min_cosine,
-        rtol=defaults.rtol if rtol is None else rtol,
-        max_abs=options.pop("max_abs"),
-    )
-
-
-def _gate_options(options: dict[str, Any]) -> GateOptions:
-    from trtdiff.datasets import parse_channel_values, parse_size as parse_hw
-    from trtdiff.options import GateOptions
-
-    mean, std, size = options.pop("mean"), options.pop("std"), options.pop("size")
-    return GateOptions(
-        inputs_dir=options.pop("inputs_dir"),
-        labels_dir=options.pop("labels_dir"),
-        num_samples=options.pop("num_samples"),
-        mean=parse_channel_values(mean, "mean") if mean else None,
-        std=parse_channel_values(std, "std") if std else None,
-        size=parse_hw(size, "size") if size else None,
-        ignore_index=options.pop("ignore_index"),
-        min_miou=options.pop("min_miou"),
-        max_miou_drop=options.pop("max_miou_drop"),
-        per_layer=options.pop("per_layer"),
-    )
-
-
-def _report_files(options: dict[str, Any]) -> ReportFiles:
-    from trtdiff.outputs import ReportFiles
-
-    return ReportFiles(json=options.pop("json"), junit=options.pop("junit"), markdown=options.pop("markdown"),
-                       html=options.pop("html"))
-
-
-def _recordings(values: tuple[str, ...]) -> dict[str, str]:
-    recordings: dict[str, str] = {}
-    for value in values:
-        backend, sep, path = value.partition("=")
-        if not sep or not backend or not path:
-            raise OptionError(f"--load {value}: expected BACKEND=FILE.npz, e.g. --load onnxruntime=ort.npz")
-        recordings[backend] = path
-    return recordings
-
-
-@contextmanager
-def _progress(quiet: bool) -> Iterator[Callable[[str], None] | None]:
-    """A spinner on stderr while long steps run, only in a terminal and without --quiet."""
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    if quiet or not console.is_terminal:
-        yield None
-        return
-    with console.status("starting") as status:
-        yield lambda text: status.update(text)
-
-
-def _names(text: str | None) -> tuple[str, ...] | None:
-    return tuple(part.strip() for part in text.split(",") if part.strip()) if text else None
-
-
-def parse_size(text: str, parameter: str) -> int:
-    """'512MB', '2GB', '1.5g' -> bytes."""
-    match = _SIZE.match(text)
-    if not match:
-        raise OptionError("expected a size such as 512MB or 2GB", parameter=parameter, value=text)
-    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[match.group(2).lower()]
-    return int(float(match.group(1)) * scale)
+    sys.exit(0 if demo_command(example, input_shape, opsets, show_all) else EXIT_DIVERGED)
 
 
 if __name__ == "__main__":

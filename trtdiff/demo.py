@@ -35,7 +35,9 @@ def build_example(name: str) -> torch.nn.Module:
     return model
 
 
-def run_demo(example: str, input_shape: str, opsets: Sequence[int], console: Console, *, show_all: bool = False) -> bool:
+def run_demo(
+    example: str, input_shape: str, opsets: Sequence[int], console: Console, *, show_all: bool = False
+) -> bool:
     """Compare the example at each opset; True when each result is the one the demo expects."""
     model = build_example(example)
     reports: list[Report] = []
@@ -66,8 +68,10 @@ def run_demo(example: str, input_shape: str, opsets: Sequence[int], console: Con
             ok &= report.passed
     console.print(table)
     if ok:
-        console.print("As expected: below opset 11 Resize has no coordinate_transformation_mode, so bilinear "
-                      "upsampling no longer matches PyTorch; from opset 11 it exports as half_pixel and agrees.")
+        console.print(
+            "As expected: below opset 11 Resize has no coordinate_transformation_mode, so bilinear "
+            "upsampling no longer matches PyTorch; from opset 11 it exports as half_pixel and agrees."
+        )
     else:
         console.print("[bold red]The demo did not show what it should; please report this.[/bold red]")
     return ok

@@ -31,7 +31,10 @@ if TYPE_CHECKING:
 class ValueSource(Protocol):
     """Named tensors of one backend on one sample."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The backend's name, as in the report's pairs."""
+        ...
 
     def values(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         """The tensors among `names` this source has (others are left out)."""
@@ -82,7 +85,9 @@ class ForwardValues:
 
     name = "torch"
 
-    def __init__(self, module: torch.nn.Module, sample: Sample, outputs: Sequence[str], device: str, tf32: bool) -> None:
+    def __init__(
+        self, module: torch.nn.Module, sample: Sample, outputs: Sequence[str], device: str, tf32: bool
+    ) -> None:
         self._module, self._sample, self._outputs = module, sample, tuple(outputs)
         self._device, self._tf32 = device, tf32
         self._cached: dict[str, np.ndarray] | None = None

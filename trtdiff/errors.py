@@ -2,7 +2,7 @@
 
 The library names its own parameters (`input_shapes`, `save_onnx`); a message marks each
 name with `param(...)`, so a Python caller reads the parameter and the CLI, which renders
-the same error with its flag table, reads the flag (`--input-shape`, `--save-onnx`). The
+the same error with its flag table, reads the flag that sets the parameter. The
 CLI turns every `TrtdiffError` into one line and exit code 2; anything else is a bug.
 """
 
@@ -29,7 +29,7 @@ class TrtdiffError(Exception):
     """A problem with the user's model, inputs, options or environment (exit code 2).
 
     With `parameter` (and `value`) the message starts with them: "save_onnx out.onnx: the
-    file exists; ..." in Python, "--save-onnx out.onnx: ..." on the command line.
+    file exists; ..." in Python, the same with the flag's name on the command line.
     """
 
     def __init__(self, message: str, *, parameter: str | None = None, value: object = None) -> None:

@@ -12,19 +12,22 @@ import contextlib
 import io
 import logging
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 import torch
 
-from trtdiff.errors import ExportError, OptionError, first_line
-from trtdiff.loading import LoadedModel
+from trtdiff.errors import ExportError, OptionError, first_line, param
 from trtdiff.onnx_graph import opset_of
+from trtdiff.options import EXPORTERS
 
-EXPORTERS = ("auto", "torchscript", "dynamo")
+if TYPE_CHECKING:
+    from trtdiff.loading import LoadedModel
+
 DYNAMO_NATIVE_OPSET = 18
 TORCHSCRIPT_MAX_OPSET = 20
 
@@ -41,7 +44,7 @@ class ExportResult:
 def choose_exporter(exporter: str, opset: int, loaded: LoadedModel) -> str:
     """Resolve `auto` to an exporter that writes `opset` without conversion."""
     if exporter not in EXPORTERS:
-        raise OptionError(f"--exporter {exporter}: unknown; choose one of {', '.join(EXPORTERS)}")
+        raise OptionError(f"unknown; choose one of {', '.join(EXPORTERS)}", parameter="exporter", value=exporter)
     if exporter != "auto":
         return exporter
     if loaded.kind == "torchscript":
@@ -55,14 +58,27 @@ def export_onnx(
     """Export `loaded` to `path` and check the opset that was written."""
     chosen = choose_exporter(exporter, opset, loaded)
     if chosen == "torchscript" and opset > TORCHSCRIPT_MAX_OPSET:
-        raise OptionError(f"--opset {opset}: the TorchScript exporter writes opsets 7-{TORCHSCRIPT_MAX_OPSET}; use --exporter dynamo")
+        raise OptionError(
+            f"the TorchScript exporter writes opsets 7-{TORCHSCRIPT_MAX_OPSET}; use {param('exporter')} dynamo",
+            parameter="opset",
+            value=opset,
+        )
     if chosen == "dynamo" and loaded.kind == "torchscript":
-        raise OptionError("--exporter dynamo: a TorchScript archive can only be exported with --exporter torchscript")
+        raise OptionError(
+            f"a TorchScript archive can only be exported with {param('exporter')} torchscript",
+            parameter="exporter",
+            value="dynamo",
+        )
     args = tuple(torch.from_numpy(np.ascontiguousarray(v)) for v in feeds.values())
     names = list(feeds)
     log = io.StringIO()
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), _quiet_torch_logs():
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(log),
+            contextlib.redirect_stderr(log),
+            _quiet_torch_logs(),
+        ):
             warnings.simplefilter("ignore")
             if chosen == "torchscript":
                 assert loaded.module is not None
@@ -70,17 +86,21 @@ def export_onnx(
                 torch.onnx.export(module, args, str(path), opset_version=opset, input_names=names, dynamo=False)
             else:
                 target = loaded.exported_program if loaded.exported_program is not None else loaded.module
+                assert target is not None
                 torch.onnx.export(target, args, str(path), opset_version=opset, input_names=names, dynamo=True)
     except Exception as error:
         message = first_line(error) or type(error).__name__
-        hint = "try --exporter dynamo" if chosen == "torchscript" else "try --exporter torchscript (opsets below 18)"
-        raise ExportError(f"ONNX export with the {chosen} exporter at opset {opset} failed: {message}; {hint}") from error
+        other = "dynamo" if chosen == "torchscript" else f"torchscript (opsets below {DYNAMO_NATIVE_OPSET})"
+        hint = f"try {param('exporter')} {other}"
+        raise ExportError(
+            f"ONNX export with the {chosen} exporter at opset {opset} failed: {message}; {hint}"
+        ) from error
     written = opset_of(onnx.load(str(path), load_external_data=False))
     if written != opset:
         raise ExportError(
             f"the {chosen} exporter was asked for opset {opset} but wrote opset {written} "
-            f"(its version conversion failed); use --exporter torchscript for opsets below {DYNAMO_NATIVE_OPSET}, "
-            f"or --opset {written}"
+            f"(its version conversion failed); use {param('exporter')} torchscript for opsets below "
+            f"{DYNAMO_NATIVE_OPSET}, or {param('opset')} {written}"
         )
     return ExportResult(path=path, exporter=chosen, opset=written)
 
@@ -100,7 +120,7 @@ class _ModeFixed(torch.nn.Module):
 
 
 @contextlib.contextmanager
-def _quiet_torch_logs():  # noqa: ANN202
+def _quiet_torch_logs() -> Iterator[None]:
     """The exporters log progress and optional-op notices through `logging`; keep the terminal clean."""
     logger = logging.getLogger("torch")
     level = logger.level

@@ -99,7 +99,9 @@ def output_checks(
     """Cosine, relative and (if set) absolute error of every sample's final outputs, per pair."""
     checks: list[ThresholdCheck] = []
     for pair in pairs:
-        figures = [(s.name, m) for s in samples for per_pair in s.outputs.values() if (m := per_pair.get(pair)) is not None]
+        figures = [
+            (s.name, m) for s in samples for per_pair in s.outputs.values() if (m := per_pair.get(pair)) is not None
+        ]
         if not figures:
             continue
         for threshold, metric, is_minimum in _OUTPUT_RULES:
@@ -109,11 +111,23 @@ def output_checks(
             values = [(name, _value(m, metric)) for name, m in figures]
             failing = tuple(dict.fromkeys(name for name, v in values if _breaks(v, limit, is_minimum)))
             worst_name, worst = _worst(values, min if is_minimum else max)
-            checks.append(ThresholdCheck(
-                id=ThresholdCheck.make_id("outputs", threshold, pair), scope="outputs", threshold=threshold,
-                metric=metric, pair=pair, backend=None, limit=float(limit), worst=worst, worst_sample=worst_name,
-                passed=not failing, failing_samples=failing, compared=len(samples), failed=len(failing),
-            ))
+            checks.append(
+                ThresholdCheck(
+                    id=ThresholdCheck.make_id("outputs", threshold, pair),
+                    scope="outputs",
+                    threshold=threshold,
+                    metric=metric,
+                    pair=pair,
+                    backend=None,
+                    limit=float(limit),
+                    worst=worst,
+                    worst_sample=worst_name,
+                    passed=not failing,
+                    failing_samples=failing,
+                    compared=len(samples),
+                    failed=len(failing),
+                )
+            )
     return checks
 
 
@@ -126,17 +140,32 @@ def layer_checks(layers: Sequence[Layer], sample: str, pairs: Sequence[BackendPa
             continue
         diverged = sum(m.diverged for m in metrics)
         worst = min((m.cosine for m in metrics), key=lambda v: -math.inf if math.isnan(v) else v)
-        checks.append(ThresholdCheck(
-            id=ThresholdCheck.make_id("layers", "layers", pair), scope="layers", threshold="layers",
-            metric="divergence", pair=pair, backend=None, limit=0.0, worst=worst, worst_sample=sample,
-            passed=not diverged, failing_samples=(sample,) if diverged else (), compared=len(metrics), failed=diverged,
-        ))
+        checks.append(
+            ThresholdCheck(
+                id=ThresholdCheck.make_id("layers", "layers", pair),
+                scope="layers",
+                threshold="layers",
+                metric="divergence",
+                pair=pair,
+                backend=None,
+                limit=0.0,
+                worst=worst,
+                worst_sample=sample,
+                passed=not diverged,
+                failing_samples=(sample,) if diverged else (),
+                compared=len(metrics),
+                failed=diverged,
+            )
+        )
     return checks
 
 
 def miou_checks(
-    samples: Sequence[SampleResult], summary: SegmentationSummary, options: GateOptions,
-    pairs: Sequence[BackendPair], reference: str,
+    samples: Sequence[SampleResult],
+    summary: SegmentationSummary,
+    options: GateOptions,
+    pairs: Sequence[BackendPair],
+    reference: str,
 ) -> list[ThresholdCheck]:
     """The minimum mIoU against labels (or agreement without them) and the maximum drop, per candidate."""
     checks: list[ThresholdCheck | None] = []
@@ -145,12 +174,21 @@ def miou_checks(
         checks += [_min_miou_check(samples, summary, pair, options.min_miou) for pair in candidates]
     if options.max_miou_drop is not None:
         for backend, drop in summary.miou_drop.items():
-            checks.append(ThresholdCheck(
-                id=ThresholdCheck.make_id("labels", "max_miou_drop", backend), scope="labels",
-                threshold="max_miou_drop", metric="miou_drop", pair=None, backend=backend,
-                limit=options.max_miou_drop, worst=drop, worst_sample=None, passed=not drop > options.max_miou_drop,
-                compared=len(samples),
-            ))
+            checks.append(
+                ThresholdCheck(
+                    id=ThresholdCheck.make_id("labels", "max_miou_drop", backend),
+                    scope="labels",
+                    threshold="max_miou_drop",
+                    metric="miou_drop",
+                    pair=None,
+                    backend=backend,
+                    limit=options.max_miou_drop,
+                    worst=drop,
+                    worst_sample=None,
+                    passed=not drop > options.max_miou_drop,
+                    compared=len(samples),
+                )
+            )
     return [check for check in checks if check is not None]
 
 
@@ -168,10 +206,19 @@ def _min_miou_check(
     worst_name, worst_value = _worst(known, min)
     return ThresholdCheck(
         id=ThresholdCheck.make_id("labels" if labelled else "agreement", "min_miou", backend if labelled else pair),
-        scope="labels" if labelled else "agreement", threshold="min_miou", metric="miou",
-        pair=None if labelled else pair, backend=backend if labelled else None, limit=limit, worst=figure,
-        worst_sample=worst_name, passed=not figure < limit, failing_samples=failing, compared=len(samples),
-        failed=len(failing), worst_sample_value=worst_value,
+        scope="labels" if labelled else "agreement",
+        threshold="min_miou",
+        metric="miou",
+        pair=None if labelled else pair,
+        backend=backend if labelled else None,
+        limit=limit,
+        worst=figure,
+        worst_sample=worst_name,
+        passed=not figure < limit,
+        failing_samples=failing,
+        compared=len(samples),
+        failed=len(failing),
+        worst_sample_value=worst_value,
     )
 
 

@@ -2,7 +2,7 @@
 
 The format is told from the file's content, not its extension: `torch.jit.save`, `torch.save`
 and `torch.export.save` all write zip archives, told apart by their member names. Pickled
-modules run code when loaded, so they need an explicit `--trust`.
+modules run code when loaded, so they need an explicit `trust`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtdiff.errors import ModelLoadError, OptionError, describe_error
-from trtdiff.factories import FACTORY_RE, call_factory, cwd_on_path, is_exported_program
+from trtdiff.errors import ModelLoadError, OptionError, describe_error, param
+from trtdiff.factories import FACTORY_RE, build_with_state_dict, call_factory, cwd_on_path, few, is_exported_program
 
 if TYPE_CHECKING:
     import torch
 
-_FORMATS_HINT = "give a path to a TorchScript, ExportedProgram, torch.save or .onnx file, or a factory spec pkg.module:function"
+_FORMATS_HINT = (
+    "give a path to a TorchScript, ExportedProgram, torch.save or .onnx file, or a factory spec pkg.module:function"
+)
 _CHECKPOINT_KEYS = ("state_dict", "model_state_dict", "model", "net")
 
 
@@ -44,7 +46,9 @@ def load_model(spec: str, *, model_class: str | None = None, trust: bool = False
     if not path.exists():
         if ":" in spec:
             if not FACTORY_RE.match(spec):
-                raise ModelLoadError(f"{spec}: no such file, and not a factory spec of the form pkg.module:function; {_FORMATS_HINT}")
+                raise ModelLoadError(
+                    f"{spec}: no such file, and not a factory spec of the form pkg.module:function; {_FORMATS_HINT}"
+                )
             _refuse_model_class(spec, model_class, "a factory spec")
             return _from_object(spec, call_factory(spec, label=spec))
         raise ModelLoadError(f"{spec}: no such file; {_FORMATS_HINT}")
@@ -64,9 +68,13 @@ def load_model(spec: str, *, model_class: str | None = None, trust: bool = False
 
 
 def _refuse_model_class(spec: str, model_class: str | None, what: str) -> None:
-    """--model-class only applies to state_dicts; silently ignoring it would hide a mix-up."""
+    """`model_class` only applies to state_dicts; silently ignoring it would hide a mix-up."""
     if model_class is not None:
-        raise OptionError(f"--model-class {model_class}: {spec} is {what}, which holds its own model; drop --model-class")
+        raise OptionError(
+            f"{spec} is {what}, which holds its own model; drop {param('model_class')}",
+            parameter="model_class",
+            value=model_class,
+        )
 
 
 def _detect_format(spec: str, path: Path) -> str:
@@ -84,7 +92,9 @@ def _detect_format(spec: str, path: Path) -> str:
         return "torch_save"  # the legacy (non-zip) torch.save format is a series of pickles
     if path.suffix.lower() == ".onnx" or head[0] == 0x08:
         return "onnx"  # ModelProto's first field is ir_version (field 1, varint): tag byte 0x08
-    raise ModelLoadError(f"{spec}: not a format trtdiff knows (neither a zip archive, a pickle nor ONNX protobuf); {_FORMATS_HINT}")
+    raise ModelLoadError(
+        f"{spec}: not a format trtdiff knows (neither a zip archive, a pickle nor ONNX protobuf); {_FORMATS_HINT}"
+    )
 
 
 def _detect_zip(spec: str, path: Path) -> str:
@@ -95,7 +105,9 @@ def _detect_zip(spec: str, path: Path) -> str:
             format_members = [n for n in names if n == "archive_format" or n.endswith("/archive_format")]
             archive_format = archive.read(format_members[0]).strip() if format_members else b""
     except (zipfile.BadZipFile, OSError, EOFError) as e:
-        raise ModelLoadError(f"{spec}: a truncated or corrupt zip archive ({describe_error(e)}); save or copy the model again") from None
+        raise ModelLoadError(
+            f"{spec}: a truncated or corrupt zip archive ({describe_error(e)}); save or copy the model again"
+        ) from None
     inner = [n.split("/", 1)[1] if "/" in n else n for n in names]
     if archive_format == b"pt2" or any("serialized_exported_program" in n for n in inner):
         return "exported_program"
@@ -103,7 +115,10 @@ def _detect_zip(spec: str, path: Path) -> str:
         return "torchscript"
     if "data.pkl" in inner:
         return "torch_save"
-    raise ModelLoadError(f"{spec}: a zip archive, but not one that torch.jit.save, torch.save or torch.export.save writes; {_FORMATS_HINT}")
+    raise ModelLoadError(
+        f"{spec}: a zip archive, but not one that torch.jit.save, torch.save or torch.export.save writes; "
+        f"{_FORMATS_HINT}"
+    )
 
 
 def _load_torchscript(spec: str, path: Path) -> LoadedModel:
@@ -113,8 +128,10 @@ def _load_torchscript(spec: str, path: Path) -> LoadedModel:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"`torch\.jit\.load` is deprecated", category=DeprecationWarning)
             module = torch.jit.load(str(path), map_location="cpu")
-    except Exception as e:  # a damaged archive can fail in many ways inside the C++ reader
-        raise ModelLoadError(f"{spec}: cannot load this TorchScript archive ({describe_error(e)}); save it again with torch.jit.save") from None
+    except Exception as e:  # noqa: BLE001 -- a damaged archive can fail in many ways inside the C++ reader
+        raise ModelLoadError(
+            f"{spec}: cannot load this TorchScript archive ({describe_error(e)}); save it again with torch.jit.save"
+        ) from None
     return _from_object(spec, module)
 
 
@@ -123,8 +140,11 @@ def _load_exported_program(spec: str, path: Path) -> LoadedModel:
 
     try:
         program = torch.export.load(str(path))
-    except Exception as e:  # deserialization errors come from many layers
-        raise ModelLoadError(f"{spec}: cannot load this ExportedProgram ({describe_error(e)}); save it again with torch.export.save from this torch version") from None
+    except Exception as e:  # noqa: BLE001 -- deserialization errors come from many layers
+        raise ModelLoadError(
+            f"{spec}: cannot load this ExportedProgram ({describe_error(e)}); "
+            "save it again with torch.export.save from this torch version"
+        ) from None
     return _from_object(spec, program)
 
 
@@ -133,21 +153,25 @@ def _load_onnx(spec: str, path: Path) -> LoadedModel:
 
     try:
         model = onnx.load(str(path), load_external_data=False)
-    except Exception as e:  # protobuf DecodeError and friends
-        raise ModelLoadError(f"{spec}: not a readable ONNX file ({describe_error(e)}); export the model to ONNX again") from None
+    except Exception as e:  # noqa: BLE001 -- protobuf DecodeError and friends
+        raise ModelLoadError(
+            f"{spec}: not a readable ONNX file ({describe_error(e)}); export the model to ONNX again"
+        ) from None
     if not model.HasField("graph") or not model.graph.node:
         raise ModelLoadError(f"{spec}: parses as protobuf but holds no ONNX graph; {_FORMATS_HINT}")
     try:
         onnx.checker.check_model(str(path))
-    except Exception as e:  # ValidationError, or missing external data files
-        raise ModelLoadError(f"{spec}: the ONNX checker rejects this model ({describe_error(e)}); export it again") from None
+    except Exception as e:  # noqa: BLE001 -- ValidationError, or missing external data files
+        raise ModelLoadError(
+            f"{spec}: the ONNX checker rejects this model ({describe_error(e)}); export it again"
+        ) from None
     initializers = {init.name for init in model.graph.initializer}
     names = tuple(i.name for i in model.graph.input if i.name not in initializers)
     return LoadedModel(kind="onnx", source=spec, module=None, onnx_path=path, input_names=names)
 
 
 def _load_torch_save(spec: str, path: Path, *, model_class: str | None, trust: bool) -> LoadedModel:
-    """A torch.save file: a state_dict (safe to read) or a pickled module (needs --trust)."""
+    """A torch.save file: a state_dict (safe to read) or a pickled module (needs `trust`)."""
     import pickle
 
     import torch
@@ -156,17 +180,23 @@ def _load_torch_save(spec: str, path: Path, *, model_class: str | None, trust: b
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         if "weights only load failed" not in str(e).lower():
-            raise ModelLoadError(f"{spec}: a corrupt or truncated torch.save file ({describe_error(e)}); save it again") from None
+            raise ModelLoadError(
+                f"{spec}: a corrupt or truncated torch.save file ({describe_error(e)}); save it again"
+            ) from None
         if not trust:
             found = _pickled_globals(path)
-            refs = f" (it references {_few(found)})" if found else ""
+            refs = f" (it references {few(found)})" if found else ""
             raise ModelLoadError(
-                f"{spec}: a pickled module or object, not a plain state_dict{refs}; loading it runs code from the file; "
-                "pass --trust if you trust it, or save model.state_dict() and use --model-class pkg.mod:Class"
+                f"{spec}: a pickled module or object, not a plain state_dict{refs}; "
+                "loading it runs code from the file; "
+                f"pass {param('trust')} if you trust it, or save model.state_dict() and use "
+                f"{param('model_class')} pkg.mod:Class"
             ) from None
         obj = _load_trusted(spec, path)
-    except Exception as e:  # truncated zips and bad pickles surface as RuntimeError, EOFError, ...
-        raise ModelLoadError(f"{spec}: a corrupt or truncated torch.save file ({describe_error(e)}); save it again") from None
+    except Exception as e:  # noqa: BLE001 -- truncated zips and bad pickles surface as RuntimeError, EOFError, ...
+        raise ModelLoadError(
+            f"{spec}: a corrupt or truncated torch.save file ({describe_error(e)}); save it again"
+        ) from None
 
     if isinstance(obj, torch.nn.Module):
         _refuse_model_class(spec, model_class, "a pickled module")
@@ -180,13 +210,11 @@ def _load_torch_save(spec: str, path: Path, *, model_class: str | None, trust: b
     if state_dict is None:
         raise ModelLoadError(f"{spec}: holds {_describe(obj)}, not a model or a state_dict; {_FORMATS_HINT}")
     if model_class is None:
-        raise ModelLoadError(f"{spec}: a state_dict holds weights but no model; pass --model-class pkg.mod:Class to build the model it belongs to")
-    label = f"--model-class {model_class}"
-    module = call_factory(model_class, label=label)
-    if not isinstance(module, torch.nn.Module) or isinstance(module, torch.jit.ScriptModule):
-        raise ModelLoadError(f"{label}: built an object of type {type(module).__name__}, not an eager nn.Module to load the state_dict into")
-    _load_state_dict(spec, label, module, state_dict)
-    return _from_object(spec, module)
+        raise ModelLoadError(
+            f"{spec}: a state_dict holds weights but no model; "
+            f"pass {param('model_class')} pkg.mod:Class to build the model it belongs to"
+        )
+    return _from_object(spec, build_with_state_dict(spec, model_class, state_dict))
 
 
 def _load_trusted(spec: str, path: Path) -> Any:
@@ -199,10 +227,13 @@ def _load_trusted(spec: str, path: Path) -> Any:
     except (ImportError, AttributeError) as e:
         raise ModelLoadError(
             f"{spec}: unpickling needs code that cannot be imported ({describe_error(e)}); "
-            "run from the directory where the model's code is importable, or save a state_dict and use --model-class"
+            f"run from the directory where the model's code is importable, or save a state_dict and use "
+            f"{param('model_class')}"
         ) from None
-    except Exception as e:  # the file's own code may raise anything
-        raise ModelLoadError(f"{spec}: unpickling failed ({describe_error(e)}); save the model again or save a state_dict") from None
+    except Exception as e:  # noqa: BLE001 -- the file's own code may raise anything
+        raise ModelLoadError(
+            f"{spec}: unpickling failed ({describe_error(e)}); save the model again or save a state_dict"
+        ) from None
 
 
 def _pickled_globals(path: Path) -> list[str]:
@@ -214,7 +245,9 @@ def _pickled_globals(path: Path) -> list[str]:
         with contextlib.ExitStack() as stack:
             if zipfile.is_zipfile(path):
                 archive = stack.enter_context(zipfile.ZipFile(path))
-                stream = stack.enter_context(archive.open(next(n for n in archive.namelist() if n.endswith("data.pkl"))))
+                stream = stack.enter_context(
+                    archive.open(next(n for n in archive.namelist() if n.endswith("data.pkl")))
+                )
                 pickles = 1
             else:
                 stream, pickles = stack.enter_context(path.open("rb")), 4  # magic, protocol, sys info, the object
@@ -227,9 +260,16 @@ def _pickled_globals(path: Path) -> list[str]:
                         found.append(f"{strings[-2]}.{strings[-1]}")
                     elif isinstance(arg, str):
                         strings.append(arg)
-    except Exception:  # only used to word an error message
+    except Exception:  # noqa: BLE001 -- only used to word an error message
         pass
-    plumbing = ("torch._utils.", "torch.storage.", "collections.OrderedDict", "builtins.", "__builtin__.", "torch.serialization.")
+    plumbing = (
+        "torch._utils.",
+        "torch.storage.",
+        "collections.OrderedDict",
+        "builtins.",
+        "__builtin__.",
+        "torch.serialization.",
+    )
     return [n for n in dict.fromkeys(found) if not n.startswith(plumbing) and not n.endswith("Storage")]
 
 
@@ -247,7 +287,11 @@ def _find_state_dict(obj: Any) -> Mapping[str, Any] | None:
 def _is_state_dict(obj: Any) -> bool:
     import torch
 
-    return isinstance(obj, Mapping) and len(obj) > 0 and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())
+    return (
+        isinstance(obj, Mapping)
+        and len(obj) > 0
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())
+    )
 
 
 def _describe(obj: Any) -> str:
@@ -258,36 +302,15 @@ def _describe(obj: Any) -> str:
     return f"a {type(obj).__name__}"
 
 
-def _load_state_dict(spec: str, label: str, module: torch.nn.Module, state_dict: Mapping[str, Any]) -> None:
-    """load_state_dict(strict=True), with missing/unexpected keys named in one line."""
-    expected = set(module.state_dict())
-    given = set(state_dict)
-    if given != expected and all(k.startswith("module.") for k in given):
-        stripped = {k[len("module."):]: v for k, v in state_dict.items()}
-        if set(stripped) == expected:  # saved from DataParallel/DistributedDataParallel
-            state_dict, given = stripped, set(stripped)
-    missing, unexpected = sorted(expected - given), sorted(given - expected)
-    if missing or unexpected:
-        parts = [f"{what} keys {_few(keys)}" for what, keys in (("missing", missing), ("unexpected", unexpected)) if keys]
-        raise ModelLoadError(f"{spec}: the state_dict does not fit {label} ({'; '.join(parts)}); check that --model-class names the class these weights were saved from")
-    try:
-        module.load_state_dict(state_dict, strict=True)
-    except RuntimeError as e:
-        detail = next((line.strip() for line in str(e).splitlines() if "mismatch" in line), describe_error(e))
-        raise ModelLoadError(f"{spec}: the state_dict does not fit {label} ({detail}); check the class's constructor defaults") from None
-
-
-def _few(keys: list[str], n: int = 3) -> str:
-    shown = ", ".join(keys[:n])
-    return f"{shown} and {len(keys) - n} more" if len(keys) > n else shown
-
-
 def from_module(obj: Any, source: str = "<in-memory model>") -> LoadedModel:
     """Wrap a model the caller already has (nn.Module, ScriptModule or ExportedProgram)."""
     import torch
 
     if not isinstance(obj, torch.nn.Module) and not is_exported_program(obj):
-        raise ModelLoadError(f"{source}: an object of type {type(obj).__name__} is not a model; pass an nn.Module, ScriptModule or ExportedProgram")
+        raise ModelLoadError(
+            f"{source}: an object of type {type(obj).__name__} is not a model; "
+            "pass an nn.Module, ScriptModule or ExportedProgram"
+        )
     return _from_object(source, obj)
 
 
@@ -300,10 +323,13 @@ def _from_object(spec: str, obj: Any) -> LoadedModel:
         names = tuple(
             s.arg.name
             for s in obj.graph_signature.input_specs
-            if s.kind == torch.export.graph_signature.InputKind.USER_INPUT and isinstance(s.arg, torch.export.graph_signature.TensorArgument)
+            if s.kind == torch.export.graph_signature.InputKind.USER_INPUT
+            and isinstance(s.arg, torch.export.graph_signature.TensorArgument)
         )
         # The program's train/eval behaviour was fixed at export time; its module() refuses .eval().
-        return LoadedModel(kind="exported_program", source=spec, module=obj.module(), exported_program=obj, input_names=names)
+        return LoadedModel(
+            kind="exported_program", source=spec, module=obj.module(), exported_program=obj, input_names=names
+        )
     obj.eval()
     if isinstance(obj, torch.jit.ScriptModule):
         return LoadedModel(kind="torchscript", source=spec, module=obj, input_names=_script_input_names(obj))
@@ -326,7 +352,10 @@ def _refuse_training_graph(spec: str, program: torch.export.ExportedProgram) -> 
         index = training_arg.get(node.target)
         if index is not None and len(node.args) > index and node.args[index] is True:
             op = str(node.target).split(".")[1].strip("_")
-            raise ModelLoadError(f"{spec}: the program was exported in training mode ({op} with training=True); call model.eval() before torch.export.export")
+            raise ModelLoadError(
+                f"{spec}: the program was exported in training mode ({op} with training=True); "
+                "call model.eval() before torch.export.export"
+            )
 
 
 def _eager_input_names(module: torch.nn.Module) -> tuple[str, ...]:
@@ -336,13 +365,16 @@ def _eager_input_names(module: torch.nn.Module) -> tuple[str, ...]:
     except (TypeError, ValueError):
         return ()
     skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    return tuple(p.name for p in params if p.kind not in skip and p.name != "self" and p.default is inspect.Parameter.empty)
+    return tuple(
+        p.name for p in params if p.kind not in skip and p.name != "self" and p.default is inspect.Parameter.empty
+    )
 
 
 def _script_input_names(module: torch.jit.ScriptModule) -> tuple[str, ...]:
     """forward's schema arguments after self, without those that have defaults."""
+    forward: Any = module.forward  # a ScriptMethod, which torch's stubs type as a plain callable
     try:
-        arguments = module.forward.schema.arguments
+        arguments = forward.schema.arguments
     except (AttributeError, RuntimeError):
         return ()
     return tuple(a.name for a in arguments[1:] if not a.has_default_value())

@@ -9,7 +9,6 @@ are the ancestors of the diverging node that no agreeing tensor vouches for.
 from __future__ import annotations
 
 from collections.abc import Sequence
-
 from typing import TYPE_CHECKING
 
 from trtdiff.report import FirstDivergence

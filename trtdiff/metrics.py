@@ -23,8 +23,13 @@ def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Th
         else:
             mismatch = f"{_shape(reference)} vs {_shape(candidate)}"
             return PairMetrics(
-                cosine=float("nan"), max_abs=float("inf"), mean_abs=float("inf"), rel_err=float("inf"),
-                ref_max_abs=_finite_max_abs(reference), shape_mismatch=mismatch, diverged=True,
+                cosine=float("nan"),
+                max_abs=float("inf"),
+                mean_abs=float("inf"),
+                rel_err=float("inf"),
+                ref_max_abs=_finite_max_abs(reference),
+                shape_mismatch=mismatch,
+                diverged=True,
                 reasons=(Reason("shape", float("nan"), detail=mismatch),),
             )
     if not _is_float(reference) and not _is_float(candidate):
@@ -52,9 +57,17 @@ def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Th
     if nan_cand != nan_ref or inf_cand != inf_ref:
         reasons.append(Reason("non_finite", float(nan_cand + inf_cand), float(nan_ref + inf_ref)))
     return PairMetrics(
-        cosine=cosine, max_abs=max_abs, mean_abs=mean_abs, rel_err=rel_err, ref_max_abs=ref_max_abs,
-        nan_ref=nan_ref, nan_cand=nan_cand, inf_ref=inf_ref, inf_cand=inf_cand,
-        diverged=bool(reasons), reasons=tuple(reasons),
+        cosine=cosine,
+        max_abs=max_abs,
+        mean_abs=mean_abs,
+        rel_err=rel_err,
+        ref_max_abs=ref_max_abs,
+        nan_ref=nan_ref,
+        nan_cand=nan_cand,
+        inf_ref=inf_ref,
+        inf_cand=inf_cand,
+        diverged=bool(reasons),
+        reasons=tuple(reasons),
     )
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from trtdiff.errors import OnnxFileError, first_line
+from trtdiff.errors import OnnxFileError, first_line, param
 
 DYNAMO_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 _SHAPE_OPS = frozenset({"Shape", "Size"})
@@ -47,9 +47,12 @@ class TensorType:
         return self.dtype is not None and np.issubdtype(self.dtype, np.floating)
 
     def nbytes(self) -> int | None:
-        if self.dtype is None or self.shape is None or any(d is None for d in self.shape):
+        if self.dtype is None or self.shape is None:
             return None
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        dims = [d for d in self.shape if d is not None]
+        if len(dims) != len(self.shape):
+            return None
+        return int(np.prod(dims, dtype=np.int64)) * self.dtype.itemsize
 
 
 @dataclass
@@ -108,11 +111,14 @@ def load_graph(path: str | Path) -> GraphInfo:
     """Load and shape-infer an ONNX file; raise OnnxFileError with a next step if it is unusable."""
     path = Path(path)
     if not path.is_file():
-        raise OnnxFileError(f"{path}: no such ONNX file; check the path given to --onnx or as MODEL")
+        raise OnnxFileError(f"{path}: no such ONNX file; check the path given to {param('onnx')} or as MODEL")
     try:
         model = onnx.load(str(path))
     except Exception as error:  # onnx raises DecodeError, ValueError and others for bad files
-        raise OnnxFileError(f"{path}: not a readable ONNX file ({first_line(error, 200) or type(error).__name__}); re-export it or check the file") from error
+        raise OnnxFileError(
+            f"{path}: not a readable ONNX file ({first_line(error, 200) or type(error).__name__}); "
+            "re-export it or check the file"
+        ) from error
     if not model.graph.node:
         raise OnnxFileError(f"{path}: the ONNX graph has no nodes; re-export the model")
     return graph_from_model(model, path)
@@ -122,7 +128,7 @@ def graph_from_model(model: onnx.ModelProto, path: Path) -> GraphInfo:
     """Build a GraphInfo from an in-memory model (shape inference is best effort)."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    except Exception:  # inference is an aid only; a model it cannot handle is still comparable
+    except Exception:  # noqa: BLE001 -- inference is an aid only; a model it cannot handle is still comparable
         inferred = model
     graph = inferred.graph
     initializers = frozenset(init.name for init in graph.initializer)

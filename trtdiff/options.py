@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from trtdiff.errors import OptionError, param
@@ -57,7 +56,9 @@ class ExportOptions:
 
     def validate(self) -> None:
         if self.exporter not in EXPORTERS:
-            raise OptionError(f"unknown; choose one of {', '.join(EXPORTERS)}", parameter="exporter", value=self.exporter)
+            raise OptionError(
+                f"unknown; choose one of {', '.join(EXPORTERS)}", parameter="exporter", value=self.exporter
+            )
         if self.save_onnx is not None and self.onnx is not None:
             raise OptionError(
                 f"nothing is exported when an ONNX file is given with {param('onnx')}; drop one of them",
@@ -84,16 +85,22 @@ class BuildSettings:
 
     def validate(self) -> None:
         """Raise OptionError for a value no TensorRT accepts."""
-        checks = (("outputs", self.outputs, OUTPUT_MODES), ("precision", self.precision, PRECISIONS),
-                  ("precision_constraints", self.precision_constraints, CONSTRAINTS))
+        checks = (
+            ("outputs", self.outputs, OUTPUT_MODES),
+            ("precision", self.precision, PRECISIONS),
+            ("precision_constraints", self.precision_constraints, CONSTRAINTS),
+        )
         for name, value, allowed in checks:
             if value not in allowed:
                 raise OptionError(f"unknown; choose one of {', '.join(allowed)}", parameter=name, value=value)
         if self.optimization_level is not None and not 0 <= self.optimization_level <= 5:
-            raise OptionError("must be 0-5 (TensorRT's default is 3)", parameter="optimization_level",
-                              value=self.optimization_level)
+            raise OptionError(
+                "must be 0-5 (TensorRT's default is 3)", parameter="optimization_level", value=self.optimization_level
+            )
         if self.workspace_bytes is not None and self.workspace_bytes <= 0:
-            raise OptionError("must be a positive number of bytes", parameter="workspace_bytes", value=self.workspace_bytes)
+            raise OptionError(
+                "must be a positive number of bytes", parameter="workspace_bytes", value=self.workspace_bytes
+            )
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -103,7 +110,7 @@ class BuildSettings:
 
 @dataclass(frozen=True)
 class BackendOptions:
-    """Which backends run and how; `recordings` replays `trtdiff run --save` files instead of running."""
+    """Which backends run and how; `recordings` replays files `trtdiff run` saved instead of running."""
 
     backends: tuple[str, ...] | None = None
     require: tuple[str, ...] = ()
@@ -121,12 +128,18 @@ class BackendOptions:
         for name, names in (("backends", self.backends or ()), ("require", self.require)):
             unknown = [b for b in names if b not in KNOWN_BACKENDS]
             if unknown:
-                raise OptionError(f"unknown backend {unknown[0]!r}; choose from {', '.join(KNOWN_BACKENDS)}",
-                                  parameter=name, value=",".join(names))
+                raise OptionError(
+                    f"unknown backend {unknown[0]!r}; choose from {', '.join(KNOWN_BACKENDS)}",
+                    parameter=name,
+                    value=",".join(names),
+                )
         for name, path in self.recordings.items():
             if name not in ONNX_BACKENDS:
-                raise OptionError(f"only ONNX backends are recorded ({', '.join(ONNX_BACKENDS)})",
-                                  parameter="recordings", value=f"{name}={path}")
+                raise OptionError(
+                    f"only ONNX backends are recorded ({', '.join(ONNX_BACKENDS)})",
+                    parameter="recordings",
+                    value=f"{name}={path}",
+                )
         for name, size in (("memory_bytes", self.memory_bytes), ("chunk_bytes", self.chunk_bytes)):
             if size <= 0:
                 raise OptionError("must be a positive number of bytes", parameter=name, value=size)
@@ -150,19 +163,22 @@ class GateOptions:
 
     def validate(self) -> None:
         if self.inputs_dir is not None and self.num_samples is not None:
-            raise OptionError(f"random samples and {param('inputs_dir')} exclude each other; drop one",
-                              parameter="num_samples")
+            raise OptionError(
+                f"random samples and {param('inputs_dir')} exclude each other; drop one", parameter="num_samples"
+            )
         if self.num_samples is not None and self.num_samples < 1:
             raise OptionError("must be at least 1", parameter="num_samples", value=self.num_samples)
         if self.labels_dir is not None and self.inputs_dir is None:
-            raise OptionError(f"masks are paired with the images of {param('inputs_dir')}; give it too",
-                              parameter="labels_dir")
+            raise OptionError(
+                f"masks are paired with the images of {param('inputs_dir')}; give it too", parameter="labels_dir"
+            )
         for name, value in (("min_miou", self.min_miou), ("max_miou_drop", self.max_miou_drop)):
             if value is not None and not 0.0 <= value <= 1.0:
                 raise OptionError(f"must be between 0 and 1, e.g. {param(name)} 0.9", parameter=name, value=value)
         if self.max_miou_drop is not None and self.labels_dir is None:
-            raise OptionError(f"the drop is measured against ground truth; give {param('labels_dir')}",
-                              parameter="max_miou_drop")
+            raise OptionError(
+                f"the drop is measured against ground truth; give {param('labels_dir')}", parameter="max_miou_drop"
+            )
 
     @property
     def many(self) -> bool:
@@ -216,13 +232,21 @@ class CompareOptions:
         validate_thresholds(self.thresholds)
         self.gate.validate()
         if self.gate.many and self.runtime.recordings:
-            raise OptionError(f"a recording holds one sample; drop {param('inputs_dir')}/{param('num_samples')}",
-                              parameter="recordings")
+            raise OptionError(
+                f"a recording holds one sample; drop {param('inputs_dir')}/{param('num_samples')}",
+                parameter="recordings",
+            )
         if self.gate.num_samples and self.gate.num_samples > 1 and self.load.input_files:
-            raise OptionError(f"random samples need {param('input_shapes')}, not input files; drop one",
-                              parameter="num_samples")
+            raise OptionError(
+                f"random samples need {param('input_shapes')}, not input files; drop one", parameter="num_samples"
+            )
 
 
-_PARTS = {"load": LoadOptions, "export": ExportOptions, "runtime": BackendOptions, "thresholds": Thresholds,
-          "gate": GateOptions}
+_PARTS = {
+    "load": LoadOptions,
+    "export": ExportOptions,
+    "runtime": BackendOptions,
+    "thresholds": Thresholds,
+    "gate": GateOptions,
+}
 _PART_OF = {f.name: part for part, cls in _PARTS.items() for f in dataclasses.fields(cls)}

@@ -77,5 +77,6 @@ def check_json_path(path: str | None, kind: JsonKind = "report") -> None:
         except (OSError, ValueError):
             ours = False
         if not ours:
-            raise OptionError(f"the file exists and is not a trtdiff {kind}; choose another path",
-                              parameter="json", value=target)
+            raise OptionError(
+                f"the file exists and is not a trtdiff {kind}; choose another path", parameter="json", value=target
+            )

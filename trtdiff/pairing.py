@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from trtdiff.backends.torch_backend import TorchCapture, TorchRecord
 from trtdiff.onnx_graph import GraphInfo, NodeInfo
 from trtdiff.op_kinds import onnx_kind
+from trtdiff.report import PairingMethod
 
 _CALL_SUFFIX = re.compile(r"_\d+$")
 
@@ -31,7 +32,7 @@ class TorchPair:
     """The PyTorch value an ONNX tensor is compared with."""
 
     key: str
-    method: str
+    method: PairingMethod
     torch_op: str | None
     module_path: str | None
 
@@ -51,7 +52,7 @@ class _Unit:
     record: TorchRecord
     kind: str
     scopes: tuple[str | None, ...]
-    method: str
+    method: PairingMethod
 
 
 def resolve_scope(pieces: Iterable[str], module_names: set[str]) -> str | None:
@@ -95,14 +96,13 @@ def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pai
     """Pair ONNX tensors with recorded PyTorch values (see the module docstring)."""
     node_modules = {node.name: node_module(node, module_names) for node in graph.nodes}
     candidates = [
-        n for n in graph.nodes
-        if onnx_kind(n.op_type, n.domain) and n.outputs and n.outputs[0] in graph.data_tensors
+        n for n in graph.nodes if onnx_kind(n.op_type, n.domain) and n.outputs and n.outputs[0] in graph.data_tensors
     ]
     units = _units(graph, capture, candidates, node_modules)
     pairs: dict[str, TorchPair] = {}
     used: set[int] = set()
 
-    def take(node: NodeInfo, unit: _Unit, method: str) -> None:
+    def take(node: NodeInfo, unit: _Unit, method: PairingMethod) -> None:
         pairs[node.outputs[0]] = TorchPair(unit.record.key, method, unit.record.op, unit.record.module_path)
         used.add(unit.record.index)
 
@@ -151,16 +151,18 @@ def _units(
         conv = capture.records[bn.inputs[0]]
         if conv.kind != "conv" or capture.consumers.get(conv.index) != [bn.index]:
             continue
-        if not onnx_bn_scopes or (capture.paths_known and None not in onnx_bn_scopes and bn.module_path not in onnx_bn_scopes):
+        if not onnx_bn_scopes or (
+            capture.paths_known and None not in onnx_bn_scopes and bn.module_path not in onnx_bn_scopes
+        ):
             folded_into[conv.index] = bn
     absorbed = {bn.index for bn in folded_into.values()}
     units: list[_Unit] = []
     for record in capture.records:
         if record.index in absorbed:
             continue
-        bn = folded_into.get(record.index)
-        if bn is not None:
-            units.append(_Unit(bn, "conv", (record.module_path, bn.module_path), "folded"))
+        folded = folded_into.get(record.index)
+        if folded is not None:
+            units.append(_Unit(folded, "conv", (record.module_path, folded.module_path), "folded"))
         else:
             units.append(_Unit(record, record.kind, (record.module_path,), "op"))
     return units
@@ -177,7 +179,12 @@ def _compatible(graph: GraphInfo, tensor: str, record: TorchRecord) -> bool:
     return True
 
 
-def _pair_in_order(graph: GraphInfo, nodes: list[NodeInfo], units: list[_Unit], take, method: str) -> None:  # noqa: ANN001
+Take = Callable[[NodeInfo, "_Unit", PairingMethod], None]
+
+
+def _pair_in_order(
+    graph: GraphInfo, nodes: list[NodeInfo], units: list[_Unit], take: Take, method: PairingMethod
+) -> None:
     if not nodes or len(nodes) != len(units):
         return
     if all(_compatible(graph, n.outputs[0], u.record) for n, u in zip(nodes, units, strict=True)):
@@ -192,7 +199,7 @@ def _pair_scopes_ignoring_kind(
     node_modules: dict[str, str | None],
     pairs: dict[str, TorchPair],
     used: set[int],
-    take,  # noqa: ANN001
+    take: Take,
 ) -> None:
     """Within one module scope, pair the leftovers in order when their counts match.
 

@@ -123,9 +123,19 @@ def prepare(
             opened = open_backends(graph, feeds, options.runtime, backends, engine_path)
         given = source.given_graph.path if source.given_graph is not None else None
         yield Prepared(
-            loaded=source.loaded, graph=graph, exporter=exporter, onnx_path=str(save_path or given) if save_path or given else None,
-            model_feeds=source.feeds, feeds=feeds, input_names=source.input_names, dtypes=source.dtypes,
-            chosen=tuple(backends), capture=recorded, backends=opened.backends, tensorrt=opened.tensorrt, engine_path=engine_path,
+            loaded=source.loaded,
+            graph=graph,
+            exporter=exporter,
+            onnx_path=str(save_path or given) if save_path or given else None,
+            model_feeds=source.feeds,
+            feeds=feeds,
+            input_names=source.input_names,
+            dtypes=source.dtypes,
+            chosen=tuple(backends),
+            capture=recorded,
+            backends=opened.backends,
+            tensorrt=opened.tensorrt,
+            engine_path=engine_path,
             notes=(*notes, *opened.notes),
         )
 
@@ -146,7 +156,9 @@ def load_source(
         loaded = from_module(model)
     if loaded.kind == "onnx":
         if onnx is not None:
-            raise OptionError("MODEL is already an ONNX file; give the PyTorch model as MODEL", parameter="onnx", value=onnx)
+            raise OptionError(
+                "MODEL is already an ONNX file; give the PyTorch model as MODEL", parameter="onnx", value=onnx
+            )
         onnx = loaded.onnx_path
     given = load_graph(onnx) if onnx is not None else None
     names = given.graph_inputs if given is not None else loaded.input_names
@@ -185,7 +197,9 @@ def onnx_graph_for(
             notes.append(f"opset {opset} ignored: the given ONNX file declares opset {given.opset}")
         return given, "given"
     target = save_path if save_path is not None else folder / "model.onnx"
-    result = export_onnx(source.loaded, source.feeds, opset=opset or DEFAULT_OPSET, exporter=options.exporter, path=target)
+    result = export_onnx(
+        source.loaded, source.feeds, opset=opset or DEFAULT_OPSET, exporter=options.exporter, path=target
+    )
     notes.append(f"exported with the {result.exporter} exporter at opset {result.opset}")
     return load_graph(result.path), result.exporter
 
@@ -196,8 +210,11 @@ def check_new_file(path: str | Path | None, force: bool, parameter: str) -> Path
         return None
     path = Path(path)
     if path.exists() and not force:
-        raise OptionError(f"the file exists; choose another path or pass {param('force')} to overwrite it",
-                          parameter=parameter, value=path)
+        raise OptionError(
+            f"the file exists; choose another path or pass {param('force')} to overwrite it",
+            parameter=parameter,
+            value=path,
+        )
     if not path.parent.is_dir():
         raise OptionError(f"folder {path.parent} does not exist; create it first", parameter=parameter, value=path)
     return path
@@ -219,12 +236,16 @@ def onnx_feeds(graph: GraphInfo, feeds: Mapping[str, np.ndarray]) -> dict[str, n
         expected = graph.tensor_type(name)
         if expected.shape is None:
             continue
-        fits = len(expected.shape) == value.ndim and all(d is None or d == v for d, v in zip(expected.shape, value.shape))
+        fits = len(expected.shape) == value.ndim and all(
+            d is None or d == v for d, v in zip(expected.shape, value.shape, strict=False)
+        )
         if not fits:
             want = "x".join("?" if d is None else str(d) for d in expected.shape)
             got = "x".join(map(str, value.shape))
-            raise InputError(f"input {name}: shape {got} does not fit {graph.path.name}, which expects {want}; "
-                             f"use {param('input_shapes')} {name}:{want.replace('?', '1')}")
+            raise InputError(
+                f"input {name}: shape {got} does not fit {graph.path.name}, which expects {want}; "
+                f"use {param('input_shapes')} {name}:{want.replace('?', '1')}"
+            )
     return named
 
 

@@ -25,7 +25,10 @@ OutputsMode = Literal["all", "unfused", "none"]
 
 # The threshold names as they appear in check ids ("outputs/min-cosine/torch~onnxruntime").
 _THRESHOLD_IDS: dict[str, str] = {
-    "min_cosine": "min-cosine", "rtol": "rtol", "max_abs": "max-abs", "min_miou": "min-miou",
+    "min_cosine": "min-cosine",
+    "rtol": "rtol",
+    "max_abs": "max-abs",
+    "min_miou": "min-miou",
     "max_miou_drop": "max-miou-drop",
 }
 
@@ -214,7 +217,7 @@ class SampleResult:
     """One input sample: final-output metrics per backend pair, and segmentation figures.
 
     `agreement_miou` / `changed_pixels` are keyed by pair (candidate argmax vs reference
-    argmax); `label_miou` by backend (against ground truth, with --labels).
+    argmax); `label_miou` by backend (against ground truth, with a labels folder).
     """
 
     name: str

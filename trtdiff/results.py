@@ -42,17 +42,28 @@ def build_layers(
         shape = tuple(int(d) if d is not None else -1 for d in (tensor_type.shape or ()))
         if torch_pair is not None and capture is not None:
             shape = tuple(capture.value(torch_pair.key).shape)
-        layers.append(Layer(
-            tensor=tensor, onnx_node=node.name, op_type=node.op_type, module=module, shape=shape,
-            dtype=str(tensor_type.dtype) if tensor_type.dtype is not None else "unknown", pairs=dict(metrics[tensor]),
-            is_output=tensor in outputs, torch_op=torch_pair.torch_op if torch_pair else None,
-            pairing=torch_pair.method if torch_pair else None,
-        ))
+        layers.append(
+            Layer(
+                tensor=tensor,
+                onnx_node=node.name,
+                op_type=node.op_type,
+                module=module,
+                shape=shape,
+                dtype=str(tensor_type.dtype) if tensor_type.dtype is not None else "unknown",
+                pairs=dict(metrics[tensor]),
+                is_output=tensor in outputs,
+                torch_op=torch_pair.torch_op if torch_pair else None,
+                pairing=torch_pair.method if torch_pair else None,
+            )
+        )
     return layers
 
 
 def sample_results(
-    compared: Iterable[Compared], outputs: Sequence[str], pairs: Sequence[BackendPair], reference: str,
+    compared: Iterable[Compared],
+    outputs: Sequence[str],
+    pairs: Sequence[BackendPair],
+    reference: str,
     ignore_index: int | None,
 ) -> tuple[list[SampleResult], SegmentationSummary | None]:
     """Final-output metrics of every sample, with mIoU where an output is segmentation scores."""

@@ -51,15 +51,20 @@ def run(
 
     options = (options or CompareOptions()).with_fields(**fields)
     if backend not in ONNX_BACKENDS:
-        raise OptionError(f"only ONNX backends can be recorded ({', '.join(ONNX_BACKENDS)}); "
-                          "the PyTorch reference is captured by compare itself", parameter="backend", value=backend)
+        raise OptionError(
+            f"only ONNX backends can be recorded ({', '.join(ONNX_BACKENDS)}); "
+            "the PyTorch reference is captured by compare itself",
+            parameter="backend",
+            value=backend,
+        )
     if options.runtime.save_engine is not None:
         raise OptionError("use `trtdiff build` to keep an engine; `run` records tensors", parameter="save_engine")
     target = check_new_file(save, options.force, "save")
     assert target is not None
     if target.suffix != ".npz":
-        raise OptionError(f"recordings are .npz files; name it {target.with_suffix('.npz').name}",
-                          parameter="save", value=target)
+        raise OptionError(
+            f"recordings are .npz files; name it {target.with_suffix('.npz').name}", parameter="save", value=target
+        )
     options = dataclasses.replace(options, runtime=dataclasses.replace(options.runtime, require=(backend,)))
     options.export.validate()
     options.runtime.validate()
@@ -67,8 +72,12 @@ def run(
         runner = prepared.backends[0]
         count = record(runner, prepared.graph, prepared.feeds, target)
         return Recording(
-            path=str(target), backend=backend, describe=runner.describe(), tensors=count,
-            onnx_sha256=onnx_digest(prepared.graph), onnx_path=prepared.onnx_path,
+            path=str(target),
+            backend=backend,
+            describe=runner.describe(),
+            tensors=count,
+            onnx_sha256=onnx_digest(prepared.graph),
+            onnx_path=prepared.onnx_path,
             inputs={name: tuple(int(d) for d in value.shape) for name, value in prepared.feeds.items()},
         )
 

@@ -67,8 +67,13 @@ class SampleSource:
         def make(index: int) -> tuple[np.ndarray, ...]:
             if index == 0:
                 return tuple(feeds.values())
-            built = make_inputs(list(input_names), shapes=list(model.input_shapes), files=list(model.input_files),
-                                seed=model.seed + index, dtypes=dict(dtypes))
+            built = make_inputs(
+                list(input_names),
+                shapes=list(model.input_shapes),
+                files=list(model.input_files),
+                seed=model.seed + index,
+                dtypes=dict(dtypes),
+            )
             return tuple(built.values())
 
         return random_samples(self.options.gate.num_samples, make)
@@ -80,8 +85,14 @@ def folder_samples(options: CompareOptions) -> Iterator[Sample]:
 
     gate = options.gate
     assert gate.inputs_dir is not None
-    for sample in iter_samples(gate.inputs_dir, labels=gate.labels_dir, mean=gate.mean, std=gate.std,
-                               size=gate.size, ignore_index=gate.ignore_index):
+    for sample in iter_samples(
+        gate.inputs_dir,
+        labels=gate.labels_dir,
+        mean=gate.mean,
+        std=gate.std,
+        size=gate.size,
+        ignore_index=gate.ignore_index,
+    ):
         yield Sample(sample.name, (sample.image,), sample.label)
 
 

@@ -38,10 +38,17 @@ class SegmentationScore:
         ious = iou_per_class(confusion)
         total = confusion.sum()
         accuracy = float(np.trace(confusion) / total) if total else float("nan")
-        return cls(miou=_nanmean(ious), per_class=tuple(float(v) for v in ious), pixel_accuracy=accuracy, changed_pixels=changed_pixels)
+        return cls(
+            miou=_nanmean(ious),
+            per_class=tuple(float(v) for v in ious),
+            pixel_accuracy=accuracy,
+            changed_pixels=changed_pixels,
+        )
 
 
-def confusion_matrix(pred: np.ndarray, target: np.ndarray, num_classes: int, ignore_index: int | None = None) -> np.ndarray:
+def confusion_matrix(
+    pred: np.ndarray, target: np.ndarray, num_classes: int, ignore_index: int | None = None
+) -> np.ndarray:
     """(C, C) int64 counts: entry [t, p] counts pixels of target class t predicted as p.
 
     Pixels whose target is `ignore_index` are left out. Any other value outside
@@ -52,10 +59,15 @@ def confusion_matrix(pred: np.ndarray, target: np.ndarray, num_classes: int, ign
     if num_classes < 1:
         raise InputError(f"num_classes must be at least 1, got {num_classes}")
     if pred.shape != target.shape:
-        raise InputError(f"prediction shape {pred.shape} differs from label shape {target.shape}; give masks of the same size (resize the labels or the images)")
+        raise InputError(
+            f"prediction shape {pred.shape} differs from label shape {target.shape}; "
+            "give masks of the same size (resize the labels or the images)"
+        )
     for what, array in (("prediction", pred), ("label", target)):
         if array.dtype.kind not in "iub":
-            raise InputError(f"{what} masks must hold integer class indices, not {array.dtype}; take the argmax of the logits first")
+            raise InputError(
+                f"{what} masks must hold integer class indices, not {array.dtype}; take the argmax of the logits first"
+            )
     pred, target = pred.ravel().astype(np.int64), target.ravel().astype(np.int64)
     if ignore_index is not None:
         keep = target != ignore_index
@@ -93,7 +105,10 @@ def argmax_masks(logits: np.ndarray) -> np.ndarray:
     """Class index per pixel, int64, of (N, C, H, W) logits (ties go to the lower class)."""
     logits = np.asarray(logits)
     if logits.ndim != 4:
-        raise InputError(f"segmentation logits must be (N, C, H, W), got shape {logits.shape}; the model's output is not a per-pixel class score")
+        raise InputError(
+            f"segmentation logits must be (N, C, H, W), got shape {logits.shape}; "
+            "the model's output is not a per-pixel class score"
+        )
     return logits.argmax(axis=1).astype(np.int64)
 
 
@@ -104,7 +119,10 @@ def agreement(reference_logits: np.ndarray, candidate_logits: np.ndarray) -> Seg
     """
     ref, cand = np.asarray(reference_logits), np.asarray(candidate_logits)
     if ref.shape != cand.shape:
-        raise InputError(f"reference logits {ref.shape} and candidate logits {cand.shape} differ in shape; compare outputs of the same model on the same inputs")
+        raise InputError(
+            f"reference logits {ref.shape} and candidate logits {cand.shape} differ in shape; "
+            "compare outputs of the same model on the same inputs"
+        )
     ref_masks, cand_masks = argmax_masks(ref), argmax_masks(cand)
     confusion = confusion_matrix(cand_masks, ref_masks, ref.shape[1])
     changed = float((ref_masks != cand_masks).mean()) if ref_masks.size else 0.0
@@ -142,7 +160,9 @@ def share_at_edges(changed: np.ndarray, edges: np.ndarray) -> float:
     """Share of the changed pixels that lie on edges (NaN when nothing changed)."""
     changed, edges = np.asarray(changed, dtype=bool), np.asarray(edges, dtype=bool)
     if changed.shape != edges.shape:
-        raise InputError(f"changed mask {changed.shape} and edge mask {edges.shape} differ in shape; build both from the same images")
+        raise InputError(
+            f"changed mask {changed.shape} and edge mask {edges.shape} differ in shape; build both from the same images"
+        )
     total = int(changed.sum())
     return float((changed & edges).sum() / total) if total else float("nan")
 

@@ -50,38 +50,49 @@ def _build(tp: Any, data: Any) -> Any:
             raise TypeError(f"expected a string for {tp.__name__}, got {data!r}")
         return tp.from_json_text(data)
     if origin in (typing.Union, types.UnionType):
-        args = get_args(tp)
-        if data is None and type(None) in args:
-            return None
-        non_none = [a for a in args if a is not type(None)]
-        if data is None and float in non_none:
-            return math.nan
-        last_error: Exception | None = None
-        for arg in non_none:
-            try:
-                return _build(arg, data)
-            except (TypeError, ValueError, KeyError) as error:
-                last_error = error
-        raise TypeError(f"cannot read {data!r} as {tp}") from last_error
-    if origin in (tuple, list) and not isinstance(data, list):
-        raise TypeError(f"expected an array, got {data!r}")
-    if origin is dict and not isinstance(data, dict):
-        raise TypeError(f"expected an object, got {data!r}")
-    if origin is tuple:
-        args = get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_build(args[0], v) for v in data)
-        return tuple(_build(a, v) for a, v in zip(args, data, strict=True))
-    if origin is list:
-        (arg,) = get_args(tp)
-        return [_build(arg, v) for v in data]
-    if origin is dict:
-        key_type, value_type = get_args(tp)
-        return {_build(key_type, k): _build(value_type, v) for k, v in data.items()}
+        return _build_union(tp, data)
+    if origin in (tuple, list, dict):
+        return _build_container(tp, origin, data)
     if dataclasses.is_dataclass(tp):
         hints = get_type_hints(tp)
         kwargs = {f.name: _build(hints[f.name], data[f.name]) for f in dataclasses.fields(tp) if f.name in data}
-        return tp(**kwargs)
+        return typing.cast(Any, tp)(**kwargs)
+    return _build_scalar(tp, data)
+
+
+def _build_union(tp: Any, data: Any) -> Any:
+    args = get_args(tp)
+    if data is None and type(None) in args:
+        return None
+    non_none = [a for a in args if a is not type(None)]
+    if data is None and float in non_none:
+        return math.nan
+    last_error: Exception | None = None
+    for arg in non_none:
+        try:
+            return _build(arg, data)
+        except (TypeError, ValueError, KeyError) as error:
+            last_error = error
+    raise TypeError(f"cannot read {data!r} as {tp}") from last_error
+
+
+def _build_container(tp: Any, origin: Any, data: Any) -> Any:
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise TypeError(f"expected an object, got {data!r}")
+        key_type, value_type = get_args(tp)
+        return {_build(key_type, k): _build(value_type, v) for k, v in data.items()}
+    if not isinstance(data, list):
+        raise TypeError(f"expected an array, got {data!r}")
+    args = get_args(tp)
+    if origin is list:
+        return [_build(args[0], v) for v in data]
+    if len(args) == 2 and args[1] is Ellipsis:
+        return tuple(_build(args[0], v) for v in data)
+    return tuple(_build(a, v) for a, v in zip(args, data, strict=True))
+
+
+def _build_scalar(tp: Any, data: Any) -> Any:
     if tp is float:
         if data is None:
             return math.nan
@@ -90,17 +101,11 @@ def _build(tp: Any, data: Any) -> Any:
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             raise TypeError(f"expected a number, got {data!r}")
         return float(data)
-    if tp is int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise TypeError(f"expected an integer, got {data!r}")
-        return data
-    if tp is bool:
-        if not isinstance(data, bool):
-            raise TypeError(f"expected true/false, got {data!r}")
-        return data
-    if tp is str:
-        if not isinstance(data, str):
-            raise TypeError(f"expected a string, got {data!r}")
+    expected = {int: (int, "an integer"), bool: (bool, "true/false"), str: (str, "a string")}
+    if tp in expected:
+        kind, words = expected[tp]
+        if not isinstance(data, kind) or (tp is int and isinstance(data, bool)):
+            raise TypeError(f"expected {words}, got {data!r}")
         return data
     if tp is Any:
         return data

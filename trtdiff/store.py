@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_MEMORY_BYTES = 2 << 30
+from trtdiff.options import DEFAULT_MEMORY_BYTES
 
 
 class TensorStore:
@@ -32,10 +32,6 @@ class TensorStore:
 
     def __len__(self) -> int:
         return len(self._in_memory) + len(self._on_disk)
-
-    @property
-    def bytes_in_memory(self) -> int:
-        return self._held
 
     @property
     def spilled(self) -> int:

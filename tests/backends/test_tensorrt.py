@@ -18,12 +18,25 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
-trt = pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX is not installed: pip install "
-                          "tensorrt-rtx-cu13-libs==1.7.1.116 tensorrt-rtx-cu13-bindings==1.7.1.116")
+trt = pytest.importorskip(
+    "tensorrt_rtx_bindings",
+    reason="TensorRT-RTX is not installed: pip install "
+    "tensorrt-rtx-cu13-libs==1.7.1.116 tensorrt-rtx-cu13-bindings==1.7.1.116",
+)
 
 from trtdiff.backends.tensorrt import (  # noqa: E402
-    NO_EXECUTION, BuildSettings, TensorRTBackend, build_engine, builder, cache_key, fusion, fusion_from_inspector,
-    marking, parse_onnx, probe, runtime,
+    NO_EXECUTION,
+    BuildSettings,
+    TensorRTBackend,
+    build_engine,
+    builder,
+    cache_key,
+    fusion,
+    fusion_from_inspector,
+    marking,
+    parse_onnx,
+    probe,
+    runtime,
 )
 from trtdiff.backends.tensorrt.fp16 import convert_to_fp16  # noqa: E402
 from trtdiff.backends.tensorrt.importing import GpuInfo, rtx_supports, tensorrt_info  # noqa: E402
@@ -34,36 +47,68 @@ X = helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 8, 8])
 Y = helper.make_tensor_value_info("y", TP.FLOAT, None)
 
 
-def save(tmp_path: Path, nodes: list, inputs: list | None = None, outputs: list | None = None,
-         initializers: list | None = None, name: str = "m") -> GraphInfo:
-    model = helper.make_model(helper.make_graph(nodes, "g", inputs or [X], outputs or [Y], initializers or []),
-                              opset_imports=[helper.make_opsetid("", 17)])
+def save(
+    tmp_path: Path,
+    nodes: list,
+    inputs: list | None = None,
+    outputs: list | None = None,
+    initializers: list | None = None,
+    name: str = "m",
+) -> GraphInfo:
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", inputs or [X], outputs or [Y], initializers or []),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
     path = tmp_path / f"{name}.onnx"
     onnx.save(model, str(path))
     return load_graph(path)
 
 
 def scalar(name: str, value: object, dtype: type = np.float32) -> onnx.NodeProto:
-    return helper.make_node("Constant", [], [name], name=f"const_{name}", value=numpy_helper.from_array(np.array(value, dtype)))
+    return helper.make_node(
+        "Constant", [], [name], name=f"const_{name}", value=numpy_helper.from_array(np.array(value, dtype))
+    )
 
 
 @pytest.fixture(scope="module")
 def every_reason(tmp_path_factory: pytest.TempPathFactory) -> GraphInfo:
     """A graph with a tensor for each skip reason: inputs, constant, bool, shape, If and Loop bodies."""
-    then_g = helper.make_graph([helper.make_node("Relu", ["r"], ["t1"], name="then_relu"),
-                                helper.make_node("Neg", ["t1"], ["tout"], name="then_neg")],
-                               "then", [], [helper.make_tensor_value_info("tout", TP.FLOAT, None)])
-    else_g = helper.make_graph([helper.make_node("Sigmoid", ["r"], ["eout"], name="else_sig")],
-                               "else", [], [helper.make_tensor_value_info("eout", TP.FLOAT, None)])
+    then_g = helper.make_graph(
+        [
+            helper.make_node("Relu", ["r"], ["t1"], name="then_relu"),
+            helper.make_node("Neg", ["t1"], ["tout"], name="then_neg"),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("tout", TP.FLOAT, None)],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Sigmoid", ["r"], ["eout"], name="else_sig")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("eout", TP.FLOAT, None)],
+    )
     body = helper.make_graph(
-        [helper.make_node("Add", ["acc", "one"], ["acc2"], name="body_add"),
-         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_id")],
+        [
+            helper.make_node("Add", ["acc", "one"], ["acc2"], name="body_add"),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_id"),
+        ],
         "body",
-        [helper.make_tensor_value_info("iter", TP.INT64, []), helper.make_tensor_value_info("cond_in", TP.BOOL, []),
-         helper.make_tensor_value_info("acc", TP.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("cond_out", TP.BOOL, []), helper.make_tensor_value_info("acc2", TP.FLOAT, [1, 3, 8, 8])])
+        [
+            helper.make_tensor_value_info("iter", TP.INT64, []),
+            helper.make_tensor_value_info("cond_in", TP.BOOL, []),
+            helper.make_tensor_value_info("acc", TP.FLOAT, [1, 3, 8, 8]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TP.BOOL, []),
+            helper.make_tensor_value_info("acc2", TP.FLOAT, [1, 3, 8, 8]),
+        ],
+    )
     nodes = [
-        scalar("k", 2.0), scalar("one", 1.0), scalar("trip", 2, np.int64), scalar("keep", True, np.bool_),
+        scalar("k", 2.0),
+        scalar("one", 1.0),
+        scalar("trip", 2, np.int64),
+        scalar("keep", True, np.bool_),
         helper.make_node("Mul", ["x", "k"], ["m"], name="mul"),
         helper.make_node("Greater", ["m", "k"], ["g"], name="gt"),
         helper.make_node("Where", ["g", "m", "x"], ["w"], name="where"),
@@ -77,10 +122,12 @@ def every_reason(tmp_path_factory: pytest.TempPathFactory) -> GraphInfo:
 
 
 def test_import_does_not_import_tensorrt_or_torch() -> None:
-    code = ("import sys, trtdiff.backends.tensorrt; "
-            "heavy = ('tensorrt', 'tensorrt_rtx', 'tensorrt_rtx_bindings', 'torch'); "
-            "bad = [m for m in sys.modules if m.split('.')[0] in heavy]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, trtdiff.backends.tensorrt; "
+        "heavy = ('tensorrt', 'tensorrt_rtx', 'tensorrt_rtx_bindings', 'torch'); "
+        "bad = [m for m in sys.modules if m.split('.')[0] in heavy]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -114,17 +161,32 @@ def test_every_tensorrt_attribute_the_code_uses_exists() -> None:
     assert [n for n in sorted(required) if not has(n)] == []
     # TensorRT-RTX is strongly typed: exactly the weak-typing flags are absent, which the code feature-detects.
     assert {n for n in optional if not has(n)} == {
-        "BuilderFlag.FP16", "BuilderFlag.OBEY_PRECISION_CONSTRAINTS", "BuilderFlag.PREFER_PRECISION_CONSTRAINTS"}
+        "BuilderFlag.FP16",
+        "BuilderFlag.OBEY_PRECISION_CONSTRAINTS",
+        "BuilderFlag.PREFER_PRECISION_CONSTRAINTS",
+    }
 
 
 def test_parser_error_names_the_node_and_op(tmp_path: Path) -> None:
-    graph = save(tmp_path, [helper.make_node("Relu", ["x"], ["a"], name="relu"),
-                            helper.make_node("NoSuchOp", ["a"], ["y"], name="bad_node")], name="unknown")
+    graph = save(
+        tmp_path,
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="relu"),
+            helper.make_node("NoSuchOp", ["a"], ["y"], name="bad_node"),
+        ],
+        name="unknown",
+    )
     with pytest.raises(BackendError, match=r"rejected node bad_node \(op NoSuchOp\)") as error:
         parse_onnx(graph.path, graph.model)
     assert "\n" not in str(error.value)
-    uint8 = save(tmp_path, [helper.make_node("Cast", ["x"], ["u"], name="to_u8", to=TP.UINT8),
-                            helper.make_node("Cast", ["u"], ["y"], name="to_f", to=TP.FLOAT)], name="uint8")
+    uint8 = save(
+        tmp_path,
+        [
+            helper.make_node("Cast", ["x"], ["u"], name="to_u8", to=TP.UINT8),
+            helper.make_node("Cast", ["u"], ["y"], name="to_f", to=TP.FLOAT),
+        ],
+        name="uint8",
+    )
     with pytest.raises(BackendError, match=r"node to_u8 \(op Cast\).*UINT8"):
         build_engine(uint8)
     broken = tmp_path / "broken.onnx"
@@ -149,23 +211,40 @@ def test_mark_all_lists_every_skip_reason(every_reason: GraphInfo) -> None:
 
 
 def test_bool_tensors_can_be_marked_on_request(tmp_path: Path) -> None:
-    graph = save(tmp_path, [helper.make_node("Greater", ["x", "x"], ["g"], name="gt"),
-                            helper.make_node("Where", ["g", "x", "x"], ["y"], name="where")])
+    graph = save(
+        tmp_path,
+        [
+            helper.make_node("Greater", ["x", "x"], ["g"], name="gt"),
+            helper.make_node("Where", ["g", "x", "x"], ["y"], name="where"),
+        ],
+    )
     result = build_engine(graph, BuildSettings(mark_bool=True))
     assert "g" in result.mark_plan.returned_onnx()  # RTX 1.7.1 builds with a bool tensor marked
 
 
 def test_names_map_back_across_clashes(tmp_path: Path) -> None:
-    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["a"], name="then_relu"),
-                                helper.make_node("Neg", ["a"], ["tout"], name="then_neg")],
-                               "then", [], [helper.make_tensor_value_info("tout", TP.FLOAT, None)])
-    else_g = helper.make_graph([helper.make_node("Sigmoid", ["x"], ["eout"], name="else_sig")],
-                               "else", [], [helper.make_tensor_value_info("eout", TP.FLOAT, None)])
-    nodes = [helper.make_node("If", ["c"], ["i"], name="if", then_branch=then_g, else_branch=else_g),
-             helper.make_node("Abs", ["i"], ["a"], name="abs"),  # clashes with the then-branch's "a"
-             helper.make_node("Relu", ["a"], ["b"], name="dup"),
-             helper.make_node("Neg", ["b"], ["c2"], name="dup"),  # duplicate node name
-             helper.make_node("Relu", ["c2"], ["y"])]  # no node name
+    then_g = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="then_relu"),
+            helper.make_node("Neg", ["a"], ["tout"], name="then_neg"),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("tout", TP.FLOAT, None)],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Sigmoid", ["x"], ["eout"], name="else_sig")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("eout", TP.FLOAT, None)],
+    )
+    nodes = [
+        helper.make_node("If", ["c"], ["i"], name="if", then_branch=then_g, else_branch=else_g),
+        helper.make_node("Abs", ["i"], ["a"], name="abs"),  # clashes with the then-branch's "a"
+        helper.make_node("Relu", ["a"], ["b"], name="dup"),
+        helper.make_node("Neg", ["b"], ["c2"], name="dup"),  # duplicate node name
+        helper.make_node("Relu", ["c2"], ["y"]),
+    ]  # no node name
     graph = save(tmp_path, nodes, inputs=[X, helper.make_tensor_value_info("c", TP.BOOL, [])])
     plan = build_engine(graph).mark_plan
     network = parse_onnx(graph.path, graph.model).network
@@ -214,7 +293,9 @@ def test_fp16_converts_the_model_types(export_example: Callable[..., Path]) -> N
     original = {o for n in graph.model.graph.node for o in n.output}
     assert original <= {o for n in model.graph.node for o in n.output}  # names survive, so tensors still pair
     x = np.random.default_rng(0).standard_normal((1, 3, 64, 64), dtype=np.float32)
-    ref = ort.InferenceSession(graph.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ref = ort.InferenceSession(graph.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[
+        0
+    ]
     half = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert half.dtype == np.float32 and np.abs(half - ref).max() < 0.05 * (np.abs(ref).max() + 1)
     result = build_engine(graph, BuildSettings(precision="fp16"))
@@ -228,21 +309,25 @@ def test_precision_flags_and_targets(tmp_path: Path) -> None:
     parsed = parse_onnx(graph.path, graph.model)
     info = tensorrt_info()
     off, flags, _ = builder.configure(parsed, BuildSettings(), info)
-    on, flags_on, _ = builder.configure(parsed, BuildSettings(tf32=True, optimization_level=2, workspace_bytes=1 << 26), info)
+    on, flags_on, _ = builder.configure(
+        parsed, BuildSettings(tf32=True, optimization_level=2, workspace_bytes=1 << 26), info
+    )
     assert not off.get_flag(trt.BuilderFlag.TF32) and on.get_flag(trt.BuilderFlag.TF32)
     assert flags == () and flags_on == ("TF32",) and on.builder_optimization_level == 2
     assert off.profiling_verbosity == trt.ProfilingVerbosity.DETAILED
     assert build_engine(graph, BuildSettings(compute_capabilities=("8.6", "SM120"))).plan_nbytes > 0
-    with pytest.raises(OptionError, match="--trt-compute-capability 9.0: unknown"):
+    with pytest.raises(OptionError, match=r"compute_capabilities 9\.0: unknown"):
         build_engine(graph, BuildSettings(compute_capabilities=("9.0",)))
-    with pytest.raises(OptionError, match="--trt-outputs some: unknown"):
+    with pytest.raises(OptionError, match="outputs some: unknown"):
         build_engine(graph, BuildSettings(outputs="some"))
 
 
 def test_dynamic_inputs_need_a_shape(tmp_path: Path) -> None:
     dynamic = helper.make_tensor_value_info("x", TP.FLOAT, ["N", 3, 8, 8])
     graph = save(tmp_path, [helper.make_node("Relu", ["x"], ["y"], name="relu")], inputs=[dynamic])
-    with pytest.raises(OptionError, match=r"input x: dynamic shape \?x3x8x8; give its shape \(--input-shape x:1x3x8x8\)"):
+    with pytest.raises(
+        OptionError, match=r"input x: dynamic shape \?x3x8x8; give its shape \(input_shapes x:1x3x8x8\)"
+    ):
         build_engine(graph)
     assert build_engine(graph, BuildSettings(input_shapes=(("x", (2, 3, 8, 8)),))).plan_nbytes > 0
 
@@ -271,23 +356,46 @@ def test_cache_key_changes_with_any_input_and_engines_reload(tmp_path: Path) -> 
 def test_layer_names_and_inspector_json_map_to_onnx_nodes(every_reason: GraphInfo) -> None:
     assert fusion.nodes_from_name("mul + gt + where", every_reason) == ("mul", "gt", "where")
     assert fusion.nodes_from_name("PWN(PWN(mul, gt), where)", every_reason) == ("mul", "gt", "where")
-    assert fusion.nodes_from_name("{ForeignNode[mul...reshape]}", every_reason) == ("mul", "gt", "where", "shape", "reshape")
+    assert fusion.nodes_from_name("{ForeignNode[mul...reshape]}", every_reason) == (
+        "mul",
+        "gt",
+        "where",
+        "shape",
+        "reshape",
+    )
     assert fusion.nodes_from_name("Reformatting CopyNode for Input Tensor 0 to mul", every_reason) == ()
-    assert fusion.nodes_from_metadata("[ONNX Layer: then_relu | then (then_branch) | if (If)]\x1e[ONNX Layer: mul]") == (
-        "then_relu", "mul")
-    text = json.dumps({"Layers": [
-        {"Name": "mul + gt", "LayerType": "PointWiseV2", "Metadata": "[ONNX Layer: mul]\x1e[ONNX Layer: gt]", "TacticName": "t0"},
-        {"Name": "reshape", "LayerType": "Shuffle", "Metadata": ""}, "where"]})
+    assert fusion.nodes_from_metadata(
+        "[ONNX Layer: then_relu | then (then_branch) | if (If)]\x1e[ONNX Layer: mul]"
+    ) == ("then_relu", "mul")
+    text = json.dumps(
+        {
+            "Layers": [
+                {
+                    "Name": "mul + gt",
+                    "LayerType": "PointWiseV2",
+                    "Metadata": "[ONNX Layer: mul]\x1e[ONNX Layer: gt]",
+                    "TacticName": "t0",
+                },
+                {"Name": "reshape", "LayerType": "Shuffle", "Metadata": ""},
+                "where",
+            ]
+        }
+    )
     report = fusion_from_inspector(text, every_reason)
     assert [(layer.onnx_nodes, layer.how) for layer in report.layers] == [
-        (("mul", "gt"), "metadata"), (("reshape",), "name"), (("where",), "name")]
+        (("mul", "gt"), "metadata"),
+        (("reshape",), "name"),
+        (("where",), "name"),
+    ]
     assert report.layer_of()["gt"] == "mul + gt" and len(report.fused()) == 1
 
 
 def test_dtype_mapping_and_host_debug_copy() -> None:
     import torch
 
-    assert runtime.torch_dtype(trt.DataType.HALF) == torch.float16 and runtime.torch_dtype(trt.DataType.BOOL) == torch.bool
+    assert (
+        runtime.torch_dtype(trt.DataType.HALF) == torch.float16 and runtime.torch_dtype(trt.DataType.BOOL) == torch.bool
+    )
     with pytest.raises(BackendError, match="FP8 has no torch equivalent"):
         runtime.torch_dtype(trt.DataType.FP8)
     source = np.arange(6, dtype=np.float32).reshape(2, 3)

@@ -31,8 +31,14 @@ def test_cuda_fp32_reference_agrees_with_onnxruntime_cpu(resnet_model: nn.Module
 @needs_cuda
 def test_tf32_reference_is_looser_than_fp32(resnet_model: nn.Module) -> None:
     def worst(tf32: bool) -> float:
-        report = trtdiff.compare(resnet_model, input_shapes=[SHAPE], opset=13, torch_device="cuda", tf32=tf32,
-                                 thresholds=Thresholds(min_cosine=0.0, rtol=1.0))
+        report = trtdiff.compare(
+            resnet_model,
+            input_shapes=[SHAPE],
+            opset=13,
+            torch_device="cuda",
+            tf32=tf32,
+            thresholds=Thresholds(min_cosine=0.0, rtol=1.0),
+        )
         return max(layer.pairs[BackendPair("torch", "onnxruntime")].rel_err for layer in report.layers)
 
     assert worst(tf32=True) > 10 * worst(tf32=False)

@@ -1,4 +1,4 @@
-"""The HTML report of real comparisons: self-contained structure, and what headless Chromium renders."""
+"""The HTML report: self-contained structure, exact sections, and what headless Chromium renders."""
 
 from __future__ import annotations
 
@@ -16,26 +16,28 @@ from trtdiff.errors import OptionError
 from trtdiff.render.html import render_html, write_html
 from trtdiff.report import Report
 
-SHAPES = ["1x3x64x64"]
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
-@pytest.fixture(scope="module")
-def reports(gated_reports: dict[str, Report]) -> dict[str, Report]:
-    return gated_reports
-
-
-@pytest.fixture(scope="module")
-def failing_html(reports: dict[str, Report], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("html") / "report.html"
-    write_html(reports["failing"], path)
+@pytest.fixture
+def gated_html(gated: Report, tmp_path: Path) -> Path:
+    path = tmp_path / "report.html"
+    write_html(gated, path)
     return path
 
 
 class _Tags(HTMLParser):
-    """Every start tag with its attributes, and the rows of the layer table."""
+    """Every start tag with its attributes."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -51,9 +53,12 @@ def _tags(text: str) -> list[tuple[str, dict[str, str | None]]]:
     return parser.tags
 
 
-def test_self_contained_structure(reports: dict[str, Report], failing_html: Path) -> None:
-    report = reports["failing"]
-    text = failing_html.read_text()
+def _layer_rows(text: str) -> list[dict[str, str | None]]:
+    return [attrs for tag, attrs in _tags(text) if tag == "tr" and (attrs.get("id") or "").startswith("layer-")]
+
+
+def test_self_contained_structure(gated: Report, gated_html: Path) -> None:
+    text = gated_html.read_text()
     tags = _tags(text)
     names = [tag for tag, _ in tags]
     assert names.count("svg") == 2, "depth plot and per-sample plot"
@@ -63,43 +68,93 @@ def test_self_contained_structure(reports: dict[str, Report], failing_html: Path
             value = attrs.get(key) or ""
             assert not value.startswith(("http://", "https://", "//")), f"{key}={value} needs the network"
     assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "").replace(
-        'xmlns:xlink="http://www.w3.org/1999/xlink"', ""), "no URL besides the SVG namespaces"
-    assert "<code>/decoder/Resize</code>" in text
-    rows = [attrs for tag, attrs in tags if tag == "tr" and (attrs.get("id") or "").startswith("layer-")]
-    assert len(rows) == len(report.layers)
-    assert sum(attrs.get("class") in ("div", "first") for attrs in rows) == sum(l.diverged for l in report.layers)
-    assert [attrs["id"] for attrs in rows if attrs.get("class") == "first"] == ["layer-41"]
-    assert text.count('<span class="mark fail">FAIL</span>') == len(report.failed_checks)
-    assert "<title>#41 Resize  decoder\n/decoder/Resize" in text, "hover title of the diverging layer"
-    assert "first divergence: #41 /decoder/Resize (Resize)" in text, "the plot's marker label"
-    assert report.environment["torch"] in text and report.environment["onnxruntime"] in text
+        'xmlns:xlink="http://www.w3.org/1999/xlink"', ""
+    ), "no URL besides the SVG namespaces"
+    rows = _layer_rows(text)
+    assert [attrs.get("class") for attrs in rows] == ["", "", "first", "div"]
+    assert text.count('<span class="mark fail">FAIL</span>') == 3
+    assert "<title>#2 Resize  decoder\n/decoder/Resize" in text, "hover title of the diverging layer"
+    assert "first divergence: #2 /decoder/Resize (Resize)" in text, "the plot's marker label"
+    assert "<dt>trtdiff</dt><dd>9.8.7</dd>" in text, "the version that made the report"
 
 
-def test_passing_and_single_sample(reports: dict[str, Report]) -> None:
-    report = reports["passing"]
-    text = render_html(report)
+def test_first_divergence_box(gated: Report) -> None:
+    text = render_html(gated)
+    assert (
+        '<div class="box"><b>First divergence</b>: <code>/decoder/Resize</code> (Resize, module <code>decoder</code>) '
+        'on torch~onnxruntime — <a href="#layer-2">layer #2</a><br>cosine 0.999854, max-abs 1.04e-02, rel-err 2.64e-02 '
+        "(cosine 0.999854 &lt; 0.9999; rel-err 2.64e-02 &gt; 0.001)<br>tensor <code>/decoder/Resize_output_0</code>"
+        "<br>suspects (the node, then nodes feeding it): <code>/decoder/Resize</code>, "
+        "then <code>/decoder/Concat</code>"
+    ) in text
+    assert 'title="cosine 0.999854 &lt; 0.9999; rel-err 2.64e-02 &gt; 0.001">0.999854</td>' in text
+
+
+def test_check_rows(gated: Report) -> None:
+    text = render_html(gated)
+    assert (
+        '<tr class="div"><td><span class="mark fail">FAIL</span></td><td><code>agreement/min-miou/torch~onnxruntime'
+        '</code></td><td class="num">0.8875</td><td>miou ≥ 0.9</td><td>sample-2</td><td>sample-1, sample-2</td>'
+        "<td>mIoU 0.8875 agreement with torch (min 0.9); worst sample sample-2 0.8100</td></tr>"
+    ) in text
+    assert "<td>mIoU drop 0.1000 relative to torch (max 0.05): 0.8000 -&gt; 0.7000</td>" in text
+    assert "<tr><td>agreement with the reference</td><td>torch~onnxruntime</td><td class='num'>0.8875</td>" in text
+
+
+def test_passing_and_single_sample(passing: Report) -> None:
+    text = render_html(passing)
     assert "No divergence" in text and "verdict pass" in text and "mark fail" not in text
-    single = render_html(dataclasses.replace(report, samples=report.samples[:1]))
-    assert [tag for tag, _ in _tags(single)].count("svg") == 1, "no per-sample plot for one sample"
+    assert [tag for tag, _ in _tags(text)].count("svg") == 1, "no per-sample plot for one sample"
 
 
-def test_text_is_escaped(reports: dict[str, Report]) -> None:
-    report = dataclasses.replace(reports["passing"], model='<script>alert("x")</script>', notes=("a & <b>",))
+def test_tensorrt_sections(trt_skipped: Report, trt_ran: Report) -> None:
+    assert "<h2>TensorRT</h2>\n<p>skipped: no CUDA GPU: torch.cuda.is_available() is False</p>" in render_html(
+        trt_skipped
+    )
+    text = render_html(trt_ran)
+    assert (
+        "<p>ran: tensorrt 10.9.0, fp32, TF32 off, outputs unfused: 2 marked, 1 not returned, 1 fused layers, "
+        "3 engine layers, built in 1.50s<br><span class='muted'>note: built with 1 GiB workspace</span></p>"
+    ) in text
+    assert "<th>onnxruntime~tensorrt<br>cosine</th>" in text
+    assert text.count("<td class='num'>—</td>") == 6, "the fused Relu has no TensorRT figures"
+
+
+def test_text_is_escaped(passing: Report) -> None:
+    report = dataclasses.replace(passing, model='<script>alert("x")</script>', notes=("a & <b>",))
     text = render_html(report)
     assert "<script>" not in text and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in text
     assert "a &amp; &lt;b&gt;" in text
 
 
-def test_missing_matplotlib_is_an_option_error(reports: dict[str, Report], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_matplotlib_is_an_option_error(passing: Report, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(OptionError, match=r"--html: needs matplotlib; pip install 'trtdiff\[html\]'"):
-        render_html(reports["passing"])
+    with pytest.raises(OptionError) as raised:
+        render_html(passing)
+    assert raised.value.parameter == "html"
+    assert str(raised.value) == "html: needs matplotlib; pip install 'trtdiff[html]'"
 
 
 def test_import_does_not_load_matplotlib() -> None:
     code = "import sys, trtdiff.render.html; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
+
+
+def test_real_comparison(real_report: Report) -> None:
+    """End to end: the page of a real comparison marks the decoder Resize as the first divergence."""
+    text = render_html(real_report)
+    assert "<code>/decoder/Resize</code>" in text
+    rows = _layer_rows(text)
+    assert len(rows) == len(real_report.layers)
+    assert sum(attrs.get("class") in ("div", "first") for attrs in rows) == sum(
+        layer.diverged for layer in real_report.layers
+    )
+    (first,) = [attrs["id"] for attrs in rows if attrs.get("class") == "first"]
+    index = int(first.removeprefix("layer-"))
+    assert real_report.layers[index].onnx_node == "/decoder/Resize"
+    assert f"first divergence: #{index} /decoder/Resize (Resize)" in text
+    assert real_report.environment["torch"] in text
 
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -113,28 +168,30 @@ def _png_rows(data: bytes) -> tuple[int, int, bytes]:
     width, height = struct.unpack(">II", data[16:24])
     chunks, offset = [], 8
     while offset < len(data):
-        (length,), kind = struct.unpack(">I", data[offset:offset + 4]), data[offset + 4:offset + 8]
+        (length,), kind = struct.unpack(">I", data[offset : offset + 4]), data[offset + 4 : offset + 8]
         if kind == b"IDAT":
-            chunks.append(data[offset + 8:offset + 8 + length])
+            chunks.append(data[offset + 8 : offset + 8 + length])
         offset += 12 + length
     return width, height, zlib.decompress(b"".join(chunks))
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="headless check needs Debian's chromium at /usr/bin/chromium "
-                    "(apt-get install chromium)")
-def test_chromium_renders_the_plots(failing_html: Path, tmp_path: Path) -> None:
-    dom = _chromium(tmp_path, "--dump-dom", failing_html.as_uri())
+@pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="headless check needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
+)
+def test_chromium_renders_the_plots(gated_html: Path, tmp_path: Path) -> None:
+    dom = _chromium(tmp_path, "--dump-dom", gated_html.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert dom.stdout.count("<svg") == 2 and "first divergence: #41 /decoder/Resize (Resize)" in dom.stdout
+    assert dom.stdout.count("<svg") == 2 and "first divergence: #2 /decoder/Resize (Resize)" in dom.stdout
     assert "<code>/decoder/Resize</code>" in dom.stdout
 
     png = tmp_path / "report.png"
-    shot = _chromium(tmp_path, f"--screenshot={png}", "--window-size=1280,2000", failing_html.as_uri())
+    shot = _chromium(tmp_path, f"--screenshot={png}", "--window-size=1280,2000", gated_html.as_uri())
     assert shot.returncode == 0 and png.exists(), shot.stderr[-2000:]
     data = png.read_bytes()
     width, height, raw = _png_rows(data)
     assert (width, height) == (1280, 2000)
-    assert len(set(raw[:: 97])) > 20, "a blank page decompresses to a handful of byte values"
+    assert len(set(raw[::97])) > 20, "a blank page decompresses to a handful of byte values"
     try:
         from PIL import Image
     except ImportError:

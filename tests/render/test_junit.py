@@ -1,4 +1,4 @@
-"""JUnit XML of real comparisons, read back by junitparser (what CI plugins use) and xml.etree."""
+"""JUnit XML, read back by junitparser (what CI plugins use) and xml.etree."""
 
 from __future__ import annotations
 
@@ -6,19 +6,10 @@ import dataclasses
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
 from junitparser import Failure, JUnitXml, Skipped
 
 from trtdiff.render.junit import render_junit, write_junit
 from trtdiff.report import Report
-
-SHAPES = ["1x3x64x64"]
-
-
-@pytest.fixture(scope="module")
-def reports(gated_reports: dict[str, Report]) -> dict[str, Report]:
-    """Here the failing report is opset 10 on one input: layer, output and mIoU checks fail."""
-    return {"failing": gated_reports["single"], "passing": gated_reports["passing"]}
 
 
 def _cases(xml: str) -> list:
@@ -27,88 +18,140 @@ def _cases(xml: str) -> list:
     return list(suites[0])
 
 
-@pytest.mark.parametrize("name", ["failing", "passing"])
-def test_one_testcase_per_check_and_counts_agree(reports: dict[str, Report], name: str) -> None:
-    report = reports[name]
-    xml = render_junit(report)
-    skipped = int(report.tensorrt is not None and report.tensorrt.status == "skipped")
-    cases = _cases(xml)
-    assert [c.name for c in cases if c.classname != "trtdiff.tensorrt"] == [check.id for check in report.checks]
-    assert len(cases) == len(report.checks) + skipped
+def _suite(xml: str) -> ET.Element:
     suite = ET.fromstring(xml).find("testsuite")
-    assert suite is not None and suite.get("name") == "trtdiff"
-    assert int(suite.get("tests")) == len(cases)
-    assert int(suite.get("failures")) == len(report.failed_checks) == sum(c.is_failure for c in cases)
-    assert int(suite.get("errors")) == 0 and int(suite.get("skipped")) == skipped
-    assert float(suite.get("time")) > 0
-    for case, check in zip(cases, report.checks):
-        assert case.classname == f"trtdiff.{check.scope}.{check.pair}"
+    assert suite is not None
+    return suite
 
 
-def test_failures_carry_figures_and_the_first_divergence(reports: dict[str, Report]) -> None:
-    report = reports["failing"]
-    failures = [(case, result) for case in _cases(render_junit(report)) for result in case.result
-                if isinstance(result, Failure)]
-    assert {case.name for case, _ in failures} == {check.id for check in report.failed_checks}
-    assert {check.scope for check in report.failed_checks} == {"layers", "outputs", "agreement"}
-    by_id = {check.id: check for check in report.checks}
-    for case, failure in failures:
-        check = by_id[case.name]
-        assert "/decoder/Resize" in failure.message
-        text = failure.text
-        if check.metric != "divergence":  # the layer check's limit is in words (test below)
-            assert f"limit: {check.metric}" in text and f"{check.limit:g}" in text
-        assert f"(sample {check.worst_sample})" in text
-        assert "failing samples (1 of 1): input" in text
-        assert "first divergence on torch~onnxruntime: /decoder/Resize (Resize, module decoder)" in text
-        assert "cosine 0.9997" in text and "max-abs" in text
-        assert "suspects: " + ", ".join(report.first_divergence.suspects) in text
+def _failures(report: Report) -> dict[str, Failure]:
+    return {
+        case.name: result
+        for case in _cases(render_junit(report))
+        for result in case.result
+        if isinstance(result, Failure)
+    }
 
 
-def test_single_comparison_fails_the_layer_check(reports: dict[str, Report]) -> None:
-    cases = {case.name: case for case in _cases(render_junit(reports["failing"]))}
-    layer = cases["layers/torch~onnxruntime"]
-    assert layer.is_failure
-    assert "no diverged layer (min-cosine 0.9999, rtol 0.001)" in layer.result[0].text
-    assert "/decoder/Resize" in layer.result[0].message
+def test_one_testcase_per_check_and_counts(gated: Report) -> None:
+    xml = render_junit(gated)
+    cases = _cases(xml)
+    assert [(case.classname, case.name) for case in cases] == [
+        ("trtdiff.outputs.torch~onnxruntime", "outputs/min-cosine/torch~onnxruntime"),
+        ("trtdiff.outputs.torch~onnxruntime", "outputs/rtol/torch~onnxruntime"),
+        ("trtdiff.agreement.torch~onnxruntime", "agreement/min-miou/torch~onnxruntime"),
+        ("trtdiff.labels.onnxruntime", "labels/min-miou/onnxruntime"),
+        ("trtdiff.labels.onnxruntime", "labels/max-miou-drop/onnxruntime"),
+    ]
+    suite = _suite(xml)
+    assert {key: suite.get(key) for key in ("tests", "failures", "errors", "skipped", "time")} == {
+        "tests": "5",
+        "failures": "3",
+        "errors": "0",
+        "skipped": "0",
+        "time": "0.750",
+    }
+    assert [case.is_failure for case in cases] == [True, False, True, False, True]
 
 
-def test_passing_report_has_no_failures(reports: dict[str, Report]) -> None:
-    cases = _cases(render_junit(reports["passing"]))
-    assert not any(case.is_failure or case.is_error for case in cases)
-    assert sum(case.is_passed for case in cases) == len(reports["passing"].checks)
+def test_failure_message_and_text(gated: Report) -> None:
+    failures = _failures(gated)
+    cosine = failures["outputs/min-cosine/torch~onnxruntime"]
+    assert cosine.message == (
+        "min-cosine 0.9999 on final outputs of 3 sample(s): worst cosine 0.99942 (sample-2); "
+        "first divergence /decoder/Resize (Resize)"
+    )
+    assert cosine.type == "threshold.outputs"
+    assert cosine.text.splitlines() == [
+        "outputs/min-cosine/torch~onnxruntime: min-cosine 0.9999 on final outputs of 3 sample(s): "
+        "worst cosine 0.99942 (sample-2)",
+        "limit: cosine >= 0.9999",
+        "worst: 0.999420 (sample sample-2)",
+        "failing samples (2 of 3): sample-1, sample-2",
+        "first divergence on torch~onnxruntime: /decoder/Resize (Resize, module decoder), "
+        "tensor /decoder/Resize_output_0",
+        "  cosine 0.999854, max-abs 1.04e-02, rel-err 2.64e-02 (cosine 0.999854 < 0.9999; rel-err 2.64e-02 > 0.001)",
+        "  suspects: /decoder/Resize, then /decoder/Concat, /decoder/Div, /decoder/Cast, /decoder/Slice, "
+        "/decoder/Shape",
+    ]
+    assert failures["agreement/min-miou/torch~onnxruntime"].message == (
+        "mIoU 0.8875 agreement with torch (min 0.9); worst sample sample-2 0.8100; "
+        "first divergence /decoder/Resize (Resize)"
+    )
+    drop = failures["labels/max-miou-drop/onnxruntime"]
+    assert drop.text.splitlines()[1:3] == ["limit: miou_drop <= 0.05", "worst: 0.1000"]
 
 
-def test_tensorrt_skip_is_a_skipped_testcase_with_reason(reports: dict[str, Report]) -> None:
-    report = reports["passing"]
-    assert report.tensorrt is not None
-    cases = [case for case in _cases(render_junit(report)) if case.classname == "trtdiff.tensorrt"]
-    if report.tensorrt.status != "skipped":
-        assert not cases
-        return
-    (case,) = cases
+def test_layer_check_names_the_divergence_once(diverged: Report) -> None:
+    layer = _failures(diverged)["layers/torch~onnxruntime"]
+    assert layer.message == "2 of 4 layers diverge; lowest cosine 0.999225; first divergence /decoder/Resize (Resize)"
+    assert "limit: no diverged layer (min-cosine 0.9999, rtol 0.001)" in layer.text
+    assert "failing samples (1 of 1): input" in layer.text
+
+
+def test_failure_without_a_divergence(gated: Report) -> None:
+    report = dataclasses.replace(gated, first_divergence=None)
+    text = _failures(report)["outputs/min-cosine/torch~onnxruntime"].text
+    assert text.splitlines()[-1] == "first divergence: none among the compared layers"
+
+
+def test_passing_report_has_no_failures(passing: Report) -> None:
+    cases = _cases(render_junit(passing))
+    assert len(cases) == 3 and all(case.is_passed for case in cases)
+
+
+def test_tensorrt_skip_is_a_skipped_testcase_with_reason(trt_skipped: Report) -> None:
+    xml = render_junit(trt_skipped)
+    (case,) = [case for case in _cases(xml) if case.classname == "trtdiff.tensorrt"]
     assert case.is_skipped and isinstance(case.result[0], Skipped)
-    assert report.tensorrt.reason in case.result[0].message
+    assert case.result[0].message == "TensorRT skipped: no CUDA GPU: torch.cuda.is_available() is False"
+    suite = _suite(xml)
+    assert suite.get("tests") == "4" and suite.get("skipped") == "1"
 
 
-def test_properties_name_opset_exporter_and_versions(reports: dict[str, Report]) -> None:
-    report = reports["failing"]
-    suite = ET.fromstring(render_junit(report)).find("testsuite")
-    properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
-    assert properties["opset"] == "10" and properties["exporter"] == report.exporter
-    assert properties["environment.torch"] == report.environment["torch"]
-    assert properties["environment.onnxruntime"] == report.environment["onnxruntime"]
+def test_tensorrt_that_ran_is_no_testcase(trt_ran: Report) -> None:
+    cases = _cases(render_junit(trt_ran))
+    assert [case.classname for case in cases] == [
+        "trtdiff.layers.torch~onnxruntime",
+        "trtdiff.layers.torch~tensorrt",
+        "trtdiff.layers.onnxruntime~tensorrt",
+    ]
+
+
+def test_properties_name_the_run(diverged: Report, trt_ran: Report) -> None:
+    properties = {p.get("name"): p.get("value") for p in _suite(render_junit(diverged)).iter("property")}
+    assert properties["trtdiff"] == "9.8.7", "the version that made the report, not the one rendering it"
+    assert properties["opset"] == "10" and properties["exporter"] == "torchscript"
+    assert properties["inputs"] == "x 1x3x32x32"
+    assert properties["environment.torch"] == "2.13.0+cpu"
     assert properties["first_divergence"] == "/decoder/Resize"
-    assert properties["passed"] == "false"
+    assert properties["passed"] == "false" and "max_abs" not in properties
+    properties = {p.get("name"): p.get("value") for p in _suite(render_junit(trt_ran)).iter("property")}
+    assert properties["tensorrt.status"] == "ran" and properties["tensorrt.version"] == "tensorrt 10.9.0"
 
 
-def test_write_junit_and_text_xml_cannot_hold(reports: dict[str, Report], tmp_path: Path) -> None:
-    report = reports["failing"]
-    odd = dataclasses.replace(report.checks[0], message="bad \x01 byte <&> \"quoted\"")
-    report = dataclasses.replace(report, checks=(odd, *report.checks[1:]), model="model <&>")
+def test_write_junit_and_text_xml_cannot_hold(diverged: Report, tmp_path: Path) -> None:
+    report = dataclasses.replace(
+        diverged,
+        model="model <&> \x01",
+        notes=("bad \x02 byte",),
+        first_divergence=dataclasses.replace(diverged.first_divergence, op_type='Re"size\x01'),
+    )
     path = tmp_path / "junit.xml"
     write_junit(report, path)
     parsed = JUnitXml.fromfile(str(path))
     case = next(iter(next(iter(parsed))))
-    assert case.result[0].message.startswith('bad ? byte <&> "quoted"')
-    assert ET.parse(path).getroot().tag == "testsuites"
+    assert case.result[0].message.endswith('first divergence /decoder/Resize (Re"size?)')
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    properties = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert properties["model"] == "model <&> ?"
+
+
+def test_real_comparison(real_report: Report) -> None:
+    """End to end: every check of a real comparison is a test case, and failures name the decoder Resize."""
+    cases = _cases(render_junit(real_report))
+    assert [case.name for case in cases if case.classname != "trtdiff.tensorrt"] == [c.id for c in real_report.checks]
+    failures = [result for case in cases for result in case.result if isinstance(result, Failure)]
+    assert failures and len(failures) == len(real_report.failed_checks)
+    assert all("/decoder/Resize" in failure.message for failure in failures)

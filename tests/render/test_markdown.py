@@ -1,4 +1,4 @@
-"""The Markdown summary of real comparisons: verdict, checks table, divergence, segmentation, versions."""
+"""The Markdown summary: verdict, checks table, divergence, segmentation, TensorRT, versions."""
 
 from __future__ import annotations
 
@@ -6,17 +6,8 @@ import dataclasses
 import re
 from pathlib import Path
 
-import pytest
-
 from trtdiff.render.markdown import render_markdown, write_markdown
 from trtdiff.report import Report
-
-SHAPES = ["1x3x64x64"]
-
-
-@pytest.fixture(scope="module")
-def reports(gated_reports: dict[str, Report]) -> dict[str, Report]:
-    return gated_reports
 
 
 def _table(text: str) -> list[list[str]]:
@@ -24,52 +15,118 @@ def _table(text: str) -> list[list[str]]:
     return [[cell.strip() for cell in re.split(r"(?<!\\)\|", row)[1:-1]] for row in rows]
 
 
-def test_failing_summary(reports: dict[str, Report]) -> None:
-    report = reports["failing"]
-    text = render_markdown(report)
-    assert text.splitlines()[0] == "### trtdiff: ❌ FAIL — 3 of 3 checks failed"
+def _line(text: str, start: str) -> str:
+    (found,) = [line for line in text.splitlines() if line.startswith(start)]
+    return found
+
+
+def test_passing_summary_exactly(passing: Report) -> None:
+    assert render_markdown(passing) == (
+        "### trtdiff: ✅ PASS — 3 checks passed\n"
+        "`examples:tiny` · inputs x 1x3x32x32 · opset 13 (torchscript) · torch → onnxruntime (reference torch)\n"
+        "\n"
+        "| | check | worst | limit | worst sample |\n"
+        "|---|---|---|---|---|\n"
+        "| ✅ | `layers/torch~onnxruntime` | cosine 1.000000 | no diverged layer (min-cosine 0.9999, rtol 0.001) "
+        "| `input` |\n"
+        "| ✅ | `outputs/min-cosine/torch~onnxruntime` | 1.000000 | cosine ≥ 0.9999 | `input` |\n"
+        "| ✅ | `outputs/rtol/torch~onnxruntime` | 3.10e-07 | rel\\_err ≤ 0.001 | `input` |\n"
+        "\n"
+        "**First divergence:** none — all 3 compared layers agree.\n"
+        "\n"
+        "<sub>trtdiff 9.8.7 · torch 2.13.0+cpu · onnx 1.23.2 · onnxruntime 1.32.0 (CPUExecutionProvider) · "
+        "CPU x86\\_64, no GPU · python 3.11.7</sub>\n"
+    )
+
+
+def test_gate_summary(gated: Report) -> None:
+    text = render_markdown(gated)
+    assert text.splitlines()[0] == "### trtdiff: ❌ FAIL — 3 of 5 checks failed"
+    assert text.splitlines()[1].endswith(" · 3 samples")
     rows = _table(text)
-    assert rows[0] == ["", "check", "worst", "limit", "worst sample"]
     assert all(len(row) == 5 for row in rows)
-    body = rows[2:]
-    assert [row[1] for row in body] == [f"`{check.id}`" for check in report.checks]
-    assert all(row[0] == "❌" for row in body)
-    cosine = body[0]
-    assert cosine[2] == "0.999421" and cosine[3] == "cosine ≥ 0.9999" and cosine[4].startswith("`sample-2`")
-    assert "(3 of 3 fail)" in cosine[4]
-    assert "**First divergence:** `/decoder/Resize` (Resize, module `decoder`) on torch~onnxruntime" in text
-    assert "Suspects (nodes feeding it): `/decoder/Resize`, then `/decoder/Concat`" in text
-    miou = report.segmentation.agreement_miou["torch~onnxruntime"]
-    assert f"agreement mIoU torch~onnxruntime {miou:.4f}" in text
-    assert "**TensorRT:** " in text
-    if report.tensorrt.status == "skipped":
-        assert "skipped — " in text
-    assert f"torch {report.environment['torch']}" in text and "onnxruntime 1." in text
+    assert rows[2] == [
+        "❌",
+        "`outputs/min-cosine/torch~onnxruntime`",
+        "0.999420",
+        "cosine ≥ 0.9999",
+        "`sample-2` (2 of 3 fail)",
+    ]
+    assert rows[4] == [
+        "❌",
+        "`agreement/min-miou/torch~onnxruntime`",
+        "0.8875",
+        "miou ≥ 0.9",
+        "`sample-2` (2 of 3 fail)",
+    ]
+    assert rows[6] == ["❌", "`labels/max-miou-drop/onnxruntime`", "0.1000", "miou\\_drop ≤ 0.05", "—"]
+    assert _line(text, "**Segmentation**") == (
+        "**Segmentation** (4 classes, ignore index 255): "
+        "agreement mIoU torch~onnxruntime 0.8875 (0.10% pixels changed); mIoU vs labels torch 0.8000; "
+        "mIoU vs labels onnxruntime 0.7000; drop onnxruntime 0.1000"
+    )
 
 
-def test_passing_summary(reports: dict[str, Report]) -> None:
-    text = render_markdown(reports["passing"])
-    assert text.splitlines()[0] == "### trtdiff: ✅ PASS — 3 checks passed"
-    assert "❌" not in text
-    assert "**First divergence:** none — all 51 compared layers agree." in text
-    assert "agreement mIoU torch~onnxruntime 1.0000 (0.00% pixels changed)" in text
-    assert len(text.splitlines()) < 25, "a PR comment stays short"
+def test_first_divergence_and_suspects(diverged: Report) -> None:
+    text = render_markdown(diverged)
+    assert _line(text, "**First divergence:**") == (
+        "**First divergence:** `/decoder/Resize` (Resize, module `decoder`) on torch~onnxruntime — cosine 0.999854, "
+        "max-abs 1.04e-02, rel-err 2.64e-02 (cosine 0.999854 &lt; 0.9999; rel-err 2.64e-02 &gt; 0.001); "
+        "2 of 4 layers diverge."
+    )
+    assert _line(text, "Suspects") == (
+        "Suspects (nodes feeding it): `/decoder/Resize`, then `/decoder/Concat`, `/decoder/Div`, `/decoder/Cast`, "
+        "`/decoder/Slice`, `/decoder/Shape`"
+    )
+    layers = _table(text)[2]
+    assert layers == [
+        "❌",
+        "`layers/torch~onnxruntime`",
+        "cosine 0.999225",
+        "no diverged layer (min-cosine 0.9999, rtol 0.001)",
+        "`input`",
+    ]
 
 
-def test_names_cannot_break_the_markdown(reports: dict[str, Report]) -> None:
-    report = reports["failing"]
-    odd = dataclasses.replace(report.checks[0], id="outputs/a|b`c", worst_sample="s|1")
-    text = render_markdown(dataclasses.replace(report, checks=(odd, *report.checks[1:]), model="<img src=x>|m"))
+def test_tensorrt_lines(trt_skipped: Report, trt_ran: Report) -> None:
+    assert _line(render_markdown(trt_skipped), "**TensorRT:**") == (
+        "**TensorRT:** skipped — no CUDA GPU: torch.cuda.is\\_available() is False"
+    )
+    text = render_markdown(trt_ran)
+    assert _line(text, "**TensorRT:**") == (
+        "**TensorRT:** ran — tensorrt 10.9.0, fp32, TF32 off, outputs unfused, 2 marked, 1 not returned, NVIDIA H200"
+    )
+    assert text.splitlines()[1].endswith("torch → onnxruntime → tensorrt (reference torch)")
+    assert "· tensorrt 10.9.0 · GPU NVIDIA H200 ·" in text
+
+
+def test_names_cannot_break_the_markdown(gated: Report) -> None:
+    odd = dataclasses.replace(gated.checks[0], id="outputs/a|b`c", worst_sample="s|1")
+    text = render_markdown(dataclasses.replace(gated, checks=(odd, *gated.checks[1:]), model="<img src=x>|m"))
     assert text.count("<img") == 1 and "`<img src=x>|m`" in text, "raw HTML only inside a code span"
     assert all(len(row) == 5 for row in _table(text))
+    assert "`` outputs/a\\|b`c ``" in text
 
 
-def test_write_markdown_writes_or_appends(reports: dict[str, Report], tmp_path: Path) -> None:
+def test_no_checks(passing: Report) -> None:
+    assert "_No threshold checks were made._" in render_markdown(dataclasses.replace(passing, checks=()))
+
+
+def test_write_markdown_writes_or_appends(passing: Report, gated: Report, tmp_path: Path) -> None:
     path = tmp_path / "summary.md"
     path.write_text("# earlier step\n")
-    write_markdown(reports["passing"], path, append=True)
-    write_markdown(reports["failing"], path, append=True)
+    write_markdown(passing, path, append=True)
+    write_markdown(gated, path, append=True)
     text = path.read_text()
     assert text.startswith("# earlier step\n") and text.index("✅ PASS") < text.index("❌ FAIL")
-    write_markdown(reports["passing"], path)
-    assert path.read_text() == render_markdown(reports["passing"])
+    write_markdown(passing, path)
+    assert path.read_text() == render_markdown(passing)
+
+
+def test_real_comparison(real_report: Report) -> None:
+    """End to end: the summary of a real comparison names the decoder Resize and every check."""
+    text = render_markdown(real_report)
+    assert "**First divergence:** `/decoder/Resize` (Resize, module `decoder`) on torch~onnxruntime" in text
+    assert [row[1] for row in _table(text)[2:]] == [f"`{check.id}`" for check in real_report.checks]
+    assert f"trtdiff {real_report.trtdiff_version}" in text
+    assert len(text.splitlines()) < 25, "a PR comment stays short"

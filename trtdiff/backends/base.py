@@ -43,9 +43,7 @@ class OnnxBackend(Protocol):
         ...
 
 
-def chunk_names(
-    wanted: Sequence[str], sizes: Mapping[str, int] | None, max_bytes: int
-) -> list[list[str]]:
+def chunk_names(wanted: Sequence[str], sizes: Mapping[str, int] | None, max_bytes: int) -> list[list[str]]:
     """Split names, in order, into groups whose summed expected size stays under `max_bytes`."""
     groups: list[list[str]] = []
     current: list[str] = []

@@ -46,7 +46,8 @@ def choose_backends(options: BackendOptions, has_torch: bool) -> tuple[tuple[str
         if "torch" in options.require:
             raise OptionError(
                 f"MODEL is an ONNX file; give the PyTorch model as MODEL and the file with {param('onnx')}",
-                parameter="require", value="torch",
+                parameter="require",
+                value="torch",
             )
         chosen = tuple(b for b in chosen if b != "torch")
     return chosen, notes

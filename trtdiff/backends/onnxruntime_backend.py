@@ -7,15 +7,17 @@ compared; the CPU provider is the default because it is the numerically plainest
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names
 from trtdiff.errors import BackendError, OptionError, first_line
-from trtdiff.onnx_graph import GraphInfo
+from trtdiff.options import DEFAULT_PROVIDER
 
-DEFAULT_PROVIDER = "CPUExecutionProvider"
+if TYPE_CHECKING:
+    from trtdiff.onnx_graph import GraphInfo
 
 
 class OnnxRuntimeBackend:
@@ -28,10 +30,16 @@ class OnnxRuntimeBackend:
 
         known = ort.get_available_providers()
         if provider not in known:
-            raise OptionError(f"--ort-provider {provider}: not available in this onnxruntime; choose one of {', '.join(known)}")
+            raise OptionError(
+                f"not available in this onnxruntime; choose one of {', '.join(known)}",
+                parameter="ort_provider",
+                value=provider,
+            )
         self.graph = graph
         self.provider = provider
-        self._exposed = [t for t in graph.node_outputs if t not in set(graph.graph_inputs)]
+        inputs = set(graph.graph_inputs)
+        self._exposed = [t for t in graph.node_outputs if t not in inputs]
+        self._exposed_set = frozenset(self._exposed)
         model = onnx.ModelProto()
         model.CopyFrom(graph.model)
         existing = {o.name for o in model.graph.output}
@@ -44,14 +52,16 @@ class OnnxRuntimeBackend:
         try:
             self._session = ort.InferenceSession(model.SerializeToString(), options, providers=[provider])
         except Exception as error:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
-            raise BackendError(f"{graph.path}: ONNX Runtime cannot load the model: {_ort_message(error, graph)}") from error
+            raise BackendError(
+                f"{graph.path}: ONNX Runtime cannot load the model: {_ort_message(error, graph)}"
+            ) from error
         self._version = ort.__version__
 
     def describe(self) -> str:
         return f"onnxruntime {self._version} ({self.provider})"
 
     def available(self) -> set[str]:
-        return set(self._exposed)
+        return set(self._exposed_set)
 
     def run(
         self,
@@ -61,12 +71,14 @@ class OnnxRuntimeBackend:
         sizes: Mapping[str, int] | None = None,
         max_bytes: int = DEFAULT_CHUNK_BYTES,
     ) -> Iterator[dict[str, np.ndarray]]:
-        names = [t for t in wanted if t in self.available()]
+        names = [t for t in wanted if t in self._exposed_set]
         for group in chunk_names(names, sizes, max_bytes):
             try:
                 values = self._session.run(group, dict(feeds))
             except Exception as error:
-                raise BackendError(f"{self.graph.path}: ONNX Runtime failed to run the model: {_ort_message(error, self.graph)}") from error
+                raise BackendError(
+                    f"{self.graph.path}: ONNX Runtime failed to run the model: {_ort_message(error, self.graph)}"
+                ) from error
             yield {name: np.asarray(value) for name, value in zip(group, values, strict=True)}
 
 
@@ -75,7 +87,9 @@ def _ort_message(error: BaseException, graph: GraphInfo) -> str:
     text = first_line(error, limit=10_000) or type(error).__name__
     for node in graph.nodes:
         if node.domain not in ("", "ai.onnx") and node.op_type in text:
-            return f"{text[:300]} (node {node.name}, op {node.domain}::{node.op_type}; ONNX Runtime has no kernel for it)"
+            return (
+                f"{text[:300]} (node {node.name}, op {node.domain}::{node.op_type}; ONNX Runtime has no kernel for it)"
+            )
     for node in graph.nodes:
         if f"'{node.op_type}'" in text or f"op_type:{node.op_type}" in text.replace(" ", ""):
             return f"{text[:300]} (node {node.name}, op {node.op_type})"

@@ -1,4 +1,4 @@
-"""Tensors a backend produced elsewhere, recorded by `trtdiff run --save` and replayed by `--load`.
+"""Tensors a backend produced elsewhere, recorded by `trtdiff run` (`save`) and replayed by `recordings`.
 
 The file is an .npz written entry by entry (never the whole model's intermediates in RAM):
 each ONNX tensor under its name, the inputs under `__input__/<name>`, and `__meta__` (JSON:
@@ -13,15 +13,22 @@ import json
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, chunk_names
-from trtdiff.errors import InputError
-from trtdiff.onnx_graph import GraphInfo
+from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names
+from trtdiff.errors import InputError, param
+
+if TYPE_CHECKING:
+    from trtdiff.backends.base import OnnxBackend
+    from trtdiff.onnx_graph import GraphInfo
 
 INPUT_PREFIX = "__input__/"
 META = "__meta__"
+_PARAM = "recordings"
+# How to record backend {0}: the `trtdiff run` command, with its parameters marked.
+_RECORD_HINT = f"`trtdiff run MODEL {param('backend')} {{0}} {param('save')} FILE.npz`"
 
 
 def onnx_digest(graph: GraphInfo) -> str:
@@ -29,10 +36,16 @@ def onnx_digest(graph: GraphInfo) -> str:
     return hashlib.sha256(graph.model.SerializeToString(deterministic=True)).hexdigest()
 
 
-def record(runner: OnnxBackend, graph: GraphInfo, feeds: Mapping[str, np.ndarray], path: Path,
-           chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
+def record(
+    runner: OnnxBackend,
+    graph: GraphInfo,
+    feeds: Mapping[str, np.ndarray],
+    path: Path,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> int:
     """Run `runner` on `feeds` and write every tensor it can return to `path`; returns the count."""
-    wanted = [t for t in graph.node_outputs if t in runner.available()]
+    available = runner.available()
+    wanted = [t for t in graph.node_outputs if t in available]
     sizes = {t: n for t in wanted if (n := graph.tensor_type(t).nbytes()) is not None}
     count = 0
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
@@ -43,7 +56,12 @@ def record(runner: OnnxBackend, graph: GraphInfo, feeds: Mapping[str, np.ndarray
                 for name, value in chunk.items():
                     _write(archive, name, value)
                     count += 1
-        meta = {"backend": runner.name, "describe": runner.describe(), "onnx_sha256": onnx_digest(graph), "tensors": count}
+        meta = {
+            "backend": runner.name,
+            "describe": runner.describe(),
+            "onnx_sha256": onnx_digest(graph),
+            "tensors": count,
+        }
         _write(archive, META, np.array(json.dumps(meta)))
     return count
 
@@ -58,24 +76,39 @@ class RecordedBackend:
 
     def __init__(self, name: str, path: str | Path, graph: GraphInfo) -> None:
         self.path = Path(path)
-        option = f"--load {name}={self.path}"
+        given = f"{name}={self.path}"  # as `recordings` names it: backend=file
         if not self.path.is_file():
-            raise InputError(f"{option}: no such file; record one with `trtdiff run MODEL --backend {name} --save FILE.npz`")
+            raise InputError(
+                f"no such file; record one with {_RECORD_HINT.format(name)}", parameter=_PARAM, value=given
+            )
         try:
             self._archive = np.load(self.path, allow_pickle=False)
             meta = json.loads(str(self._archive[META]))
         except Exception as error:  # not a zip, not npz, no metadata
-            raise InputError(f"{option}: not a trtdiff recording ({type(error).__name__}); record one with `trtdiff run`") from error
-        if meta.get("backend") != name:
-            raise InputError(f"{option}: the file records backend {meta.get('backend')!r}, not {name!r}; use --load {meta.get('backend')}=...")
+            raise InputError(
+                f"not a trtdiff recording ({type(error).__name__}); record one with `trtdiff run`",
+                parameter=_PARAM,
+                value=given,
+            ) from error
+        recorded = meta.get("backend")
+        if recorded != name:
+            raise InputError(
+                f"the file records backend {recorded!r}, not {name!r}; use {param(_PARAM)} {recorded}=...",
+                parameter=_PARAM,
+                value=given,
+            )
         if meta.get("onnx_sha256") != onnx_digest(graph):
-            raise InputError(f"{option}: recorded on a different ONNX file than {graph.path.name}; "
-                             "pass the ONNX file it ran with --onnx, or record again")
+            raise InputError(
+                f"recorded on a different ONNX file than {graph.path.name}; "
+                f"pass the ONNX file it ran with {param('onnx')}, or record again",
+                parameter=_PARAM,
+                value=given,
+            )
         self.name = name
         self._describe = f"{meta.get('describe', name)} (recorded in {self.path.name})"
         keys = set(self._archive.files)
         self._tensors = {k for k in keys if not k.startswith(INPUT_PREFIX) and k != META}
-        self.inputs = {k[len(INPUT_PREFIX):]: self._archive[k] for k in keys if k.startswith(INPUT_PREFIX)}
+        self.inputs = {k[len(INPUT_PREFIX) :]: self._archive[k] for k in keys if k.startswith(INPUT_PREFIX)}
 
     def describe(self) -> str:
         return self._describe
@@ -83,12 +116,22 @@ class RecordedBackend:
     def available(self) -> set[str]:
         return set(self._tensors)
 
-    def run(self, feeds: Mapping[str, np.ndarray], wanted: Sequence[str], *, sizes: Mapping[str, int] | None = None,
-            max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[dict[str, np.ndarray]]:
+    def run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        wanted: Sequence[str],
+        *,
+        sizes: Mapping[str, int] | None = None,
+        max_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> Iterator[dict[str, np.ndarray]]:
         for name, value in feeds.items():
             if name in self.inputs and not np.array_equal(self.inputs[name], value):
-                raise InputError(f"--load {self.name}={self.path}: input {name} differs from the recorded one; "
-                                 "compare with the recorded inputs (they are used when --load is given)")
+                raise InputError(
+                    f"input {name} differs from the recorded one; "
+                    f"compare with the recorded inputs (they are used when {param(_PARAM)} is given)",
+                    parameter=_PARAM,
+                    value=f"{self.name}={self.path}",
+                )
         names = [t for t in wanted if t in self._tensors]
         for group in chunk_names(names, sizes, max_bytes):
             yield {name: self._archive[name] for name in group}
@@ -99,7 +142,10 @@ def recorded_inputs(load: Mapping[str, str | Path]) -> dict[str, np.ndarray]:
     name, path = next(iter(load.items()))
     try:
         with np.load(path, allow_pickle=False) as archive:
-            return {k[len(INPUT_PREFIX):]: archive[k] for k in archive.files if k.startswith(INPUT_PREFIX)}
+            return {k[len(INPUT_PREFIX) :]: archive[k] for k in archive.files if k.startswith(INPUT_PREFIX)}
     except Exception as error:
-        raise InputError(f"--load {name}={path}: not a readable trtdiff recording ({type(error).__name__}); "
-                         "record one with `trtdiff run MODEL --backend B --save FILE.npz`") from error
+        raise InputError(
+            f"not a readable trtdiff recording ({type(error).__name__}); record one with {_RECORD_HINT.format('B')}",
+            parameter=_PARAM,
+            value=f"{name}={path}",
+        ) from error

@@ -19,7 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from trtdiff.errors import ModelRunError, OptionError, first_line
+from trtdiff.errors import ModelRunError, OptionError, first_line, param
 from trtdiff.op_kinds import aten_kind
 from trtdiff.store import TensorStore
 
@@ -46,7 +46,6 @@ class ModuleCall:
     """One call of a submodule and the record that produced its (first tensor) output."""
 
     path: str
-    call: int
     type_name: str
     output_record: int | None
 
@@ -94,14 +93,23 @@ class _Recorder(TorchDispatchMode):
     def record_module_output(self, tensor: torch.Tensor, path: str, type_name: str) -> int:
         """Record a module output no recorded op produced (e.g. SiLU, GELU: ops without a kind)."""
         index = len(self.records)
-        record = TorchRecord(index, f"module:{type_name}", "module", path, tuple(tensor.shape),
-                             str(tensor.dtype).removeprefix("torch."), ())
+        record = TorchRecord(
+            index,
+            f"module:{type_name}",
+            "module",
+            path,
+            tuple(tensor.shape),
+            str(tensor.dtype).removeprefix("torch."),
+            (),
+        )
         self.records.append(record)
         self.store.put(record.key, tensor.detach().to("cpu", copy=True).numpy())
         self._producer[id(tensor)] = (weakref.ref(tensor), index)
         return index
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's signature
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         packet = func._overloadpacket.__name__
@@ -151,7 +159,11 @@ def capture(
 def _on_device(module: torch.nn.Module, device: str, tf32: bool) -> Iterator[None]:
     target = torch.device(device)
     if target.type == "cuda" and not torch.cuda.is_available():
-        raise OptionError(f"--torch-device {device}: no CUDA GPU is visible to torch here; use --torch-device cpu")
+        raise OptionError(
+            f"no CUDA GPU is visible to torch here; use {param('torch_device')} cpu",
+            parameter="torch_device",
+            value=device,
+        )
     original = next((p.device for p in module.parameters()), torch.device("cpu"))
     flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
@@ -165,7 +177,9 @@ def _on_device(module: torch.nn.Module, device: str, tf32: bool) -> Iterator[Non
             module.to(original)
 
 
-def _capture(module: torch.nn.Module, inputs: Mapping[str, np.ndarray], device: str, store: TensorStore) -> TorchCapture:
+def _capture(
+    module: torch.nn.Module, inputs: Mapping[str, np.ndarray], device: str, store: TensorStore
+) -> TorchCapture:
     eager = not isinstance(module, torch.jit.ScriptModule) and not isinstance(module, torch.fx.GraphModule)
     path_stack: list[str] | None = [] if eager else None
     recorder = _Recorder(store, path_stack)
@@ -180,7 +194,7 @@ def _capture(module: torch.nn.Module, inputs: Mapping[str, np.ndarray], device: 
         message = first_line(error)
         raise ModelRunError(
             f"the model's forward raised {type(error).__name__}: {message} (inputs {shapes}); "
-            "check --input-shape / --input against what the model expects"
+            f"check {param('input_shapes')} / {param('input_files')} against what the model expects"
         ) from error
     finally:
         for handle in handles:
@@ -206,7 +220,9 @@ def _capture(module: torch.nn.Module, inputs: Mapping[str, np.ndarray], device: 
     )
 
 
-def run_outputs(module: torch.nn.Module, inputs: Sequence[np.ndarray], *, device: str = "cpu", tf32: bool = False) -> list[np.ndarray]:
+def run_outputs(
+    module: torch.nn.Module, inputs: Sequence[np.ndarray], *, device: str = "cpu", tf32: bool = False
+) -> list[np.ndarray]:
     """A plain forward pass (no recording): the model's flattened tensor outputs, on the host."""
     with _on_device(module, device, tf32), torch.no_grad():
         tensors = [torch.from_numpy(np.ascontiguousarray(value)).to(device) for value in inputs]
@@ -214,7 +230,9 @@ def run_outputs(module: torch.nn.Module, inputs: Sequence[np.ndarray], *, device
             result = module(*tensors)
         except Exception as error:
             message = first_line(error)
-            raise ModelRunError(f"the model's forward raised {type(error).__name__}: {message}; check the inputs") from error
+            raise ModelRunError(
+                f"the model's forward raised {type(error).__name__}: {message}; check the inputs"
+            ) from error
     leaves, _ = tree_flatten(result)
     return [leaf.detach().to("cpu").numpy() for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
@@ -222,7 +240,6 @@ def run_outputs(module: torch.nn.Module, inputs: Sequence[np.ndarray], *, device
 def _install_hooks(module: torch.nn.Module, recorder: _Recorder, calls: list[ModuleCall]) -> list:
     stack = recorder.path_stack
     assert stack is not None
-    counts: dict[str, int] = {}
     handles = []
     for path, sub in module.named_modules():
         if not path:
@@ -235,12 +252,10 @@ def _install_hooks(module: torch.nn.Module, recorder: _Recorder, calls: list[Mod
             stack.pop()
             leaves, _ = tree_flatten(output)
             first = next((leaf for leaf in leaves if isinstance(leaf, torch.Tensor)), None)
-            call = counts.get(path, 0)
-            counts[path] = call + 1
             record = recorder.producer(first)
             if record is None and first is not None:
                 record = recorder.record_module_output(first, path, type(mod).__name__)
-            calls.append(ModuleCall(path, call, type(mod).__name__, record))
+            calls.append(ModuleCall(path, type(mod).__name__, record))
 
         handles.append(sub.register_forward_pre_hook(pre))
         handles.append(sub.register_forward_hook(post))

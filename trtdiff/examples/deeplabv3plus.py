@@ -7,6 +7,8 @@ Resize coordinate modes bite.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -20,6 +22,9 @@ def conv_bn_relu(cin: int, cout: int, kernel: int = 3, stride: int = 1, dilation
         nn.BatchNorm2d(cout),
         nn.ReLU(inplace=True),
     )
+
+
+M = TypeVar("M", bound=nn.Module)
 
 
 class BasicBlock(nn.Module):
@@ -43,7 +48,14 @@ class BasicBlock(nn.Module):
         return self.relu(out + identity)
 
 
-class ResNetBackbone(nn.Module):
+class Backbone(nn.Module):
+    """A backbone returning (low-level features, high-level features) with these channel counts."""
+
+    low_level_channels: int
+    out_channels: int
+
+
+class ResNetBackbone(Backbone):
     """Stem and four stages; the last two use dilation, as DeepLabV3+ does at output stride 8."""
 
     def __init__(self, width: int = 16) -> None:
@@ -99,7 +111,9 @@ class Decoder(nn.Module):
     def __init__(self, low_channels: int, aspp_channels: int, num_classes: int) -> None:
         super().__init__()
         self.reduce = conv_bn_relu(low_channels, 12, kernel=1)
-        self.refine = nn.Sequential(conv_bn_relu(aspp_channels + 12, aspp_channels), conv_bn_relu(aspp_channels, aspp_channels))
+        self.refine = nn.Sequential(
+            conv_bn_relu(aspp_channels + 12, aspp_channels), conv_bn_relu(aspp_channels, aspp_channels)
+        )
         self.classifier = nn.Conv2d(aspp_channels, num_classes, 1)
 
     def forward(self, features: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
@@ -110,7 +124,7 @@ class Decoder(nn.Module):
 class DeepLabV3Plus(nn.Module):
     """Backbone, ASPP and decoder; the logits are upsampled bilinearly to the input size."""
 
-    def __init__(self, backbone: nn.Module, num_classes: int = 5, aspp_channels: int = 32) -> None:
+    def __init__(self, backbone: Backbone, num_classes: int = 5, aspp_channels: int = 32) -> None:
         super().__init__()
         self.backbone = backbone
         self.aspp = ASPP(backbone.out_channels, aspp_channels)
@@ -122,12 +136,13 @@ class DeepLabV3Plus(nn.Module):
         return F.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
 
 
-def randomize_batchnorm(model: nn.Module, seed: int = 0) -> nn.Module:
+def randomize_batchnorm(model: M, seed: int = 0) -> M:
     """Give BatchNorm layers non-trivial statistics, as a trained model has, so folding matters."""
     generator = torch.Generator().manual_seed(seed)
     for module in model.modules():
         if isinstance(module, nn.BatchNorm2d):
             n = module.num_features
+            assert module.running_mean is not None and module.running_var is not None
             module.running_mean.copy_(torch.randn(n, generator=generator) * 0.1)
             module.running_var.copy_(torch.rand(n, generator=generator) * 0.5 + 0.75)
             module.weight.data.copy_(torch.rand(n, generator=generator) * 0.5 + 0.75)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trtdiff.examples.deeplabv3plus import DeepLabV3Plus, randomize_batchnorm
+from trtdiff.examples.deeplabv3plus import Backbone, DeepLabV3Plus, randomize_batchnorm
 
 
-def conv_bn_relu6(cin: int, cout: int, kernel: int = 3, stride: int = 1, dilation: int = 1, groups: int = 1) -> nn.Sequential:
+def conv_bn_relu6(
+    cin: int, cout: int, kernel: int = 3, stride: int = 1, dilation: int = 1, groups: int = 1
+) -> nn.Sequential:
     """Conv without bias, BatchNorm, ReLU6: MobileNetV2's basic unit."""
     padding = dilation * (kernel - 1) // 2
     return nn.Sequential(
@@ -50,7 +52,7 @@ def _stage(cin: int, cout: int, blocks: int, stride: int, expand: int, dilation:
     return nn.Sequential(*layers)
 
 
-class MobileNetV2Backbone(nn.Module):
+class MobileNetV2Backbone(Backbone):
     """Stem and five stages; low-level features at stride 4, high-level at stride 8 (dilated)."""
 
     def __init__(self, width: int = 8) -> None:

@@ -95,7 +95,9 @@ def _dilate(mask: np.ndarray, width: int) -> np.ndarray:
     return grown
 
 
-def _texture(rng: np.random.Generator, colour: np.ndarray, xx: np.ndarray, yy: np.ndarray, size: int, strength: float) -> np.ndarray:
+def _texture(
+    rng: np.random.Generator, colour: np.ndarray, xx: np.ndarray, yy: np.ndarray, size: int, strength: float
+) -> np.ndarray:
     """A colour field (3, size, size): the colour plus a linear gradient and two soft waves."""
     angle = rng.uniform(0.0, 2 * np.pi)
     ramp = (np.cos(angle) * xx + np.sin(angle) * yy) / size - 0.5
@@ -165,7 +167,9 @@ def write_eval_set(folder: str | Path, images: np.ndarray, labels: np.ndarray, p
 
     images, labels = np.asarray(images), np.asarray(labels)
     if images.ndim != 4 or images.shape[1] != 3 or labels.shape != (images.shape[0], *images.shape[2:]):
-        raise InputError(f"write_eval_set: images must be (N,3,H,W) and labels (N,H,W), got {images.shape} and {labels.shape}")
+        raise InputError(
+            f"write_eval_set: images must be (N,3,H,W) and labels (N,H,W), got {images.shape} and {labels.shape}"
+        )
     if labels.size and (labels.min() < 0 or labels.max() > 255):
         raise InputError("write_eval_set: label values must lie in 0..255 to fit an 8-bit PNG; remap the classes")
     root = Path(folder)
@@ -217,7 +221,9 @@ def deeplabv3plus_shapes(weights: str | Path | None = None) -> DeepLabV3Plus:
         model.load_state_dict({k: (v.float() if v.is_floating_point() else v) for k, v in state.items()})
     except Exception as e:  # noqa: BLE001 -- a corrupt file, or weights of another architecture
         first = (str(e).strip().splitlines() or [""])[0][:200]
-        raise ModelLoadError(f"{path}: cannot load the shapes weights ({type(e).__name__}: {first}); run examples/train_shapes.py again") from None
+        raise ModelLoadError(
+            f"{path}: cannot load the shapes weights ({type(e).__name__}: {first}); run examples/train_shapes.py again"
+        ) from None
     return model.eval()
 
 

@@ -8,24 +8,44 @@ thresholds; hovering a layer's column names it (an SVG <title>).
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from trtdiff import __version__
-from trtdiff.render.html_plots import cosine_text, esc, layer_index, miou_text, depth_svg, samples_svg
-from trtdiff.render.junit import format_value, limit_text
+from trtdiff.render.format import (
+    check_message,
+    cosine,
+    divergence_figures,
+    divergence_node,
+    format_value,
+    inputs_text,
+    layer_index,
+    limit_text,
+    miou,
+    percent,
+    plural,
+    precision_text,
+    reasons_text,
+    shape_text,
+    suspects_text,
+    thresholds_text,
+)
+from trtdiff.render.format import escape_html as esc
+from trtdiff.render.html_plots import depth_svg, samples_svg
 from trtdiff.report import Report
 
 CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1f2328;margin:0;background:#f6f8fa}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1f2328;margin:0;
+background:#f6f8fa}
 main{max-width:1180px;margin:0 auto;padding:20px 24px 40px;background:#fff}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
 .verdict{display:inline-block;padding:3px 10px;border-radius:6px;font-weight:700;color:#fff;margin-right:8px}
-.mark{font-size:11px;font-weight:700;color:#fff;padding:0 5px;border-radius:4px}.pass{background:#1a7f37}.fail{background:#cf222e}.muted{color:#656d76}
+.mark{font-size:11px;font-weight:700;color:#fff;padding:0 5px;border-radius:4px}
+.pass{background:#1a7f37}.fail{background:#cf222e}.muted{color:#656d76}
 .box{border-left:4px solid #cf222e;background:#fff5f5;padding:8px 12px;margin:12px 0}
 .box.ok{border-color:#1a7f37;background:#f3fbf5}
-code{font:12.5px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:#f0f2f4;padding:0 3px;border-radius:3px}
-table{border-collapse:collapse;font-size:13px;margin:6px 0}th,td{padding:3px 8px;border-bottom:1px solid #e6e8eb;text-align:left;vertical-align:top}
+code{font:12.5px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:#f0f2f4;padding:0 3px;
+border-radius:3px}
+table{border-collapse:collapse;font-size:13px;margin:6px 0}
+th,td{padding:3px 8px;border-bottom:1px solid #e6e8eb;text-align:left;vertical-align:top}
 th{background:#f6f8fa;position:sticky;top:0}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.div td{background:#ffebe9}tr.first td{background:#ffcecb;font-weight:600}
 svg.plot{width:100%;height:auto;display:block}table.wide{width:100%}td code{overflow-wrap:anywhere}
@@ -40,11 +60,22 @@ def render_html(report: Report) -> str:
     sections = [
         _header(report),
         _divergence(report),
-        _section("Along the network", depth_svg(report), "Per layer in topological order: 1 − cosine and relative "
-                 "error to the reference (log scale; lower is better). Dashed: thresholds. Red: diverged layers; "
-                 "hover a column for its layer.") if report.layers else "",
-        _section("Per sample", samples_svg(report), "Final outputs of every sample, and mIoU agreement when the "
-                 "output is a segmentation.") if len(report.samples) > 1 else "",
+        _section(
+            "Along the network",
+            depth_svg(report),
+            "Per layer in topological order: 1 − cosine and relative "
+            "error to the reference (log scale; lower is better). Dashed: thresholds. Red: diverged layers; "
+            "hover a column for its layer.",
+        )
+        if report.layers
+        else "",
+        _section(
+            "Per sample",
+            samples_svg(report),
+            "Final outputs of every sample, and mIoU agreement when the output is a segmentation.",
+        )
+        if len(report.samples) > 1
+        else "",
         _checks(report),
         _segmentation(report),
         _tensorrt(report),
@@ -53,9 +84,11 @@ def render_html(report: Report) -> str:
     ]
     title = f"trtdiff {'PASS' if report.passed else 'FAIL'}: {report.model}"
     body = "\n".join(part for part in sections if part)
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{esc(title)}</title>\n'
-            f"<style>{CSS}</style>\n</head>\n<body>\n<main>\n{body}\n</main>\n</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{esc(title)}</title>\n'
+        f"<style>{CSS}</style>\n</head>\n<body>\n<main>\n{body}\n</main>\n</body>\n</html>\n"
+    )
 
 
 def write_html(report: Report, path: str | Path) -> None:
@@ -65,22 +98,24 @@ def write_html(report: Report, path: str | Path) -> None:
 
 def _header(report: Report) -> str:
     failed, total = len(report.failed_checks), len(report.checks)
-    verdict = ('<span class="verdict pass">PASS</span>' if report.passed else '<span class="verdict fail">FAIL</span>')
-    summary = f"{total} check{'s' if total != 1 else ''} passed" if report.passed else f"{failed} of {total} checks failed"
-    inputs = ", ".join(f"{name} {'x'.join(map(str, shape))}" for name, shape in report.inputs.items())
-    thresholds = report.thresholds
-    limits = f"min-cosine {thresholds.min_cosine:g}, rtol {thresholds.rtol:g}"
-    if thresholds.max_abs is not None:
-        limits += f", max-abs {thresholds.max_abs:g}"
-    facts = [f"model <code>{esc(report.model)}</code>", f"inputs {esc(inputs)}",
-             f"ONNX opset {report.opset} ({esc(report.exporter)})",
-             f"backends {esc(' → '.join(report.backends))} (reference {esc(report.reference)})",
-             f"{len(report.samples)} sample{'s' if len(report.samples) != 1 else ''}", f"thresholds {esc(limits)}"]
+    verdict = '<span class="verdict pass">PASS</span>' if report.passed else '<span class="verdict fail">FAIL</span>'
+    summary = f"{plural(total, 'check')} passed" if report.passed else f"{failed} of {plural(total, 'check')} failed"
+    limits = thresholds_text(report.thresholds)
+    facts = [
+        f"model <code>{esc(report.model)}</code>",
+        f"inputs {esc(inputs_text(report.inputs))}",
+        f"ONNX opset {report.opset} ({esc(report.exporter)})",
+        f"backends {esc(' → '.join(report.backends))} (reference {esc(report.reference)})",
+        plural(len(report.samples), "sample"),
+        f"thresholds {esc(limits)}",
+    ]
     if report.onnx_path:
         facts.append(f"ONNX file <code>{esc(report.onnx_path)}</code>")
     notes = "".join(f'<div class="muted">note: {esc(note)}</div>' for note in report.notes)
-    return (f"<h1>{verdict}trtdiff report</h1>\n<p><b>{esc(summary)}</b><br>"
-            f'<span class="muted">{" · ".join(facts)}</span></p>\n{notes}')
+    return (
+        f"<h1>{verdict}trtdiff report</h1>\n<p><b>{esc(summary)}</b><br>"
+        f'<span class="muted">{" · ".join(facts)}</span></p>\n{notes}'
+    )
 
 
 def _divergence(report: Report) -> str:
@@ -88,15 +123,18 @@ def _divergence(report: Report) -> str:
     if first is None:
         return f'<div class="box ok"><b>No divergence</b>: all {len(report.layers)} compared layers agree.</div>'
     index = layer_index(report, first.tensor)
-    module = f"module <code>{esc(first.module)}</code>" if first.module else "no PyTorch module"
     link = f' — <a href="#layer-{index}">layer #{index}</a>' if index is not None else ""
-    reasons = f" ({esc('; '.join(first.reasons))})" if first.reasons else ""
-    suspects = ", ".join(f"<code>{esc(s)}</code>" for s in first.suspects)
-    return (f'<div class="box"><b>First divergence</b>: <code>{esc(first.onnx_node)}</code> ({esc(first.op_type)}, '
-            f"{module}) on {esc(first.pair)}{link}<br>cosine {esc(format_value('cosine', first.cosine))}, max-abs "
-            f"{esc(format_value('max_abs', first.max_abs))}, rel-err {esc(format_value('rel_err', first.rel_err))}"
-            f"{reasons}<br>tensor <code>{esc(first.tensor)}</code>"
-            + (f"<br>suspects (the node, then nodes feeding it): {suspects}" if suspects else "") + "</div>")
+    suspects = suspects_text(first, _code, limit=None)
+    return (
+        f'<div class="box"><b>First divergence</b>: {divergence_node(first, _code, esc)} on {esc(str(first.pair))}'
+        f"{link}<br>{esc(divergence_figures(first))}<br>tensor <code>{esc(first.tensor)}</code>"
+        + (f"<br>suspects (the node, then nodes feeding it): {suspects}" if suspects else "")
+        + "</div>"
+    )
+
+
+def _code(text: str) -> str:
+    return f"<code>{esc(text)}</code>"
 
 
 def _section(title: str, svg: str, caption: str) -> str:
@@ -113,9 +151,12 @@ def _checks(report: Report) -> str:
         rows.append(
             f'<tr class="{"" if check.passed else "div"}"><td>{mark}</td><td><code>{esc(check.id)}</code></td>'
             f'<td class="num">{esc(format_value(check.metric, check.worst))}</td>'
-            f"<td>{esc(limit_text(check, report).replace('>=', '≥').replace('<=', '≤'))}</td>"
-            f"<td>{esc(check.worst_sample or '—')}</td><td>{esc(failing) or '—'}</td><td>{esc(check.message)}</td></tr>")
-    head = "<tr><th></th><th>check</th><th>worst</th><th>limit</th><th>worst sample</th><th>failing samples</th><th>detail</th></tr>"
+            f"<td>{esc(limit_text(check, report.thresholds, symbols=True))}</td>"
+            f"<td>{esc(check.worst_sample or '—')}</td><td>{esc(failing) or '—'}</td>"
+            f"<td>{esc(check_message(check, report))}</td></tr>"
+        )
+    columns = ("", "check", "worst", "limit", "worst sample", "failing samples", "detail")
+    head = "<tr>" + "".join(f"<th>{column}</th>" for column in columns) + "</tr>"
     return f"<h2>Checks</h2>\n<table class='wide checks'>\n{head}\n" + "\n".join(rows) + "\n</table>"
 
 
@@ -123,17 +164,26 @@ def _segmentation(report: Report) -> str:
     summary = report.segmentation
     if summary is None:
         return ""
-    rows = [f"<tr><td>agreement with the reference</td><td>{esc(key)}</td><td class='num'>{miou_text(value)}</td>"
-            f"<td class='num'>{_percent(summary.changed_pixels.get(key))}</td></tr>"
-            for key, value in summary.agreement_miou.items()]
-    rows += [f"<tr><td>against labels</td><td>{esc(backend)}</td><td class='num'>{miou_text(value)}</td><td></td></tr>"
-             for backend, value in summary.label_miou.items()]
-    rows += [f"<tr><td>drop vs reference</td><td>{esc(backend)}</td><td class='num'>{miou_text(value)}</td><td></td></tr>"
-             for backend, value in summary.miou_drop.items()]
+    rows = [
+        f"<tr><td>agreement with the reference</td><td>{esc(str(pair))}</td><td class='num'>{miou(figure)}</td>"
+        f"<td class='num'>{percent(summary.changed_pixels.get(pair))}</td></tr>"
+        for pair, figure in summary.agreement_miou.items()
+    ]
+    rows += [
+        f"<tr><td>against labels</td><td>{esc(backend)}</td><td class='num'>{miou(figure)}</td><td></td></tr>"
+        for backend, figure in summary.label_miou.items()
+    ]
+    rows += [
+        f"<tr><td>drop vs reference</td><td>{esc(backend)}</td><td class='num'>{miou(figure)}</td><td></td></tr>"
+        for backend, figure in summary.miou_drop.items()
+    ]
     ignore = f", ignore index {summary.ignore_index}" if summary.ignore_index is not None else ""
-    return (f"<h2>Segmentation</h2>\n<p class='muted'>{summary.num_classes} classes{esc(ignore)}; mIoU over all "
-            "samples.</p>\n<table><tr><th>mIoU</th><th>pair / backend</th><th>value</th><th>pixels changed</th></tr>\n"
-            + "\n".join(rows) + "\n</table>")
+    return (
+        f"<h2>Segmentation</h2>\n<p class='muted'>{summary.num_classes} classes{esc(ignore)}; mIoU over all "
+        "samples.</p>\n<table><tr><th>mIoU</th><th>pair / backend</th><th>value</th><th>pixels changed</th></tr>\n"
+        + "\n".join(rows)
+        + "\n</table>"
+    )
 
 
 def _tensorrt(report: Report) -> str:
@@ -143,43 +193,59 @@ def _tensorrt(report: Report) -> str:
     if trt.status == "skipped":
         text = f"skipped: {esc(trt.reason or 'no reason given')}"
     else:
-        precision = f"{trt.precision or 'fp32'}{' with TF32' if trt.tf32 else ', TF32 off'}"
-        text = (f"{esc(trt.status)}: {esc(trt.version or '?')}, {esc(precision)}, outputs {esc(trt.outputs_mode or '?')}: "
-                f"{trt.marked} marked, {len(trt.not_returned)} not returned, {len(trt.fused_layers)} fused layers, "
-                f"{trt.engine_layers} engine layers, built in {trt.build_seconds:.2f}s"
-                + (" (from the engine cache)" if trt.from_cache else ""))
+        precision = precision_text(trt.precision, trt.tf32)
+        text = (
+            f"{esc(trt.status)}: {esc(trt.version or '?')}, {esc(precision)}, outputs {esc(trt.outputs_mode or '?')}: "
+            f"{trt.marked} marked, {len(trt.not_returned)} not returned, {len(trt.fused_layers)} fused layers, "
+            f"{trt.engine_layers} engine layers, built in {trt.build_seconds:.2f}s"
+            + (" (from the engine cache)" if trt.from_cache else "")
+        )
     notes = "".join(f"<br><span class='muted'>note: {esc(n)}</span>" for n in trt.notes)
     return f"<h2>TensorRT</h2>\n<p>{text}{notes}</p>"
 
 
 def _layers(report: Report) -> str:
-    pairs = list(report.pair_keys)
+    pairs = list(report.pairs)
     first = report.first_divergence.tensor if report.first_divergence else None
     head = "<tr><th>#</th><th>op</th><th>module</th><th>ONNX node</th><th>shape</th>"
-    head += "".join(f"<th>{esc(k)}<br>cosine</th><th>max |Δ|</th><th>rel-err</th>" for k in pairs) + "<th></th></tr>"
+    head += (
+        "".join(f"<th>{esc(str(pair))}<br>cosine</th><th>max |Δ|</th><th>rel-err</th>" for pair in pairs)
+        + "<th></th></tr>"
+    )
     rows = []
     for index, layer in enumerate(report.layers):
         css = "first" if layer.tensor == first else "div" if layer.diverged else ""
-        cells = [f'<td class="num">{index}</td>', f"<td>{esc(layer.op_type)}</td>", f"<td>{esc(layer.module or '')}</td>",
-                 f'<td title="tensor {esc(layer.tensor)}"><code>{esc(layer.onnx_node)}</code></td>',
-                 f"<td class='num'>{esc('x'.join(map(str, layer.shape)))}</td>"]
-        for key in pairs:
-            metrics = layer.pairs.get(key)
+        cells = [
+            f'<td class="num">{index}</td>',
+            f"<td>{esc(layer.op_type)}</td>",
+            f"<td>{esc(layer.module or '')}</td>",
+            f'<td title="tensor {esc(layer.tensor)}"><code>{esc(layer.onnx_node)}</code></td>',
+            f"<td class='num'>{esc(shape_text(layer.shape))}</td>",
+        ]
+        for pair in pairs:
+            metrics = layer.pairs.get(pair)
             if metrics is None:
                 cells += ["<td class='num'>—</td>"] * 3
                 continue
-            title = f' title="{esc("; ".join(metrics.reasons))}"' if metrics.reasons else ""
-            cells += [f"<td class='num'{title}>{esc(cosine_text(metrics.cosine))}</td>",
-                      f"<td class='num'>{esc(format_value('max_abs', metrics.max_abs))}</td>",
-                      f"<td class='num'>{esc(format_value('rel_err', metrics.rel_err))}</td>"]
+            title = f' title="{esc(reasons_text(metrics.reasons))}"' if metrics.reasons else ""
+            cells += [
+                f"<td class='num'{title}>{esc(cosine(metrics.cosine))}</td>",
+                f"<td class='num'>{esc(format_value('max_abs', metrics.max_abs))}</td>",
+                f"<td class='num'>{esc(format_value('rel_err', metrics.rel_err))}</td>",
+            ]
         status = "first divergence" if css == "first" else "diverged" if layer.diverged else "ok"
         cells.append(f"<td>{status}{' (output)' if layer.is_output else ''}</td>")
         rows.append(f'<tr id="layer-{index}" class="{css}">' + "".join(cells) + "</tr>")
     diverged = sum(layer.diverged for layer in report.layers)
-    skipped = f"; {len(report.not_compared)} ONNX tensors not compared (constants, shapes)" if report.not_compared else ""
-    return (f"<h2>Layers</h2>\n<p class='muted'>{len(report.layers)} compared layers in topological order, "
-            f"{diverged} diverged{esc(skipped)}.</p>\n<div class='scroll'><table class='wide'>\n{head}\n" + "\n".join(rows)
-            + "\n</table></div>")
+    skipped = (
+        f"; {len(report.not_compared)} ONNX tensors not compared (constants, shapes)" if report.not_compared else ""
+    )
+    return (
+        f"<h2>Layers</h2>\n<p class='muted'>{len(report.layers)} compared layers in topological order, "
+        f"{diverged} diverged{esc(skipped)}.</p>\n<div class='scroll'><table class='wide'>\n{head}\n"
+        + "\n".join(rows)
+        + "\n</table></div>"
+    )
 
 
 def _environment(report: Report) -> str:
@@ -188,16 +254,11 @@ def _environment(report: Report) -> str:
     if trt is not None and trt.version and "tensorrt" not in env:
         env["tensorrt"] = trt.version
     env.setdefault("gpu", (trt.gpu if trt is not None and trt.gpu else None) or "none visible")
-    env["trtdiff"] = __version__
+    env["trtdiff"] = report.trtdiff_version
     order = ["trtdiff", "torch", "onnx", "onnxruntime", "tensorrt", "torch_device", "gpu", "cpu", "python", "platform"]
     keys = [k for k in order if k in env] + [k for k in env if k not in order]
     items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(str(env[k]))}</dd>" for k in keys)
     timings = ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items())
-    return (f"<h2>Environment</h2>\n<dl class='env'>{items}</dl>"
-            + (f"\n<p class='muted'>timings: {esc(timings)}</p>" if timings else ""))
-
-
-def _percent(value: float | None) -> str:
-    return "" if value is None or math.isnan(value) else f"{100 * value:.2f}%"
-
-
+    return f"<h2>Environment</h2>\n<dl class='env'>{items}</dl>" + (
+        f"\n<p class='muted'>timings: {esc(timings)}</p>" if timings else ""
+    )

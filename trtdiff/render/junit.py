@@ -8,24 +8,31 @@ skipped test case with its reason rather than a silent absence.
 
 from __future__ import annotations
 
-import math
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from trtdiff import __version__
-from trtdiff.report import FirstDivergence, Report, ThresholdCheck
+from trtdiff.render.format import (
+    check_message,
+    divergence_figures,
+    divergence_node,
+    format_value,
+    inputs_text,
+    limit_text,
+    suspects_text,
+)
+from trtdiff.report import Report, ThresholdCheck
 
 SUITE = "trtdiff"
 # Characters XML 1.0 cannot hold at all; ElementTree would write them and produce a broken file.
 _ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-_MINIMUM_METRICS = {"cosine", "miou", "divergence"}
 
 
 def render_junit(report: Report) -> str:
     """The report as a JUnit XML document (testsuites > testsuite "trtdiff" > one testcase per check)."""
     checks = list(report.checks)
-    skipped_trt = report.tensorrt is not None and report.tensorrt.status == "skipped"
+    trt = report.tensorrt
+    skipped_trt = trt is not None and trt.status == "skipped"
     failures = sum(not check.passed for check in checks)
     counts = {
         "tests": str(len(checks) + int(skipped_trt)),
@@ -40,13 +47,13 @@ def render_junit(report: Report) -> str:
     for check in checks:
         case = ET.SubElement(suite, "testcase", {"classname": classname(check), "name": _clean(check.id), "time": "0"})
         if not check.passed:
-            failure = ET.SubElement(case, "failure", {"message": _clean(failure_message(check, report.first_divergence)),
-                                                      "type": f"threshold.{check.scope}"})
+            failure = ET.SubElement(
+                case, "failure", {"message": _clean(failure_message(check, report)), "type": f"threshold.{check.scope}"}
+            )
             failure.text = _clean(failure_text(check, report))
-    if skipped_trt:
+    if trt is not None and skipped_trt:
         case = ET.SubElement(suite, "testcase", {"classname": f"{SUITE}.tensorrt", "name": "tensorrt", "time": "0"})
-        reason = report.tensorrt.reason or "no reason given"  # type: ignore[union-attr]
-        ET.SubElement(case, "skipped", {"message": _clean(f"TensorRT skipped: {reason}")})
+        ET.SubElement(case, "skipped", {"message": _clean(f"TensorRT skipped: {trt.reason or 'no reason given'}")})
     if report.notes:
         ET.SubElement(suite, "system-out").text = _clean("\n".join(report.notes))
     ET.indent(root)
@@ -59,25 +66,27 @@ def write_junit(report: Report, path: str | Path) -> None:
 
 
 def classname(check: ThresholdCheck) -> str:
-    """`trtdiff.<scope>.<pair>`, e.g. trtdiff.outputs.torch~onnxruntime: groups checks by what they gate."""
-    return _clean(f"{SUITE}.{check.scope}.{check.pair}")
+    """`trtdiff.<scope>.<pair or backend>`, e.g. trtdiff.outputs.torch~onnxruntime: groups checks by what they gate."""
+    return _clean(f"{SUITE}.{check.scope}.{check.subject}")
 
 
-def failure_message(check: ThresholdCheck, first: FirstDivergence | None) -> str:
+def failure_message(check: ThresholdCheck, report: Report) -> str:
     """One line: the check's own message, then where the numbers first changed."""
-    message = check.message or f"{check.id}: worst {format_value(check.metric, check.worst)}"
-    if first is not None and "first divergence" not in message:
+    message = check_message(check, report)
+    first = report.first_divergence
+    names_it = check.threshold == "layers" and check.failed > 0  # the layer check's message already names it
+    if first is not None and not names_it:
         message += f"; first divergence {first.onnx_node} ({first.op_type})"
     return message
 
 
 def failure_text(check: ThresholdCheck, report: Report) -> str:
     """The figures of a failed check and the first diverging layer, one fact a line."""
-    worst = format_value(check.metric, check.worst)
     lines = [
-        f"{check.id}: {check.message}" if check.message else check.id,
-        f"limit: {limit_text(check, report)}",
-        f"worst: {worst}" + (f" (sample {check.worst_sample})" if check.worst_sample else ""),
+        f"{check.id}: {check_message(check, report)}",
+        f"limit: {limit_text(check, report.thresholds)}",
+        f"worst: {format_value(check.metric, check.worst)}"
+        + (f" (sample {check.worst_sample})" if check.worst_sample else ""),
     ]
     if check.failing_samples:
         total = f" of {len(report.samples)}" if report.samples else ""
@@ -86,49 +95,27 @@ def failure_text(check: ThresholdCheck, report: Report) -> str:
     if first is None:
         lines.append("first divergence: none among the compared layers")
         return "\n".join(lines)
-    module = f"module {first.module}" if first.module else "no PyTorch module"
     lines += [
-        f"first divergence on {first.pair}: {first.onnx_node} ({first.op_type}, {module}), tensor {first.tensor}",
-        f"  cosine {format_value('cosine', first.cosine)}, max-abs {_sci(first.max_abs)}, rel-err {_sci(first.rel_err)}"
-        + (f" ({'; '.join(first.reasons)})" if first.reasons else ""),
+        f"first divergence on {first.pair}: {divergence_node(first)}, tensor {first.tensor}",
+        f"  {divergence_figures(first)}",
     ]
-    if first.suspects:
-        lines.append(f"  suspects: {', '.join(first.suspects)}")
+    suspects = suspects_text(first, limit=None)
+    if suspects:
+        lines.append(f"  suspects: {suspects}")
     return "\n".join(lines)
-
-
-def limit_text(check: ThresholdCheck, report: Report) -> str:
-    """The threshold in words, e.g. "cosine >= 0.9999" or "no diverged layer (min-cosine 0.9999, rtol 0.001)"."""
-    if check.metric == "divergence":
-        thresholds = report.thresholds
-        extra = f", max-abs {thresholds.max_abs:g}" if thresholds.max_abs is not None else ""
-        return f"no diverged layer (min-cosine {thresholds.min_cosine:g}, rtol {thresholds.rtol:g}{extra})"
-    sign = ">=" if check.metric in _MINIMUM_METRICS else "<="
-    return f"{check.metric} {sign} {check.limit:g}"
-
-
-def format_value(metric: str, value: float) -> str:
-    """A check figure at the precision its metric needs (cosines near 1 need six places)."""
-    if math.isnan(value):
-        return "nan"
-    if metric in ("cosine", "divergence"):
-        return f"{value:.6f}"
-    if metric in ("miou", "miou_drop"):
-        return f"{value:.4f}"
-    return _sci(value)
 
 
 def _properties(parent: ET.Element, report: Report) -> None:
     """Run facts CI keeps with the results: model, ONNX opset and exporter, thresholds, versions."""
     thresholds = report.thresholds
     facts: list[tuple[str, object]] = [
-        ("trtdiff", __version__),
+        ("trtdiff", report.trtdiff_version),
         ("model", report.model),
         ("opset", report.opset),
         ("exporter", report.exporter),
         ("reference", report.reference),
         ("backends", ",".join(report.backends)),
-        ("inputs", ", ".join(f"{n} {'x'.join(map(str, s))}" for n, s in report.inputs.items())),
+        ("inputs", inputs_text(report.inputs)),
         ("samples", len(report.samples)),
         ("min_cosine", thresholds.min_cosine),
         ("rtol", thresholds.rtol),
@@ -139,22 +126,12 @@ def _properties(parent: ET.Element, report: Report) -> None:
         facts.append(("onnx_path", report.onnx_path))
     if report.first_divergence is not None:
         facts.append(("first_divergence", report.first_divergence.onnx_node))
-    facts += [(f"environment.{key}", value) for key, value in report.environment.items()]
+    facts += [(f"environment.{key}", text) for key, text in report.environment.items()]
     if report.tensorrt is not None:
         facts += [("tensorrt.status", report.tensorrt.status), ("tensorrt.version", report.tensorrt.version)]
-    for name, value in facts:
-        if value is not None:
-            ET.SubElement(parent, "property", {"name": name, "value": _clean(str(value))})
-
-
-def _sci(value: float) -> str:
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf"
-    if value == 0:
-        return "0"
-    return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 else f"{value:.2e}"
+    for name, fact in facts:
+        if fact is not None:
+            ET.SubElement(parent, "property", {"name": name, "value": _clean(str(fact))})
 
 
 def _clean(text: str) -> str:

@@ -14,75 +14,71 @@ import tempfile
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import onnx
 
 from trtdiff.backends.tensorrt import cache
 from trtdiff.backends.tensorrt.fp16 import convert_to_fp16
-from trtdiff.backends.tensorrt.fusion import FusionReport, fusion_from_plan
-from trtdiff.backends.tensorrt.importing import GpuInfo, TensorRTInfo, import_tensorrt, tensorrt_info
-from trtdiff.backends.tensorrt.marking import OUTPUT_MODES, MarkPlan, mark_network
-from trtdiff.errors import BackendError, OptionError
-from trtdiff.onnx_graph import GraphInfo
+from trtdiff.backends.tensorrt.fusion import fusion_from_plan
+from trtdiff.backends.tensorrt.importing import import_tensorrt, tensorrt_info
+from trtdiff.backends.tensorrt.marking import mark_network
+from trtdiff.errors import BackendError, OptionError, param
+from trtdiff.options import BuildSettings
 
-PRECISIONS = ("fp32", "fp16")
-CONSTRAINTS = ("none", "obey", "prefer")
+if TYPE_CHECKING:
+    import numpy as np
+
+    from trtdiff.backends.tensorrt.fusion import FusionReport
+    from trtdiff.backends.tensorrt.importing import GpuInfo, TensorRTInfo
+    from trtdiff.backends.tensorrt.marking import MarkPlan
+    from trtdiff.onnx_graph import GraphInfo
+
 _CONSTRAINT_FLAGS = {"obey": "OBEY_PRECISION_CONSTRAINTS", "prefer": "PREFER_PRECISION_CONSTRAINTS"}
 
 TRT_API = (
-    "Builder.create_network", "Builder.create_builder_config", "Builder.build_serialized_network",
-    "Builder.create_optimization_profile", "OnnxParser.parse_from_file", "OnnxParser.num_errors",
-    "OnnxParser.get_error", "ParserError.desc", "ParserError.code", "ILogger.log", "ILogger.Severity",
-    "IBuilderConfig.set_flag", "IBuilderConfig.clear_flag", "IBuilderConfig.set_memory_pool_limit",
-    "IBuilderConfig.add_optimization_profile", "IBuilderConfig.profiling_verbosity",
-    "IBuilderConfig.builder_optimization_level", "IOptimizationProfile.set_shape",
-    "MemoryPoolType.WORKSPACE", "ProfilingVerbosity.DETAILED", "INetworkDefinition.get_input",
-    "ITensor.shape", "IHostMemory.nbytes",
+    "Builder.create_network",
+    "Builder.create_builder_config",
+    "Builder.build_serialized_network",
+    "Builder.create_optimization_profile",
+    "OnnxParser.parse_from_file",
+    "OnnxParser.num_errors",
+    "OnnxParser.get_error",
+    "ParserError.desc",
+    "ParserError.code",
+    "ILogger.log",
+    "ILogger.Severity",
+    "IBuilderConfig.set_flag",
+    "IBuilderConfig.clear_flag",
+    "IBuilderConfig.set_memory_pool_limit",
+    "IBuilderConfig.add_optimization_profile",
+    "IBuilderConfig.profiling_verbosity",
+    "IBuilderConfig.builder_optimization_level",
+    "IOptimizationProfile.set_shape",
+    "MemoryPoolType.WORKSPACE",
+    "ProfilingVerbosity.DETAILED",
+    "INetworkDefinition.get_input",
+    "ITensor.shape",
+    "IHostMemory.nbytes",
 )
 TRT_OPTIONAL_API = (
-    "BuilderFlag.TF32", "BuilderFlag.FP16", "BuilderFlag.OBEY_PRECISION_CONSTRAINTS",
-    "BuilderFlag.PREFER_PRECISION_CONSTRAINTS", "ParserError.node", "ParserError.node_name",
-    "ParserError.node_operator", "IBuilderConfig.set_compute_capability", "IBuilderConfig.num_compute_capabilities",
-    "IBuilderConfig.create_timing_cache", "IBuilderConfig.set_timing_cache", "IBuilderConfig.get_timing_cache",
+    "BuilderFlag.TF32",
+    "BuilderFlag.FP16",
+    "BuilderFlag.OBEY_PRECISION_CONSTRAINTS",
+    "BuilderFlag.PREFER_PRECISION_CONSTRAINTS",
+    "ParserError.node",
+    "ParserError.node_name",
+    "ParserError.node_operator",
+    "IBuilderConfig.set_compute_capability",
+    "IBuilderConfig.num_compute_capabilities",
+    "IBuilderConfig.create_timing_cache",
+    "IBuilderConfig.set_timing_cache",
+    "IBuilderConfig.get_timing_cache",
     "ITimingCache.serialize",
 )
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    """Everything that changes the engine (and so its cache key)."""
-
-    outputs: str = "all"
-    precision: str = "fp32"
-    tf32: bool = False
-    precision_constraints: str = "none"
-    optimization_level: int | None = None
-    workspace_bytes: int | None = None
-    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    compute_capabilities: tuple[str, ...] = ()
-    mark_bool: bool = False
-
-    def validate(self) -> None:
-        """Raise OptionError for a value no TensorRT accepts."""
-        checks = (("--trt-outputs", self.outputs, OUTPUT_MODES), ("--precision", self.precision, PRECISIONS),
-                  ("--precision-constraints", self.precision_constraints, CONSTRAINTS))
-        for option, value, allowed in checks:
-            if value not in allowed:
-                raise OptionError(f"{option} {value}: unknown; choose one of {', '.join(allowed)}")
-        if self.optimization_level is not None and not 0 <= self.optimization_level <= 5:
-            raise OptionError(f"--builder-opt-level {self.optimization_level}: must be 0-5 (TensorRT's default is 3)")
-        if self.workspace_bytes is not None and self.workspace_bytes <= 0:
-            raise OptionError(f"--workspace {self.workspace_bytes}: must be a positive number of bytes")
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["input_shapes"] = {name: list(shape) for name, shape in self.input_shapes}
-        return data
 
 
 def input_shapes_from(feeds: Mapping[str, np.ndarray]) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -116,10 +112,17 @@ class BuildResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "plan_nbytes": self.plan_nbytes, "build_seconds": self.build_seconds, "flags": list(self.flags),
-            "settings": self.settings.to_dict(), "mark_plan": self.mark_plan.to_dict(), "tensorrt": self.info.to_dict(),
-            "onnx_path": self.onnx_path, "parsed": self.parsed, "cache_key": self.cache_key,
-            "from_cache": self.from_cache, "notes": list(self.notes),
+            "plan_nbytes": self.plan_nbytes,
+            "build_seconds": self.build_seconds,
+            "flags": list(self.flags),
+            "settings": self.settings.to_dict(),
+            "mark_plan": self.mark_plan.to_dict(),
+            "tensorrt": self.info.to_dict(),
+            "onnx_path": self.onnx_path,
+            "parsed": self.parsed,
+            "cache_key": self.cache_key,
+            "from_cache": self.from_cache,
+            "notes": list(self.notes),
         }
 
 
@@ -138,7 +141,7 @@ class ParsedNetwork:
 def make_logger(trt: ModuleType) -> Any:
     """An ILogger that keeps errors and warnings, so messages end up in our errors, not on stderr."""
 
-    class CollectingLogger(trt.ILogger):  # type: ignore[name-defined,misc]
+    class CollectingLogger(trt.ILogger):  # type: ignore[name-defined]
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
             self.errors: list[str] = []
@@ -153,7 +156,9 @@ def make_logger(trt: ModuleType) -> Any:
     return CollectingLogger()
 
 
-def parse_onnx(path: Path, model: onnx.ModelProto, trt: ModuleType | None = None, label: Path | None = None) -> ParsedNetwork:
+def parse_onnx(
+    path: Path, model: onnx.ModelProto, trt: ModuleType | None = None, label: Path | None = None
+) -> ParsedNetwork:
     """Parse the ONNX file at `path` (`model` is its content, used for name mapping)."""
     trt = trt or import_tensorrt()
     logger = make_logger(trt)
@@ -178,60 +183,108 @@ def parser_message(parser: Any, path: Path, logged: list[str]) -> str:
     index = error.node() if hasattr(error, "node") else -1
     if name or op or index >= 0:
         where = f"node {name or f'#{index}'} (op {op or '?'})"
-        return (f"{path}: TensorRT's ONNX parser rejected {where}: {desc}{more}; "
-                "try another --opset or replace that op before export")
+        return (
+            f"{path}: TensorRT's ONNX parser rejected {where}: {desc}{more}; "
+            f"try another {param('opset')} or replace that op before export"
+        )
     return f"{path}: TensorRT's ONNX parser could not read the model: {desc}{more}; check the file with onnx.checker"
 
 
-def build_engine(graph: GraphInfo, settings: BuildSettings | None = None, *, cache_dir: Path | None = None,
-                 gpu: GpuInfo | None = None) -> BuildResult:
+def build_engine(
+    graph: GraphInfo,
+    settings: BuildSettings | None = None,
+    *,
+    cache_dir: Path | None = None,
+    gpu: GpuInfo | None = None,
+) -> BuildResult:
     """Parse `graph.path`, mark outputs, build (or load from `cache_dir`) and describe the plan."""
     settings = settings or BuildSettings()
     settings.validate()
     trt = import_tensorrt()
     info = tensorrt_info(trt)
     if settings.precision_constraints != "none" and not info.has_fp16_flag:
-        raise OptionError(f"--precision-constraints {settings.precision_constraints}: {info.describe()} is strongly "
-                          "typed and has no precision-constraint flags; drop the option")
+        raise OptionError(
+            f"{info.describe()} is strongly typed and has no precision-constraint flags; drop the option",
+            parameter="precision_constraints",
+            value=settings.precision_constraints,
+        )
     notes: list[str] = []
     extra: dict[str, Any] = {}
-    model, parsed_what = graph.model, "the given ONNX file"
-    with tempfile.TemporaryDirectory(prefix="trtdiff-trt-") as tmp:
-        source = graph.path
-        if settings.precision == "fp16" and info.strongly_typed_only:
-            conversion = convert_to_fp16(graph.model)
-            model, source = conversion.model, Path(tmp) / f"{graph.path.stem}.fp16.onnx"
-            onnx.save(model, str(source))
-            parsed_what = f"an FP16 conversion of the given file ({conversion.converter})"
-            notes.append(conversion.note())
-            extra["fp16_converter"] = conversion.converter
-        parsed = parse_onnx(source, model, trt, label=graph.path)
-    plan = mark_network(trt, parsed.network, parsed.parser, model, settings.outputs, mark_bool=settings.mark_bool)
+    parsed, parsed_what = _parse_for(graph, settings, info, trt, notes, extra)
+    plan = mark_network(
+        trt, parsed.network, parsed.parser, parsed.model, settings.outputs, mark_bool=settings.mark_bool
+    )
     config, flags, config_notes = configure(parsed, settings, info)
     notes += config_notes
     key = cache.cache_key(cache.onnx_file_bytes(graph.path, graph.model), settings.to_dict(), info, gpu, extra)
+
+    def result(plan_bytes: bytes, seconds: float, from_cache: bool) -> BuildResult:
+        return BuildResult(
+            plan_bytes,
+            seconds,
+            flags,
+            settings,
+            plan,
+            info,
+            str(graph.path),
+            parsed_what,
+            key,
+            from_cache,
+            tuple(notes),
+        )
+
     cached = cache.load_engine(cache_dir, key) if cache_dir is not None else None
     if cached is not None:
-        return BuildResult(cached, 0.0, flags, settings, plan, info, str(graph.path), parsed_what, key, True, tuple(notes))
+        return result(cached, 0.0, True)
     timing = _attach_timing_cache(trt, config, cache_dir, notes)
     start = time.perf_counter()
     serialized = parsed.builder.build_serialized_network(parsed.network, config)
     seconds = time.perf_counter() - start
     if serialized is None:
-        cause = _one_line(parsed.logger.errors[-1]) if parsed.logger.errors else "no message"
-        hint = "try --trt-outputs none to see whether marking outputs is the cause" if settings.outputs == "all" else \
-            "check the TensorRT log with a verbose logger"
-        raise BackendError(f"{graph.path}: TensorRT could not build the engine: {cause}; {hint}")
-    result = BuildResult(bytes(serialized), round(seconds, 4), flags, settings, plan, info, str(graph.path), parsed_what,
-                         key, False, tuple(notes))
+        raise _build_failure(graph, parsed, settings)
+    built = result(bytes(serialized), round(seconds, 4), False)
     if cache_dir is not None:
-        cache.save_engine(cache_dir, key, result.plan, result.to_dict())
+        cache.save_engine(cache_dir, key, built.plan, built.to_dict())
         if timing:
             cache.save_timing_cache(cache_dir, bytes(config.get_timing_cache().serialize()))
-    return result
+    return built
 
 
-def configure(parsed: ParsedNetwork, settings: BuildSettings, info: TensorRTInfo) -> tuple[Any, tuple[str, ...], list[str]]:
+def _build_failure(graph: GraphInfo, parsed: ParsedNetwork, settings: BuildSettings) -> BackendError:
+    """The error for a build that returned no plan: TensorRT's last logged error and what to try."""
+    cause = _one_line(parsed.logger.errors[-1]) if parsed.logger.errors else "no message"
+    hint = (
+        f"try {param('outputs')} none to see whether marking outputs is the cause"
+        if settings.outputs == "all"
+        else "check the TensorRT log with a verbose logger"
+    )
+    return BackendError(f"{graph.path}: TensorRT could not build the engine: {cause}; {hint}")
+
+
+def _parse_for(
+    graph: GraphInfo,
+    settings: BuildSettings,
+    info: TensorRTInfo,
+    trt: ModuleType,
+    notes: list[str],
+    extra: dict[str, Any],
+) -> tuple[ParsedNetwork, str]:
+    """Parse the given file, or its FP16 conversion where FP16 must come from the model's types; say which."""
+    if not (settings.precision == "fp16" and info.strongly_typed_only):
+        return parse_onnx(graph.path, graph.model, trt, label=graph.path), "the given ONNX file"
+    conversion = convert_to_fp16(graph.model)
+    notes.append(conversion.note())
+    extra["fp16_converter"] = conversion.converter
+    with tempfile.TemporaryDirectory(prefix="trtdiff-trt-") as tmp:
+        source = Path(tmp) / f"{graph.path.stem}.fp16.onnx"
+        onnx.save(conversion.model, str(source))
+        parsed = parse_onnx(source, conversion.model, trt, label=graph.path)
+    return parsed, f"an FP16 conversion of the given file ({conversion.converter})"
+
+
+def configure(
+    parsed: ParsedNetwork, settings: BuildSettings, info: TensorRTInfo
+) -> tuple[Any, tuple[str, ...], list[str]]:
     """A builder config for `settings`: returns it, the flags set, and notes on what was done."""
     trt, config = parsed.trt, parsed.builder.create_builder_config()
     flags: list[str] = []
@@ -251,8 +304,10 @@ def configure(parsed: ParsedNetwork, settings: BuildSettings, info: TensorRTInfo
             name = _CONSTRAINT_FLAGS[settings.precision_constraints]
             config.set_flag(getattr(trt.BuilderFlag, name))
             flags.append(name)
-        notes.append("fp16: BuilderFlag.FP16 set on a weakly typed network; marked outputs force FP32 where they are "
-                     "marked (NVIDIA/TensorRT #1262), so compare with --trt-outputs none too")
+        notes.append(
+            "fp16: BuilderFlag.FP16 set on a weakly typed network; marked outputs force FP32 where they are "
+            "marked (NVIDIA/TensorRT #1262), so compare with only the final outputs marked too"
+        )
     if hasattr(config, "profiling_verbosity"):
         config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
     if settings.optimization_level is not None:
@@ -269,12 +324,17 @@ def _set_compute_capabilities(trt: ModuleType, config: Any, wanted: tuple[str, .
     if not wanted:
         return
     if not hasattr(config, "set_compute_capability") or not hasattr(trt, "ComputeCapability"):
-        raise OptionError("--trt-compute-capability: only TensorRT-RTX builds for chosen compute capabilities; drop the option")
+        raise OptionError(
+            "only TensorRT-RTX builds for chosen compute capabilities; drop the option",
+            parameter="compute_capabilities",
+        )
     members = trt.ComputeCapability.__members__
     names = ["SM" + cc.replace(".", "") if cc[0].isdigit() else cc.upper() for cc in wanted]
     unknown = [cc for cc, name in zip(wanted, names, strict=True) if name not in members]
     if unknown:
-        raise OptionError(f"--trt-compute-capability {unknown[0]}: unknown; choose from {', '.join(members)}")
+        raise OptionError(
+            f"unknown; choose from {', '.join(members)}", parameter="compute_capabilities", value=unknown[0]
+        )
     config.num_compute_capabilities = len(names)
     for index, name in enumerate(names):
         config.set_compute_capability(members[name], index)
@@ -291,8 +351,10 @@ def _add_profile(parsed: ParsedNetwork, config: Any, shapes: dict[str, tuple[int
         if tensor.name not in shapes:
             want = "x".join("?" if d < 0 else str(d) for d in dims)
             example = want.replace("?", "1")
-            raise OptionError(f"input {tensor.name}: dynamic shape {want}; "
-                              f"give its shape (--input-shape {tensor.name}:{example})")
+            raise OptionError(
+                f"input {tensor.name}: dynamic shape {want}; "
+                f"give its shape ({param('input_shapes')} {tensor.name}:{example})"
+            )
         shape = shapes[tensor.name]
         profile = profile or parsed.builder.create_optimization_profile()
         profile.set_shape(tensor.name, shape, shape, shape)

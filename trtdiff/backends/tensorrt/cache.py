@@ -13,17 +13,23 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import onnx
+if TYPE_CHECKING:
+    import onnx
 
-from trtdiff.backends.tensorrt.importing import GpuInfo, TensorRTInfo
+    from trtdiff.backends.tensorrt.importing import GpuInfo, TensorRTInfo
 
 TIMING_CACHE_NAME = "timing.cache"
 
 
-def cache_key(onnx_bytes: bytes, settings: Mapping[str, Any], info: TensorRTInfo, gpu: GpuInfo | None,
-              extra: Mapping[str, Any] | None = None) -> str:
+def cache_key(
+    onnx_bytes: bytes,
+    settings: Mapping[str, Any],
+    info: TensorRTInfo,
+    gpu: GpuInfo | None,
+    extra: Mapping[str, Any] | None = None,
+) -> str:
     """Hex sha256 identifying one engine build."""
     digest = hashlib.sha256(onnx_bytes)
     context = {
@@ -39,8 +45,9 @@ def cache_key(onnx_bytes: bytes, settings: Mapping[str, Any], info: TensorRTInfo
 def onnx_file_bytes(path: Path, model: onnx.ModelProto) -> bytes:
     """The ONNX file's bytes followed by every external-data file it names (weights live there)."""
     chunks = [path.read_bytes()]
-    locations = sorted({entry.value for init in model.graph.initializer for entry in init.external_data
-                        if entry.key == "location"})
+    locations = sorted(
+        {entry.value for init in model.graph.initializer for entry in init.external_data if entry.key == "location"}
+    )
     chunks += [(path.parent / location).read_bytes() for location in locations if (path.parent / location).is_file()]
     return b"".join(chunks)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import onnx
 from onnx import TensorProto, helper
 
-from trtdiff.errors import OptionError
+from trtdiff.errors import OptionError, param
 
 CONVERTER = "onnxconverter-common"
 CONVERTER_HINT = "pip install onnxconverter-common==1.16.0"
@@ -36,8 +36,11 @@ class Fp16Conversion:
         fixed = f"; cast outputs {', '.join(self.fixed_outputs)} back to FP32" if self.fixed_outputs else ""
         if self.truncated_warnings:
             fixed += f"; {self.truncated_warnings} converter warnings of weights moved into [1e-7, 1e4] in magnitude"
-        return (f"fp16: this TensorRT is strongly typed (no FP16 builder flag), so the ONNX model was converted with "
-                f"{self.converter} float16.convert_float_to_float16(keep_io_types=True); node types kept FP32: {kept}{fixed}")
+        return (
+            f"fp16: this TensorRT is strongly typed (no FP16 builder flag), so the ONNX model was converted with "
+            f"{self.converter} float16.convert_float_to_float16(keep_io_types=True); "
+            f"node types kept FP32: {kept}{fixed}"
+        )
 
 
 def convert_to_fp16(model: onnx.ModelProto) -> Fp16Conversion:
@@ -46,7 +49,9 @@ def convert_to_fp16(model: onnx.ModelProto) -> Fp16Conversion:
         import onnxconverter_common
         from onnxconverter_common import float16
     except ImportError as error:
-        raise OptionError(f"--fp16 on a strongly typed TensorRT needs {CONVERTER}: {CONVERTER_HINT}") from error
+        raise OptionError(
+            f"{param('precision')} on a strongly typed TensorRT needs {CONVERTER}: {CONVERTER_HINT}"
+        ) from error
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         converted = float16.convert_float_to_float16(model, keep_io_types=True)

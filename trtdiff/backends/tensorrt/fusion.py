@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import re
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trtdiff.onnx_graph import GraphInfo
+if TYPE_CHECKING:
+    from trtdiff.onnx_graph import GraphInfo
 
 SOURCE_INSPECTOR = "engine-inspector"
 SOURCE_PLAN = "plan-scan (undocumented plan layout; best effort)"
@@ -25,8 +26,12 @@ _FOREIGN = re.compile(r"\{ForeignNode\[(.*?)\.\.\.(.*?)\]\}")
 _META = re.compile(r"\[ONNX Layer: ([^\]|]*?)(?: \|[^\]]*)?\]")
 _FRAME = re.compile(rb"\x01\x80\x0c\x80\x01\x00(.{8})", re.S)
 
-TRT_API = ("ICudaEngine.create_engine_inspector", "EngineInspector.get_engine_information",
-           "LayerInformationFormat.JSON", "ProfilingVerbosity.DETAILED")
+TRT_API = (
+    "ICudaEngine.create_engine_inspector",
+    "EngineInspector.get_engine_information",
+    "LayerInformationFormat.JSON",
+    "ProfilingVerbosity.DETAILED",
+)
 TRT_OPTIONAL_API: tuple[str, ...] = ()
 
 
@@ -86,8 +91,15 @@ def fusion_from_inspector(text: str, graph: GraphInfo) -> FusionReport:
         if isinstance(entry, str):
             layers.append(_layer(entry, "", graph))
         else:
-            layers.append(_layer(str(entry.get("Name", "")), str(entry.get("Metadata", "")), graph,
-                                 entry.get("LayerType"), entry.get("TacticName")))
+            layers.append(
+                _layer(
+                    str(entry.get("Name", "")),
+                    str(entry.get("Metadata", "")),
+                    graph,
+                    entry.get("LayerType"),
+                    entry.get("TacticName"),
+                )
+            )
     return FusionReport(tuple(layers), SOURCE_INSPECTOR)
 
 
@@ -111,7 +123,9 @@ def _layer(name: str, metadata: str, graph: GraphInfo, layer_type: Any = None, t
     from_meta = tuple(n for n in (_onnx_node(m, graph) for m in nodes_from_metadata(metadata)) if n)
     if from_meta:
         return EngineLayer(name, from_meta, "metadata", layer_type and str(layer_type), tactic and str(tactic))
-    return EngineLayer(name, nodes_from_name(name, graph), "name", layer_type and str(layer_type), tactic and str(tactic))
+    return EngineLayer(
+        name, nodes_from_name(name, graph), "name", layer_type and str(layer_type), tactic and str(tactic)
+    )
 
 
 def _onnx_node(token: str, graph: GraphInfo) -> str | None:
@@ -134,9 +148,3 @@ def _framed_strings(plan: bytes) -> Iterator[str]:
                 yield plan[match.end() : match.end() + length].decode("utf-8")
             except UnicodeDecodeError:
                 continue
-
-
-def summarize(report: FusionReport, limit: int = 3) -> Sequence[str]:
-    """Short lines for a terminal: the largest fused layers first."""
-    fused = sorted(report.fused(), key=lambda layer: -len(layer.onnx_nodes))[:limit]
-    return [f"{layer.name[:80]}: {len(layer.onnx_nodes)} ONNX nodes ({layer.how})" for layer in fused]

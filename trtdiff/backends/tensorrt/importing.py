@@ -16,7 +16,9 @@ from typing import Any
 from trtdiff.errors import BackendError
 
 MODULE_CANDIDATES = ("tensorrt", "tensorrt_rtx", "tensorrt_rtx_bindings")
-INSTALL_HINT = "pip install tensorrt-rtx-cu13-libs==1.7.1.116 tensorrt-rtx-cu13-bindings==1.7.1.116 (or NVIDIA's tensorrt)"
+INSTALL_HINT = (
+    "pip install tensorrt-rtx-cu13-libs==1.7.1.116 tensorrt-rtx-cu13-bindings==1.7.1.116 (or NVIDIA's tensorrt)"
+)
 
 # The compute capabilities TensorRT-RTX 1.7.1 lists when it refuses a GPU (measured on an H200:
 # "Supported compute capabilities: 8.0 8.6 8.9 12.0 12.1 >12.0"). The list is only a first
@@ -25,10 +27,20 @@ RTX_SUPPORTED_CC = ((8, 0), (8, 6), (8, 9), (12, 0), (12, 1))
 RTX_MIN_NEWER_CC = (12, 0)
 
 TRT_API = (
-    "Logger", "ILogger", "Builder", "OnnxParser", "Runtime",
-    "Builder.create_network", "Builder.create_builder_config", "Builder.build_serialized_network",
+    "Logger",
+    "ILogger",
+    "Builder",
+    "OnnxParser",
+    "Runtime",
+    "Builder.create_network",
+    "Builder.create_builder_config",
+    "Builder.build_serialized_network",
 )
-TRT_OPTIONAL_API = ("BuilderFlag.FP16", "INetworkDefinition.mark_unfused_tensors_as_debug_tensors", "Runtime.get_engine_validity")
+TRT_OPTIONAL_API = (
+    "BuilderFlag.FP16",
+    "INetworkDefinition.mark_unfused_tensors_as_debug_tensors",
+    "Runtime.get_engine_validity",
+)
 
 
 @dataclass(frozen=True)
@@ -93,7 +105,7 @@ def import_tensorrt() -> ModuleType:
     for name in MODULE_CANDIDATES:
         try:
             module = importlib.import_module(name)
-        except Exception as error:  # stubs raise ImportError, RuntimeError or worse at import time
+        except Exception as error:  # noqa: BLE001 -- stubs raise ImportError, RuntimeError or worse at import time
             failures.append(f"{name}: {type(error).__name__}")
             continue
         if hasattr(module, "Builder") and hasattr(module, "OnnxParser"):
@@ -143,7 +155,9 @@ def probe(device: int = 0) -> Probe:
         return Probe(info, None, can_build=True, can_run=False, reason=reason)
     if info.flavour == "tensorrt-rtx" and not rtx_supports(gpu.compute_capability):
         listed = " ".join(f"{a}.{b}" for a, b in RTX_SUPPORTED_CC)
-        reason = (f"GPU not supported: {info.describe()} runs on compute capabilities {listed} and newer than 12.0, "
-                  f"this is {gpu.describe()}; use a supported GPU or NVIDIA's full TensorRT")
+        reason = (
+            f"GPU not supported: {info.describe()} runs on compute capabilities {listed} and newer than 12.0, "
+            f"this is {gpu.describe()}; use a supported GPU or NVIDIA's full TensorRT"
+        )
         return Probe(info, gpu, can_build=True, can_run=False, reason=reason)
     return Probe(info, gpu, can_build=True, can_run=True, reason=None)

@@ -16,20 +16,24 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from trtdiff.errors import OptionError
+from trtdiff.errors import OptionError, param
+from trtdiff.options import OUTPUT_MODES
 
-OUTPUT_MODES = ("all", "unfused", "none")
+if TYPE_CHECKING:
+    from trtdiff.options import OutputsMode
 
 REASON_INPUT = "network input: TensorRT cannot mark a network input as an output (it is the feed itself)"
 REASON_CONTROL = "inside a loop or conditional body: TensorRT cannot mark such a tensor as a network output"
 REASON_CONSTANT = "constant/weights: TensorRT keeps it as weights of a constant layer, not a computed output"
 REASON_SHAPE = "shape tensor: TensorRT computes it on the host as a shape; only execution tensors are returned"
-REASON_BOOL = ("bool tensor: marking bool tensors broke mark-all builds in TensorRT (NVIDIA/TensorRT #1698, #3592, "
-               "#3596), so it is left unmarked; mark_bool=True marks it")
+REASON_BOOL = (
+    "bool tensor: marking bool tensors broke mark-all builds in TensorRT (NVIDIA/TensorRT #1698, #3592, "
+    "#3596), so it is left unmarked; mark_bool=True marks it"
+)
 REASON_DTYPE = "type {dtype} has no numpy equivalent, so it cannot be returned for comparison"
 REASON_NO_TENSOR = "no TensorRT tensor: the parser folded it into weights or constants"
 
@@ -39,11 +43,24 @@ _REGION_END = ("LOOP_OUTPUT", "CONDITIONAL_OUTPUT")
 RETURNABLE_TYPES = ("FLOAT", "HALF", "BF16", "INT8", "INT32", "INT64", "BOOL", "UINT8")
 
 TRT_API = (
-    "INetworkDefinition.num_layers", "INetworkDefinition.get_layer", "INetworkDefinition.mark_output",
-    "INetworkDefinition.num_inputs", "INetworkDefinition.get_input",
-    "ILayer.name", "ILayer.type", "ILayer.num_outputs", "ILayer.get_output", "ILayer.metadata",
-    "ITensor.name", "ITensor.dtype", "ITensor.is_network_input", "ITensor.is_network_output", "ITensor.is_shape_tensor",
-    "LayerType.CONSTANT", "LayerType.SHAPE", *(f"LayerType.{t}" for t in _REGION_START + _REGION_END),
+    "INetworkDefinition.num_layers",
+    "INetworkDefinition.get_layer",
+    "INetworkDefinition.mark_output",
+    "INetworkDefinition.num_inputs",
+    "INetworkDefinition.get_input",
+    "ILayer.name",
+    "ILayer.type",
+    "ILayer.num_outputs",
+    "ILayer.get_output",
+    "ILayer.metadata",
+    "ITensor.name",
+    "ITensor.dtype",
+    "ITensor.is_network_input",
+    "ITensor.is_network_output",
+    "ITensor.is_shape_tensor",
+    "LayerType.CONSTANT",
+    "LayerType.SHAPE",
+    *(f"LayerType.{t}" for t in _REGION_START + _REGION_END),
     *(f"DataType.{t}" for t in RETURNABLE_TYPES),
 )
 TRT_OPTIONAL_API = ("OnnxParser.get_layer_output_tensor", "INetworkDefinition.mark_unfused_tensors_as_debug_tensors")
@@ -63,7 +80,7 @@ class SkippedTensor:
 class MarkPlan:
     """What the engine will return: marked TensorRT tensors, skipped ones, ONNX -> TensorRT names."""
 
-    mode: str
+    mode: OutputsMode
     marked: tuple[str, ...]
     skipped: tuple[SkippedTensor, ...]
     onnx_to_trt: Mapping[str, str] = field(default_factory=dict)
@@ -90,11 +107,12 @@ class MarkPlan:
         }
 
 
-def mark_network(trt: ModuleType, network: Any, parser: Any, model: onnx.ModelProto, mode: str, *,
-                 mark_bool: bool = False) -> MarkPlan:
+def mark_network(
+    trt: ModuleType, network: Any, parser: Any, model: onnx.ModelProto, mode: OutputsMode, *, mark_bool: bool = False
+) -> MarkPlan:
     """Mark outputs on a parsed `network` according to `mode` and return the plan."""
     if mode not in OUTPUT_MODES:
-        raise OptionError(f"--trt-outputs {mode}: unknown; choose one of {', '.join(OUTPUT_MODES)}")
+        raise OptionError(f"unknown; choose one of {', '.join(OUTPUT_MODES)}", parameter="outputs", value=mode)
     onnx_to_trt = map_onnx_names(parser, network, model)
     reverse = {t: o for o, t in onnx_to_trt.items()}
     sub_nodes, sub_values = subgraph_names(model)
@@ -127,19 +145,30 @@ def mark_network(trt: ModuleType, network: Any, parser: Any, model: onnx.ModelPr
     debug_unfused = False
     if mode == "unfused":
         if not hasattr(network, "mark_unfused_tensors_as_debug_tensors"):
-            raise OptionError("--trt-outputs unfused needs network.mark_unfused_tensors_as_debug_tensors "
-                              "(TensorRT 10.12+ or TensorRT-RTX); use --trt-outputs all")
+            raise OptionError(
+                "needs network.mark_unfused_tensors_as_debug_tensors (TensorRT 10.12+ or TensorRT-RTX); "
+                f"use {param('outputs')} all",
+                parameter="outputs",
+                value="unfused",
+            )
         debug_unfused = bool(network.mark_unfused_tensors_as_debug_tensors())
-        notes.append("unfused: fusion kept; tensors that survive fusion arrive as debug tensors under engine-internal "
-                     "names, with no guarantee that every unfused tensor is reported" if debug_unfused else
-                     "unfused: TensorRT refused to mark unfused tensors as debug tensors; only final outputs are returned")
+        notes.append(
+            "unfused: fusion kept; tensors that survive fusion arrive as debug tensors under engine-internal "
+            "names, with no guarantee that every unfused tensor is reported"
+            if debug_unfused
+            else "unfused: TensorRT refused to mark unfused tensors as debug tensors; only final outputs are returned"
+        )
     if mode == "all":
-        notes.append(f"all: {len(marked)} tensors marked as outputs; marking disables fusion and changes memory reuse, "
-                     "so a difference may hide or appear only in this mode")
+        notes.append(
+            f"all: {len(marked)} tensors marked as outputs; marking disables fusion and changes memory reuse, "
+            "so a difference may hide or appear only in this mode"
+        )
     return MarkPlan(mode, tuple(marked), tuple(skipped), onnx_to_trt, debug_unfused, tuple(notes))
 
 
-def _skip_reason(trt: ModuleType, layer: Any, tensor: Any, nested: bool, mark_bool: bool, returnable: set[Any]) -> str | None:
+def _skip_reason(
+    trt: ModuleType, layer: Any, tensor: Any, nested: bool, mark_bool: bool, returnable: set[Any]
+) -> str | None:
     """Why `tensor` cannot (or should not) be marked as an output; None when it can."""
     if nested:
         return REASON_CONTROL
@@ -170,13 +199,20 @@ def map_onnx_names(parser: Any, network: Any, model: onnx.ModelProto) -> dict[st
             if not value:
                 continue
             tensor = None
-            if node.name and counts[node.name] == 1 and node.name not in sub_nodes and hasattr(parser, "get_layer_output_tensor"):
+            if (
+                node.name
+                and counts[node.name] == 1
+                and node.name not in sub_nodes
+                and hasattr(parser, "get_layer_output_tensor")
+            ):
                 tensor = parser.get_layer_output_tensor(node.name, index)
             if tensor is not None:
                 mapping[value] = tensor.name
                 continue
             candidates = [n for n in by_name if n == value or re.fullmatch(re.escape(value) + r"_\d+", n)]
-            top = [n for n in candidates if by_name[n].name not in sub_nodes and " | " not in (by_name[n].metadata or "")]
+            top = [
+                n for n in candidates if by_name[n].name not in sub_nodes and " | " not in (by_name[n].metadata or "")
+            ]
             if value in top:
                 mapping[value] = value
             elif len(top) == 1:
@@ -207,7 +243,9 @@ def subgraph_names(model: onnx.ModelProto) -> tuple[frozenset[str], frozenset[st
 def _onnx_only_skips(network: Any, model: onnx.ModelProto, onnx_to_trt: Mapping[str, str]) -> list[SkippedTensor]:
     """ONNX values that no marking can return: graph inputs and values the parser folded away."""
     initializers = {i.name for i in model.graph.initializer}
-    skipped = [SkippedTensor(v.name, v.name, None, REASON_INPUT) for v in model.graph.input if v.name not in initializers]
+    skipped = [
+        SkippedTensor(v.name, v.name, None, REASON_INPUT) for v in model.graph.input if v.name not in initializers
+    ]
     for node in model.graph.node:
         for value in node.output:
             if value and value not in onnx_to_trt:

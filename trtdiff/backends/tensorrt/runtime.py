@@ -20,31 +20,66 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names
-from trtdiff.backends.tensorrt.builder import BuildResult, BuildSettings, build_engine, make_logger
-from trtdiff.backends.tensorrt.fusion import FusionReport, engine_fusion
-from trtdiff.backends.tensorrt.importing import GpuInfo, import_tensorrt, probe
-from trtdiff.errors import BackendError, InputError, first_line
-from trtdiff.onnx_graph import GraphInfo
+from trtdiff.backends.tensorrt.builder import build_engine, make_logger
+from trtdiff.backends.tensorrt.fusion import engine_fusion
+from trtdiff.backends.tensorrt.importing import import_tensorrt, probe
+from trtdiff.errors import BackendError, InputError, first_line, param
 
 if TYPE_CHECKING:
     import torch
 
+    from trtdiff.backends.tensorrt.builder import BuildResult, BuildSettings
+    from trtdiff.backends.tensorrt.fusion import FusionReport
+    from trtdiff.backends.tensorrt.importing import GpuInfo
+    from trtdiff.onnx_graph import GraphInfo
+
 NO_EXECUTION = "no machine here can execute a TensorRT engine"
-_TORCH_DTYPES = {"FLOAT": "float32", "HALF": "float16", "BF16": "bfloat16", "INT8": "int8", "INT32": "int32",
-                 "INT64": "int64", "BOOL": "bool", "UINT8": "uint8"}
-_TYPESTR = {"FLOAT": "<f4", "HALF": "<f2", "BF16": "<i2", "INT8": "|i1", "INT32": "<i4", "INT64": "<i8",
-            "BOOL": "|b1", "UINT8": "|u1"}
+_TORCH_DTYPES = {
+    "FLOAT": "float32",
+    "HALF": "float16",
+    "BF16": "bfloat16",
+    "INT8": "int8",
+    "INT32": "int32",
+    "INT64": "int64",
+    "BOOL": "bool",
+    "UINT8": "uint8",
+}
+_TYPESTR = {
+    "FLOAT": "<f4",
+    "HALF": "<f2",
+    "BF16": "<i2",
+    "INT8": "|i1",
+    "INT32": "<i4",
+    "INT64": "<i8",
+    "BOOL": "|b1",
+    "UINT8": "|u1",
+}
 
 TRT_API = (
-    "Runtime.deserialize_cuda_engine", "ICudaEngine.create_execution_context", "ICudaEngine.num_io_tensors",
-    "ICudaEngine.get_tensor_name", "ICudaEngine.get_tensor_mode", "ICudaEngine.get_tensor_dtype",
-    "ICudaEngine.get_tensor_location", "TensorIOMode.INPUT", "TensorIOMode.OUTPUT", "TensorLocation.DEVICE",
-    "TensorLocation.HOST", "IExecutionContext.set_input_shape", "IExecutionContext.get_tensor_shape",
-    "IExecutionContext.set_tensor_address", "IExecutionContext.execute_async_v3",
-    "IExecutionContext.set_debug_listener", "IDebugListener.process_debug_tensor",
+    "Runtime.deserialize_cuda_engine",
+    "ICudaEngine.create_execution_context",
+    "ICudaEngine.num_io_tensors",
+    "ICudaEngine.get_tensor_name",
+    "ICudaEngine.get_tensor_mode",
+    "ICudaEngine.get_tensor_dtype",
+    "ICudaEngine.get_tensor_location",
+    "TensorIOMode.INPUT",
+    "TensorIOMode.OUTPUT",
+    "TensorLocation.DEVICE",
+    "TensorLocation.HOST",
+    "IExecutionContext.set_input_shape",
+    "IExecutionContext.get_tensor_shape",
+    "IExecutionContext.set_tensor_address",
+    "IExecutionContext.execute_async_v3",
+    "IExecutionContext.set_debug_listener",
+    "IDebugListener.process_debug_tensor",
 )
-TRT_OPTIONAL_API = ("Runtime.get_engine_validity", "EngineValidity.INVALID", "EngineInvalidityDiagnostics",
-                    "IExecutionContext.unfused_tensors_debug_state")
+TRT_OPTIONAL_API = (
+    "Runtime.get_engine_validity",
+    "EngineValidity.INVALID",
+    "EngineInvalidityDiagnostics",
+    "IExecutionContext.unfused_tensors_debug_state",
+)
 
 
 class TensorRTBackend:
@@ -52,8 +87,15 @@ class TensorRTBackend:
 
     name = "tensorrt"
 
-    def __init__(self, graph: GraphInfo, settings: BuildSettings | None = None, *, cache_dir: Path | None = None,
-                 device: int = 0, build: BuildResult | None = None) -> None:
+    def __init__(
+        self,
+        graph: GraphInfo,
+        settings: BuildSettings | None = None,
+        *,
+        cache_dir: Path | None = None,
+        device: int = 0,
+        build: BuildResult | None = None,
+    ) -> None:
         found = probe(device)
         if not found.can_run or found.gpu is None:
             raise BackendError(f"{NO_EXECUTION}: {found.reason}")
@@ -66,13 +108,16 @@ class TensorRTBackend:
         self._engine = self._runtime.deserialize_cuda_engine(self.build.plan)
         if self._engine is None:
             cause = first_line(self._logger.errors[-1]) if self._logger.errors else "no message"
-            raise BackendError(f"TensorRT could not load the engine built from {graph.path}: {cause}; "
-                               "rebuild it without the engine cache")
+            raise BackendError(
+                f"TensorRT could not load the engine built from {graph.path}: {cause}; "
+                "rebuild it without the engine cache"
+            )
         self._context = self._engine.create_execution_context()
         names = [self._engine.get_tensor_name(i) for i in range(self._engine.num_io_tensors)]
         self._inputs = [n for n in names if self._engine.get_tensor_mode(n) == self._trt.TensorIOMode.INPUT]
         self._outputs = [n for n in names if self._engine.get_tensor_mode(n) == self._trt.TensorIOMode.OUTPUT]
         self._reverse = self.build.mark_plan.trt_to_onnx
+        self._available = self._returnable()
         self._listener = None
         if self.build.mark_plan.debug_unfused:
             self._listener = make_debug_listener(self._trt)
@@ -87,15 +132,25 @@ class TensorRTBackend:
 
     def available(self) -> set[str]:
         """Marked outputs; in unfused mode every mapped tensor, of which the engine reports those it kept."""
+        return set(self._available)
+
+    def _returnable(self) -> frozenset[str]:
+        """What `available` returns, computed once: the mark plan does not change after the build."""
         plan = self.build.mark_plan
         if plan.debug_unfused:
-            return set(plan.onnx_to_trt) - set(self.graph.graph_inputs)
-        return set(plan.returned_onnx())
+            return frozenset(plan.onnx_to_trt) - frozenset(self.graph.graph_inputs)
+        return frozenset(plan.returned_onnx())
 
-    def run(self, feeds: Mapping[str, np.ndarray], wanted: Sequence[str], *, sizes: Mapping[str, int] | None = None,
-            max_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[dict[str, np.ndarray]]:
+    def run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        wanted: Sequence[str],
+        *,
+        sizes: Mapping[str, int] | None = None,
+        max_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> Iterator[dict[str, np.ndarray]]:
         """Execute once; copy the wanted tensors to the host chunk by chunk (all stay on the GPU meanwhile)."""
-        names = [t for t in wanted if t in self.available()]
+        names = [t for t in wanted if t in self._available]
         if not names:
             return
         values = self._execute(feeds)
@@ -116,22 +171,30 @@ class TensorRTBackend:
         with torch.cuda.device(device):
             for name in self._inputs:
                 if name not in feeds:
-                    raise InputError(f"TensorRT engine input {name} was not given; inputs are {', '.join(self._inputs)}")
+                    raise InputError(
+                        f"TensorRT engine input {name} was not given; inputs are {', '.join(self._inputs)}"
+                    )
                 if engine.get_tensor_location(name) != trt.TensorLocation.DEVICE:
-                    raise BackendError(f"TensorRT engine input {name} is a host (shape) tensor, which trtdiff does not "
-                                       "feed; export the model with static shapes")
+                    raise BackendError(
+                        f"TensorRT engine input {name} is a host (shape) tensor, which trtdiff does not "
+                        "feed; export the model with static shapes"
+                    )
                 array = np.require(feeds[name], requirements=["C", "W"])
                 tensor = torch.from_numpy(array).to(device=device, dtype=torch_dtype(engine.get_tensor_dtype(name)))
                 if not context.set_input_shape(name, tuple(array.shape)):
                     shape_text = "x".join(map(str, array.shape))
-                    raise InputError(f"input {name}: shape {shape_text} is outside the engine's profile; rebuild with this shape")
+                    raise InputError(
+                        f"input {name}: shape {shape_text} is outside the engine's profile; rebuild with this shape"
+                    )
                 context.set_tensor_address(name, tensor.data_ptr())
                 keep.append(tensor)
             for name in self._outputs:
                 shape = tuple(context.get_tensor_shape(name))
                 if any(d < 0 for d in shape):
-                    raise BackendError(f"TensorRT output {name} has a data-dependent shape {shape}; trtdiff has no "
-                                       "output allocator for it, use --trt-outputs none")
+                    raise BackendError(
+                        f"TensorRT output {name} has a data-dependent shape {shape}; trtdiff has no "
+                        f"output allocator for it, use {param('outputs')} none"
+                    )
                 buffers[name], address = allocate(shape, torch_dtype(engine.get_tensor_dtype(name)), device)
                 context.set_tensor_address(name, address)
             if self._listener is not None:
@@ -167,15 +230,19 @@ def check_engine_validity(trt: ModuleType, runtime: Any, plan: bytes, gpu: GpuIn
     validity, diagnostics = runtime.get_engine_validity(plan)
     if validity != trt.EngineValidity.INVALID:
         return
-    reasons = [name for name, flag in trt.EngineInvalidityDiagnostics.__members__.items() if int(diagnostics) & int(flag)]
-    raise BackendError(f"{NO_EXECUTION}: TensorRT says the engine cannot run on {gpu.describe()} "
-                       f"({', '.join(reasons) or 'no diagnostics'}); use a GPU this TensorRT supports")
+    reasons = [
+        name for name, flag in trt.EngineInvalidityDiagnostics.__members__.items() if int(diagnostics) & int(flag)
+    ]
+    raise BackendError(
+        f"{NO_EXECUTION}: TensorRT says the engine cannot run on {gpu.describe()} "
+        f"({', '.join(reasons) or 'no diagnostics'}); use a GPU this TensorRT supports"
+    )
 
 
 def make_debug_listener(trt: ModuleType) -> Any:
     """An IDebugListener keeping a device copy of each debug tensor, by engine-internal name."""
 
-    class TensorCollector(trt.IDebugListener):  # type: ignore[name-defined,misc]
+    class TensorCollector(trt.IDebugListener):  # type: ignore[name-defined]
         def __init__(self) -> None:
             trt.IDebugListener.__init__(self)
             self.tensors: dict[str, Any] = {}
@@ -188,12 +255,16 @@ def make_debug_listener(trt: ModuleType) -> Any:
     return TensorCollector()
 
 
-def copy_debug_tensor(addr: int, dtype_name: str, shape: tuple[int, ...], stream: int, *, on_host: bool = False) -> torch.Tensor:
+def copy_debug_tensor(
+    addr: int, dtype_name: str, shape: tuple[int, ...], stream: int, *, on_host: bool = False
+) -> torch.Tensor:
     """Copy memory TensorRT owns (valid only during the callback) into a new torch tensor."""
     import torch
 
     if dtype_name not in _TYPESTR:
-        raise BackendError(f"debug tensor of TensorRT type {dtype_name}: no torch equivalent; use --trt-outputs all")
+        raise BackendError(
+            f"debug tensor of TensorRT type {dtype_name}: no torch equivalent; use {param('outputs')} all"
+        )
     count = int(np.prod(shape, dtype=np.int64))
     if on_host:
         itemsize = int(_TYPESTR[dtype_name][2:])
@@ -214,7 +285,9 @@ def torch_dtype(trt_dtype: Any) -> torch.dtype:
 
     name = getattr(trt_dtype, "name", str(trt_dtype))
     if name not in _TORCH_DTYPES:
-        raise BackendError(f"TensorRT type {name} has no torch equivalent; mark fewer outputs (--trt-outputs none)")
+        raise BackendError(
+            f"TensorRT type {name} has no torch equivalent; mark fewer outputs ({param('outputs')} none)"
+        )
     return getattr(torch, _TORCH_DTYPES[name])
 
 
@@ -231,8 +304,13 @@ class _CudaArray:
     """Just enough `__cuda_array_interface__` (v2) for torch.as_tensor to view a raw device pointer."""
 
     def __init__(self, addr: int, shape: tuple[int, ...], typestr: str) -> None:
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (int(addr), False),
-                                         "strides": None, "version": 2}
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": typestr,
+            "data": (int(addr), False),
+            "strides": None,
+            "version": 2,
+        }
 
 
 def _storage_dtype(dtype_name: str) -> torch.dtype:

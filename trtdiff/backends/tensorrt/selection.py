@@ -64,7 +64,9 @@ def _without_importing() -> tuple[str, str | None] | None:
     distributions = importlib.metadata.packages_distributions().get(present[0], [])
     version = None
     if distributions:
-        version = f"{distributions[0]} {importlib.metadata.version(distributions[0])} (module {present[0]}, not imported)"
+        version = (
+            f"{distributions[0]} {importlib.metadata.version(distributions[0])} (module {present[0]}, not imported)"
+        )
     return "no CUDA GPU: torch.cuda.is_available() is False; engines can be built here but not executed", version
 
 

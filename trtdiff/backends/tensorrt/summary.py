@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from trtdiff.backends.tensorrt.builder import BuildResult
-from trtdiff.backends.tensorrt.fusion import FusionReport
+from typing import TYPE_CHECKING
+
 from trtdiff.report import EngineLayerInfo, NotReturned, TensorRTSummary
+
+if TYPE_CHECKING:
+    from trtdiff.backends.tensorrt.builder import BuildResult
+    from trtdiff.backends.tensorrt.fusion import FusionReport
+    from trtdiff.report import TensorRTStatus
 
 
 def skipped(reason: str, version: str | None = None) -> TensorRTSummary:
@@ -12,8 +17,14 @@ def skipped(reason: str, version: str | None = None) -> TensorRTSummary:
     return TensorRTSummary(status="skipped", reason=reason, version=version)
 
 
-def summarize(build: BuildResult, fusion: FusionReport | None, *, status: str, gpu: str | None,
-              include_name_map: bool = False) -> TensorRTSummary:
+def summarize(
+    build: BuildResult,
+    fusion: FusionReport | None,
+    *,
+    status: TensorRTStatus,
+    gpu: str | None,
+    include_name_map: bool = False,
+) -> TensorRTSummary:
     """What a build (and, for status "ran", a run) did, with the fusions the engine made."""
     plan = build.mark_plan
     settings = build.settings

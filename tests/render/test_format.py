@@ -1,0 +1,150 @@
+"""The shared wording: numbers, reasons, check messages and limits, the divergence pieces."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from trtdiff.render import format as fmt
+from trtdiff.report import BackendPair, Reason, Report, Thresholds
+
+
+@pytest.mark.parametrize(
+    ("figure", "text"),
+    [
+        (0.0264, "2.64e-02"),
+        (1.0, "1.00e+00"),
+        (0.0, "0.00e+00"),
+        (123456.0, "1.23e+05"),
+        (math.nan, "nan"),
+        (math.inf, "inf"),
+    ],
+)
+def test_sci_has_one_precision(figure: float, text: str) -> None:
+    assert fmt.sci(figure) == text
+
+
+def test_numbers_by_metric() -> None:
+    assert fmt.cosine(0.99985412) == "0.999854" and fmt.cosine(math.nan) == "nan"
+    assert fmt.format_value("cosine", 0.9999) == "0.999900"
+    assert fmt.format_value("divergence", 0.999225) == "0.999225"
+    assert fmt.format_value("miou", 0.49951) == "0.4995"
+    assert fmt.format_value("miou_drop", -0.01) == "-0.0100"
+    assert fmt.format_value("rel_err", 0.114213) == "1.14e-01"
+    assert fmt.format_value("max_abs", math.nan) == "nan"
+    assert fmt.percent(0.001) == "0.10%" and fmt.percent(None) == "?"
+
+
+@pytest.mark.parametrize(
+    ("reason", "text"),
+    [
+        (Reason("cosine", 0.999854, 0.9999), "cosine 0.999854 < 0.9999"),
+        (Reason("rel_err", 0.0264, 0.001), "rel-err 2.64e-02 > 0.001"),
+        (Reason("max_abs", 0.5, 0.01), "max-abs 5.00e-01 > 0.01"),
+        (Reason("non_finite", 3.0, 0.0), "non-finite values: reference 0 NaN/Inf, candidate 3 NaN/Inf"),
+        (Reason("shape", math.nan, detail="2x3 vs 3x2"), "shape 2x3 vs 3x2"),
+        (Reason("mismatches", 7.0, 100.0), "7 of 100 elements differ"),
+    ],
+)
+def test_reason_text(reason: Reason, text: str) -> None:
+    assert fmt.reason_text(reason) == text
+
+
+def test_reasons_join_with_semicolons() -> None:
+    reasons = (Reason("cosine", 0.999854, 0.9999), Reason("rel_err", 0.0264, 0.001))
+    assert fmt.reasons_text(reasons) == "cosine 0.999854 < 0.9999; rel-err 2.64e-02 > 0.001"
+    assert fmt.reasons_text(()) == ""
+
+
+def test_output_check_messages(passing: Report, build: SimpleNamespace) -> None:
+    check = build.output_check("min_cosine", 0.9999, 0.9992248932, failing=("input",))
+    assert fmt.check_message(check, passing) == (
+        "min-cosine 0.9999 on final outputs of 1 sample(s): worst cosine 0.999225 (input)"
+    )
+    check = build.output_check("rtol", 0.001, 0.11421279, failing=("a", "b"), compared=3, worst_sample="b")
+    assert fmt.check_message(check, passing) == "rtol 0.001 on final outputs of 3 sample(s): worst rel_err 0.114213 (b)"
+    check = build.output_check("max_abs", 0.01, 0.5)
+    assert (
+        fmt.check_message(check, passing) == "max-abs 0.01 on final outputs of 1 sample(s): worst max_abs 0.5 (input)"
+    )
+
+
+def test_layer_check_message_names_the_first_divergence(
+    passing: Report, diverged: Report, build: SimpleNamespace
+) -> None:
+    assert fmt.check_message(build.layer_check(51, 0, 0.99999988), passing) == "0 of 51 layers diverge; lowest cosine 1"
+    assert fmt.check_message(build.layer_check(51, 8, 0.9992248932), diverged) == (
+        "8 of 51 layers diverge; lowest cosine 0.999225; first divergence /decoder/Resize (Resize)"
+    )
+
+
+def test_miou_check_messages(gated: Report) -> None:
+    by_id = {check.id: check for check in gated.checks}
+    assert fmt.check_message(by_id["agreement/min-miou/torch~onnxruntime"], gated) == (
+        "mIoU 0.8875 agreement with torch (min 0.9); worst sample sample-2 0.8100"
+    )
+    assert fmt.check_message(by_id["labels/min-miou/onnxruntime"], gated) == (
+        "mIoU 0.7000 against labels (min 0.6); worst sample sample-2 0.7100"
+    )
+    assert fmt.check_message(by_id["labels/max-miou-drop/onnxruntime"], gated) == (
+        "mIoU drop 0.1000 relative to torch (max 0.05): 0.8000 -> 0.7000"
+    )
+
+
+def test_limit_text(gated: Report, build: SimpleNamespace) -> None:
+    thresholds = Thresholds(max_abs=0.01)
+    assert fmt.limit_text(build.layer_check(3, 1, 0.9), thresholds) == (
+        "no diverged layer (min-cosine 0.9999, rtol 0.001, max-abs 0.01)"
+    )
+    cosine, rtol = gated.checks[:2]
+    assert fmt.limit_text(cosine, thresholds) == "cosine >= 0.9999"
+    assert fmt.limit_text(rtol, thresholds, symbols=True) == "rel_err ≤ 0.001"
+    assert fmt.limit_text(gated.checks[-1], thresholds, symbols=True) == "miou_drop ≤ 0.05"
+
+
+def test_inputs_precision_and_backend_names(build: SimpleNamespace) -> None:
+    assert fmt.inputs_text({"x": (1, 3, 64, 64), "mask": (1, 64, 64)}) == "x 1x3x64x64, mask 1x64x64"
+    assert fmt.precision_text(None, False) == "fp32, TF32 off"
+    assert fmt.precision_text("fp32", True) == "fp32 with TF32"
+    assert fmt.precision_text("fp16", False) == "fp16"
+    assert fmt.short_pair(build.TORCH_TRT) == "pt~trt"
+    assert fmt.short_pair(BackendPair("onnxruntime", "mine")) == "ort~mine"
+    assert fmt.plural(1, "check") == "1 check" and fmt.plural(0, "check") == "0 checks"
+
+
+def test_divergence_pieces(build: SimpleNamespace) -> None:
+    first = build.first_divergence()
+    assert fmt.divergence_head(first) == "/decoder/Resize (Resize, module decoder) on torch~onnxruntime"
+    assert fmt.divergence_head(dataclasses.replace(first, module=None), code=lambda s: f"`{s}`") == (
+        "`/decoder/Resize` (Resize, no PyTorch module) on torch~onnxruntime"
+    )
+    assert fmt.divergence_figures(first) == (
+        "cosine 0.999854, max-abs 1.04e-02, rel-err 2.64e-02 (cosine 0.999854 < 0.9999; rel-err 2.64e-02 > 0.001)"
+    )
+    assert fmt.divergence_figures(dataclasses.replace(first, reasons=())).endswith("rel-err 2.64e-02")
+
+
+def test_suspects_text_lists_the_node_then_a_few_feeders(build: SimpleNamespace) -> None:
+    first = build.first_divergence()
+    assert fmt.suspects_text(first, limit=2) == "/decoder/Resize, then /decoder/Concat, /decoder/Div, … 3 more"
+    assert fmt.suspects_text(first, limit=None).endswith("/decoder/Slice, /decoder/Shape")
+    assert fmt.suspects_text(dataclasses.replace(first, suspects=("/decoder/Resize",))) == ""
+
+
+def test_segmentation_parts(gated: Report) -> None:
+    assert gated.segmentation is not None
+    assert fmt.segmentation_parts(gated.segmentation) == [
+        "agreement mIoU torch~onnxruntime 0.8875 (0.10% pixels changed)",
+        "mIoU vs labels torch 0.8000",
+        "mIoU vs labels onnxruntime 0.7000",
+        "drop onnxruntime 0.1000",
+    ]
+
+
+def test_layer_index(diverged: Report) -> None:
+    assert fmt.layer_index(diverged, "/decoder/Resize_output_0") == 2
+    assert fmt.layer_index(diverged, "missing") is None
+    assert diverged.layers[2].diverged

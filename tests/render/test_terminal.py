@@ -1,0 +1,169 @@
+"""The terminal view: exact lines at 80 columns without colour, for hand-built reports and a real one."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import re
+from types import SimpleNamespace
+
+from rich.console import Console
+
+from trtdiff.render.terminal import render_build, render_terminal, render_verdict
+from trtdiff.report import Report
+
+
+def _console(out: io.StringIO) -> Console:
+    return Console(file=out, width=80, color_system=None)
+
+
+def render(report: Report, *, show_all: bool = False) -> str:
+    out = io.StringIO()
+    render_terminal(report, _console(out), show_all=show_all)
+    return out.getvalue()
+
+
+def lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.splitlines()]
+
+
+def flat(text: str) -> str:
+    """The text with rich's wrapping at 80 columns undone, to compare whole sentences."""
+    return " ".join(line.strip() for line in text.splitlines())
+
+
+def test_passing_report_exactly(passing: Report) -> None:
+    assert lines(render(passing)) == [
+        "trtdiff examples:tiny  (inputs: x 1x3x32x32)",
+        "ONNX: opset 13 as written, exporter torchscript",
+        "backends: torch 2.13.0+cpu (reference), onnxruntime 1.32.0",
+        "(CPUExecutionProvider)",
+        "paired 3 of 5 ONNX tensors with PyTorch (3 float; 3 op); 2 not compared",
+        "note: exported with the torchscript exporter at opset 13",
+        "# op   module / ONNX node      cos   max|Δ|      rel",
+        "1 Conv backbone.stem.0    1.000000 6.00e-07 2.30e-07 ok",
+        "2 Relu backbone.stem.1    1.000000 5.40e-07 2.20e-07 ok",
+        "3 Conv head               1.000000 1.20e-06 3.10e-07 ok",
+        "PASS: all 3 compared tensors agree (torch~onnxruntime).",
+    ]
+
+
+def test_diverged_report_stops_at_the_first_divergence(diverged: Report) -> None:
+    text = render(diverged)
+    rows = lines(text)
+    assert "3 Resize decoder            0.999854 1.04e-02 2.64e-02 DIVERGED" in rows
+    assert not any(row.startswith("4 ") for row in rows)
+    assert "… 1 more compared layers after the first divergence (show all to see them)" in rows
+    assert (
+        "FIRST DIVERGENCE: /decoder/Resize (Resize, module decoder) on torch~onnxruntime: cosine 0.999854, "
+        "max-abs 1.04e-02, rel-err 2.64e-02 (cosine 0.999854 < 0.9999; rel-err 2.64e-02 > 0.001) "
+        "suspects: /decoder/Resize, then /decoder/Concat, /decoder/Div, /decoder/Cast, /decoder/Slice, /decoder/Shape "
+        "FAIL: 3 of 3 checks failed: layers/torch~onnxruntime, outputs/min-cosine/torch~onnxruntime, "
+        "outputs/rtol/torch~onnxruntime"
+    ) in flat(text)
+    assert "ok" not in flat(text).split("FIRST DIVERGENCE")[1], "one sample: checks are not listed one by one"
+
+
+def test_show_all_lists_every_layer(diverged: Report) -> None:
+    rows = lines(render(diverged, show_all=True))
+    assert "4 Conv   head               0.999225 3.10e-01 1.14e-01 DIVERGED" in rows
+    assert not any("more compared layers" in row for row in rows)
+
+
+def test_gate_lists_every_check_and_segmentation(gated: Report) -> None:
+    text = flat(render(gated))
+    assert (
+        "FAIL outputs/min-cosine/torch~onnxruntime: min-cosine 0.9999 on final outputs of 3 sample(s): "
+        "worst cosine 0.99942 (sample-2) "
+        "ok   outputs/rtol/torch~onnxruntime: rtol 0.001 on final outputs of 3 sample(s): "
+        "worst rel_err 0.0005 (sample-0) "
+        "FAIL agreement/min-miou/torch~onnxruntime: mIoU 0.8875 agreement with torch (min 0.9); "
+        "worst sample sample-2 0.8100 "
+        "ok   labels/min-miou/onnxruntime: mIoU 0.7000 against labels (min 0.6); worst sample sample-2 0.7100 "
+        "FAIL labels/max-miou-drop/onnxruntime: mIoU drop 0.1000 relative to torch (max 0.05): 0.8000 -> 0.7000 "
+        "segmentation: agreement mIoU torch~onnxruntime 0.8875 (0.10% pixels changed); mIoU vs labels torch 0.8000; "
+        "mIoU vs labels onnxruntime 0.7000; drop onnxruntime 0.1000"
+    ) in text
+    assert text.endswith(
+        "FAIL: 3 of 5 checks failed: outputs/min-cosine/torch~onnxruntime, agreement/min-miou/torch~onnxruntime, "
+        "labels/max-miou-drop/onnxruntime"
+    )
+
+
+def test_gate_that_holds_despite_a_diverged_layer(gated: Report) -> None:
+    checks = tuple(dataclasses.replace(check, passed=True, failing_samples=()) for check in gated.checks)
+    text = flat(render(dataclasses.replace(gated, checks=checks, passed=True)))
+    assert "FIRST DIVERGENCE: /decoder/Resize" in text
+    assert text.endswith(
+        "PASS: all 5 checks hold (layers of the first sample are shown, not gated; the per-layer gate checks them)."
+    )
+
+
+def test_verdict_alone(diverged: Report, passing: Report) -> None:
+    out = io.StringIO()
+    render_verdict(passing, _console(out))
+    assert lines(out.getvalue()) == ["PASS: all 3 compared tensors agree (torch~onnxruntime)."]
+    out = io.StringIO()
+    render_verdict(diverged, _console(out))
+    assert out.getvalue().startswith("FIRST DIVERGENCE: /decoder/Resize") and "# op" not in out.getvalue()
+
+
+def test_tensorrt_skipped_is_a_note(trt_skipped: Report) -> None:
+    rows = lines(render(trt_skipped))
+    assert "note: TensorRT skipped: no CUDA GPU: torch.cuda.is_available() is False" in rows
+    assert not any(row.startswith("TensorRT:") for row in rows)
+
+
+def test_tensorrt_ran_three_pairs_fit_80_columns(trt_ran: Report) -> None:
+    text = render(trt_ran)
+    rows = lines(text)
+    assert (
+        "TensorRT: tensorrt 10.9.0, fp32, TF32 off, outputs unfused: 2 marked, 1 not returned "
+        "engine fused 2 ONNX nodes into 1 layer (largest: 2 nodes); source: engine inspector"
+    ) in flat(text)
+    assert "# op  module / node    pt~ort   max|Δ|   pt~trt   max|Δ|  ort~trt   max|Δ|" in rows
+    assert "2 Relu …kbone.stem.1 1.000000 6.00e-07        -        -        -        - ok" in rows
+    assert "3 Conv …rom.the.left 1.000000 6.00e-07 0.999998 2.10e-05 0.999998 2.10e-05 ok" in rows
+
+
+def test_every_report_fits_80_columns(passing: Report, diverged: Report, gated: Report, trt_ran: Report) -> None:
+    many = tuple(dataclasses.replace(trt_ran.layers[0], tensor=f"t{i}", is_output=False) for i in range(120))
+    wide = dataclasses.replace(trt_ran, layers=many)
+    for report in (passing, diverged, gated, trt_ran, wide):
+        table = [
+            row
+            for row in render(report, show_all=True).splitlines()
+            if re.fullmatch(r" *[0-9]+ .* (ok|DIV|DIVERGED) *", row)
+        ]
+        assert len(table) == len(report.layers) and all(len(row) <= 80 for row in table)
+    assert "  1 Conv …kbone.stem.0 1.000000" in render(wide)
+
+
+def test_names_are_not_read_as_markup(passing: Report) -> None:
+    odd = dataclasses.replace(passing, model="[bold]m[/bold]", notes=("a [/dim] b",))
+    text = render(odd)
+    assert "trtdiff [bold]m[/bold]  (inputs" in text and "note: a [/dim] b" in text
+
+
+def test_build_report(build: SimpleNamespace) -> None:
+    out = io.StringIO()
+    render_build(build.build_report(), _console(out))
+    text = out.getvalue()
+    rows = lines(text)
+    assert rows[:3] == [
+        "trtdiff build examples:tiny  (inputs: x 1x3x32x32)",
+        "ONNX: opset 17 as written, exporter torchscript, tiny.onnx",
+        "GPU: none (built on the CPU; this engine cannot be run here)",
+    ]
+    assert "           1 fused into a Conv layer (e.g. /backbone/Relu_output_0)" in rows
+    assert "plan: 123,456 bytes, built in 1.50s (from the engine cache); saved to tiny.plan" in rows
+    assert "ONNX-to-TensorRT name map: 2 tensors (the JSON report holds it)" in rows
+    assert rows[-1] == "note: built with 1 GiB workspace"
+
+
+def test_real_comparison(real_report: Report) -> None:
+    """End to end: the embedded DeepLabV3+ at opset 10 first diverges at the decoder Resize."""
+    text = render(real_report)
+    assert "FIRST DIVERGENCE: /decoder/Resize (Resize, module decoder) on torch~onnxruntime" in flat(text)
+    assert all(len(row) <= 80 for row in text.splitlines())
+    assert "more compared layers after the first divergence (show all to see them)" in text

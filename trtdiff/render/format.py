@@ -1,0 +1,244 @@
+"""The wording and number formats every renderer shares, so a figure reads the same everywhere.
+
+Numbers: cosines with six places (`cosine`), errors in scientific notation with three
+significant digits (`sci`), mIoU with four places; `format_value` picks by metric. Words: a
+divergence reason (`reason_text`), a threshold check's one-line message (`check_message`)
+and its limit (`limit_text`), the inputs line, TensorRT's precision, short backend names,
+and the pieces of the first-divergence sentence. Each renderer escapes the text for its own
+format; functions that embed names take `code`, applied to each name (an identity by default).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Iterable
+
+from trtdiff.report import (
+    BackendPair,
+    FirstDivergence,
+    Reason,
+    Report,
+    SegmentationSummary,
+    ThresholdCheck,
+    Thresholds,
+)
+
+BACKEND_SHORT = {"torch": "pt", "onnxruntime": "ort", "tensorrt": "trt"}
+MAX_SUSPECTS = 8
+_MINIMUM_METRICS = {"cosine", "miou", "divergence"}
+_THRESHOLD_WORDS = {"min_cosine": "min-cosine", "rtol": "rtol", "max_abs": "max-abs"}
+
+
+def _same(text: str) -> str:
+    return text
+
+
+# Numbers
+
+
+def sci(value: float) -> str:
+    """An error figure: three significant digits in scientific notation, e.g. 2.64e-02 (nan, inf as words)."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.2e}"
+
+
+def cosine(value: float) -> str:
+    """A cosine similarity: six places, as cosines near 1 need (0.999854)."""
+    return "nan" if math.isnan(value) else f"{value:.6f}"
+
+
+def miou(value: float | None) -> str:
+    """An mIoU (or mIoU drop): four places."""
+    return "nan" if value is None or math.isnan(value) else f"{value:.4f}"
+
+
+def percent(value: float | None) -> str:
+    """A fraction as a percentage with two places (0.001 -> 0.10%); "?" when unknown."""
+    return "?" if value is None or math.isnan(value) else f"{100 * value:.2f}%"
+
+
+def format_value(metric: str, figure: float) -> str:
+    """A check or reason figure at the precision its metric needs."""
+    if metric in ("cosine", "divergence"):
+        return cosine(figure)
+    if metric in ("miou", "miou_drop"):
+        return miou(figure)
+    return sci(figure)
+
+
+def shape_text(shape: Iterable[int]) -> str:
+    """1x3x64x64."""
+    return "x".join(map(str, shape))
+
+
+def inputs_text(inputs: dict[str, tuple[int, ...]]) -> str:
+    """The inputs line: "x 1x3x64x64, mask 1x64x64"."""
+    return ", ".join(f"{name} {shape_text(shape)}" for name, shape in inputs.items())
+
+
+def plural(count: int, word: str) -> str:
+    """ "1 check", "3 checks"."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+# Backends and precision
+
+
+def short_backend(name: str) -> str:
+    """pt, ort, trt; other backends keep their name."""
+    return BACKEND_SHORT.get(name, name)
+
+
+def short_pair(pair: BackendPair) -> str:
+    """pt~ort."""
+    return f"{short_backend(pair.reference)}~{short_backend(pair.candidate)}"
+
+
+def precision_text(precision: str | None, tf32: bool) -> str:
+    """TensorRT's precision in words: "fp32, TF32 off", "fp32 with TF32", "fp16"."""
+    base = precision or "fp32"
+    if tf32:
+        return f"{base} with TF32"
+    return f"{base}, TF32 off" if base == "fp32" else base
+
+
+def thresholds_text(thresholds: Thresholds) -> str:
+    """min-cosine 0.9999, rtol 0.001 (, max-abs 0.01)."""
+    text = f"min-cosine {thresholds.min_cosine:g}, rtol {thresholds.rtol:g}"
+    if thresholds.max_abs is not None:
+        text += f", max-abs {thresholds.max_abs:g}"
+    return text
+
+
+# Reasons and checks
+
+
+def reason_text(reason: Reason) -> str:
+    """Why a tensor counts as diverged, e.g. "cosine 0.999854 < 0.9999" or "rel-err 2.64e-02 > 0.001"."""
+    limit = math.nan if reason.limit is None else reason.limit
+    if reason.metric == "cosine":
+        return f"cosine {reason.value:.6f} < {limit:g}"
+    if reason.metric == "rel_err":
+        return f"rel-err {reason.value:.2e} > {limit:g}"
+    if reason.metric == "max_abs":
+        return f"max-abs {reason.value:.2e} > {limit:g}"
+    if reason.metric == "non_finite":
+        return f"non-finite values: reference {_count(limit)} NaN/Inf, candidate {_count(reason.value)} NaN/Inf"
+    if reason.metric == "shape":
+        return f"shape {reason.detail or '?'}"
+    return f"{_count(reason.value)} of {_count(limit)} elements differ"
+
+
+def reasons_text(reasons: Iterable[Reason]) -> str:
+    """Every reason, joined by "; "."""
+    return "; ".join(reason_text(reason) for reason in reasons)
+
+
+def _count(figure: float) -> str:
+    return "?" if math.isnan(figure) else str(int(figure))
+
+
+def check_message(check: ThresholdCheck, report: Report) -> str:
+    """One line on what a check measured, e.g. "min-cosine 0.9999 on final outputs of 3 sample(s): worst ..."."""
+    if check.threshold in _THRESHOLD_WORDS:
+        return (
+            f"{_THRESHOLD_WORDS[check.threshold]} {check.limit:g} on final outputs of {check.compared} sample(s): "
+            f"worst {check.metric} {check.worst:.6g} ({check.worst_sample})"
+        )
+    if check.threshold == "layers":
+        message = f"{check.failed} of {check.compared} layers diverge; lowest cosine {check.worst:.6g}"
+        first = report.first_divergence
+        if check.failed and first is not None:
+            message += f"; first divergence {first.onnx_node} ({first.op_type})"
+        return message
+    if check.threshold == "min_miou":
+        against = "against labels" if check.scope == "labels" else f"agreement with {report.reference}"
+        sample_value = math.nan if check.worst_sample_value is None else check.worst_sample_value
+        return (
+            f"mIoU {check.worst:.4f} {against} (min {check.limit:g}); "
+            f"worst sample {check.worst_sample} {sample_value:.4f}"
+        )
+    labels = report.segmentation.label_miou if report.segmentation is not None else {}
+    before = labels.get(report.reference, math.nan)
+    after = labels.get(check.backend or "", math.nan)
+    return (
+        f"mIoU drop {check.worst:.4f} relative to {report.reference} (max {check.limit:g}): {before:.4f} -> {after:.4f}"
+    )
+
+
+def limit_text(check: ThresholdCheck, thresholds: Thresholds, *, symbols: bool = False) -> str:
+    """The threshold in words, e.g. "cosine >= 0.9999" or "no diverged layer (min-cosine 0.9999, rtol 0.001)".
+
+    With `symbols`, ≥ and ≤ instead of >= and <=.
+    """
+    if check.metric == "divergence":
+        return f"no diverged layer ({thresholds_text(thresholds)})"
+    minimum = check.metric in _MINIMUM_METRICS
+    sign = ("≥" if minimum else "≤") if symbols else (">=" if minimum else "<=")
+    return f"{check.metric} {sign} {check.limit:g}"
+
+
+# The first divergence
+
+
+def module_text(module: str | None, code: Callable[[str], str] = _same) -> str:
+    """ "module decoder", or "no PyTorch module"."""
+    return f"module {code(module)}" if module else "no PyTorch module"
+
+
+def divergence_node(
+    first: FirstDivergence, code: Callable[[str], str] = _same, text: Callable[[str], str] = _same
+) -> str:
+    """ "/decoder/Resize (Resize, module decoder)"; names through `code`, words through `text`."""
+    return f"{code(first.onnx_node)} ({text(first.op_type)}, {module_text(first.module, code)})"
+
+
+def divergence_head(
+    first: FirstDivergence, code: Callable[[str], str] = _same, text: Callable[[str], str] = _same
+) -> str:
+    """ "/decoder/Resize (Resize, module decoder) on torch~onnxruntime"."""
+    return f"{divergence_node(first, code, text)} on {text(str(first.pair))}"
+
+
+def divergence_figures(first: FirstDivergence) -> str:
+    """ "cosine 0.999854, max-abs 1.04e-02, rel-err 2.64e-02" and the reasons in brackets."""
+    figures = f"cosine {cosine(first.cosine)}, max-abs {sci(first.max_abs)}, rel-err {sci(first.rel_err)}"
+    return figures + (f" ({reasons_text(first.reasons)})" if first.reasons else "")
+
+
+def suspects_text(first: FirstDivergence, code: Callable[[str], str] = _same, limit: int | None = MAX_SUSPECTS) -> str:
+    """ "/decoder/Resize, then /decoder/Concat, /decoder/Div, … 3 more"; "" without other suspects."""
+    others = [s for s in first.suspects if s != first.onnx_node]
+    if not others:
+        return ""
+    shown = others if limit is None else others[:limit]
+    more = f", … {len(others) - len(shown)} more" if len(others) > len(shown) else ""
+    return f"{code(first.onnx_node)}, then {', '.join(code(s) for s in shown)}{more}"
+
+
+def layer_index(report: Report, tensor: str) -> int | None:
+    """The position of `tensor` among the compared layers (0-based), or None."""
+    return next((i for i, layer in enumerate(report.layers) if layer.tensor == tensor), None)
+
+
+# Segmentation
+
+
+def segmentation_parts(summary: SegmentationSummary, text: Callable[[str], str] = _same) -> list[str]:
+    """ "agreement mIoU torch~onnxruntime 0.4995 (0.10% pixels changed)", "mIoU vs labels ...", "drop ..."."""
+    parts = [
+        f"agreement mIoU {text(str(pair))} {miou(figure)} ({percent(summary.changed_pixels.get(pair))} pixels changed)"
+        for pair, figure in summary.agreement_miou.items()
+    ]
+    parts += [f"mIoU vs labels {text(backend)} {miou(figure)}" for backend, figure in summary.label_miou.items()]
+    parts += [f"drop {text(backend)} {miou(figure)}" for backend, figure in summary.miou_drop.items()]
+    return parts
+
+
+def escape_html(text: str) -> str:
+    """Text safe inside HTML and SVG, attributes included."""
+    return html.escape(text, quote=True)
