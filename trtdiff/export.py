@@ -69,7 +69,7 @@ def export_onnx(
             parameter="exporter",
             value="dynamo",
         )
-    args = tuple(torch.from_numpy(np.ascontiguousarray(v)) for v in feeds.values())
+    args = tuple(torch.from_numpy(np.array(v, copy=True, order="C")) for v in feeds.values())
     names = list(feeds)
     log = io.StringIO()
     try:

@@ -223,8 +223,9 @@ class CompareOptions:
                 top[name] = value
             else:
                 raise TypeError(f"unknown option {name!r}; see trtdiff.options for the fields of each part")
-        replaced = {part: dataclasses.replace(getattr(self, part), **fields) for part, fields in parts.items()}
-        return dataclasses.replace(self, **replaced, **top)
+        whole = dataclasses.replace(self, **top)
+        replaced = {part: dataclasses.replace(getattr(whole, part), **fields) for part, fields in parts.items()}
+        return dataclasses.replace(whole, **replaced)
 
     def validate(self) -> None:
         self.export.validate()

@@ -72,8 +72,10 @@ def check_json_path(path: str | None, kind: JsonKind = "report") -> None:
     if target.exists():
         try:
             earlier = json.loads(target.read_text())
-            marker = "layers" if kind == "report" else "tensorrt"
-            ours = isinstance(earlier, dict) and marker in earlier and "opset" in earlier
+            ours = isinstance(earlier, dict) and "opset" in earlier
+            ours = ours and (
+                "layers" in earlier if kind == "report" else "tensorrt" in earlier and "layers" not in earlier
+            )
         except (OSError, ValueError):
             ours = False
         if not ours:

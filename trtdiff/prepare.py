@@ -209,6 +209,8 @@ def check_new_file(path: str | Path | None, force: bool, parameter: str) -> Path
     if path is None:
         return None
     path = Path(path)
+    if path.is_dir():
+        raise OptionError("is a folder; give a file path", parameter=parameter, value=path)
     if path.exists() and not force:
         raise OptionError(
             f"the file exists; choose another path or pass {param('force')} to overwrite it",

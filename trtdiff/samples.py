@@ -63,13 +63,18 @@ class SampleSource:
             first = Sample(self.first.name, tuple(feeds.values()), self.first.label)
             return chain([first], self.rest or ())
         model = self.options.load
+        shapes = list(model.input_shapes)
+        if not shapes and not model.input_files:  # shapes read from a given ONNX file: those of sample 0
+            shapes = [
+                f"{name}:{'x'.join(map(str, v.shape))}" for name, v in zip(input_names, feeds.values(), strict=False)
+            ]
 
         def make(index: int) -> tuple[np.ndarray, ...]:
             if index == 0:
                 return tuple(feeds.values())
             built = make_inputs(
                 list(input_names),
-                shapes=list(model.input_shapes),
+                shapes=shapes,
                 files=list(model.input_files),
                 seed=model.seed + index,
                 dtypes=dict(dtypes),

@@ -185,7 +185,7 @@ def _capture(
     recorder = _Recorder(store, path_stack)
     calls: list[ModuleCall] = []
     handles = _install_hooks(module, recorder, calls) if eager else []
-    tensors = [torch.from_numpy(np.ascontiguousarray(value)).to(device) for value in inputs.values()]
+    tensors = [torch.from_numpy(np.array(value, copy=True, order="C")).to(device) for value in inputs.values()]
     try:
         with torch.no_grad(), recorder:
             result = module(*tensors)
@@ -225,7 +225,7 @@ def run_outputs(
 ) -> list[np.ndarray]:
     """A plain forward pass (no recording): the model's flattened tensor outputs, on the host."""
     with _on_device(module, device, tf32), torch.no_grad():
-        tensors = [torch.from_numpy(np.ascontiguousarray(value)).to(device) for value in inputs]
+        tensors = [torch.from_numpy(np.array(value, copy=True, order="C")).to(device) for value in inputs]
         try:
             result = module(*tensors)
         except Exception as error:

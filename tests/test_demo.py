@@ -1,0 +1,34 @@
+"""trtdiff.demo: the embedded examples, and the demo's story (Resize diverges below opset 11, agrees from 11)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from rich.console import Console
+
+from trtdiff.demo import EXAMPLES, build_example, run_demo
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_examples_are_seeded_modules_in_eval_mode(name: str) -> None:
+    first, second = build_example(name), build_example(name)
+    assert isinstance(first, torch.nn.Module)
+    assert not any(module.training for module in first.modules())
+    assert first.state_dict().keys() == second.state_dict().keys()
+    assert all(torch.equal(first.state_dict()[k], second.state_dict()[k]) for k in first.state_dict())
+
+
+def test_run_demo_shows_the_opset_10_resize_and_a_clean_opset_13() -> None:
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=120, color_system=None)
+    assert run_demo("resnet", "1x3x32x32", [10, 13], console) is True
+    text = buffer.getvalue()
+    assert "opset 10" in text and "opset 13" in text and "summary" in text
+    summary = text[text.rindex("summary") :]
+    rows = {line.split()[0]: line.split() for line in summary.splitlines() if line.strip()[:2] in ("10", "13")}
+    assert rows["10"][1] == "DIVERGED" and "(Resize)" in rows["10"]
+    assert rows["13"][1:3] == ["PASS", "-"]
+    assert "As expected" in text and "did not show what it should" not in text
+    assert "\x1b[" not in text  # no colour codes in a plain file console
