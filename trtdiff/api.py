@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtdiff import __version__
+from trtdiff.analysis import Findings, Inputs, analyse, attribute_culprits
 from trtdiff.engine import BackendValues, CapturedValues, Engine, ForwardValues, Pass, ValueSource
 from trtdiff.errors import OptionError, param
 from trtdiff.gate import layer_checks, miou_checks, output_checks
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     import torch
 
     from trtdiff.backends.torch_backend import TorchCapture
+    from trtdiff.culprits import ValuesOf
     from trtdiff.pairing import Pairing
     from trtdiff.report import BackendPair, FirstDivergence, Layer, SampleResult, SegmentationSummary, ThresholdCheck
 
@@ -85,9 +87,15 @@ def compare(
                 options.gate.ignore_index,
             )
         divergence = first_divergence(layers, prepared.graph, run.pairs)
+        with timed(timings, "culprits"):
+            findings = _culprits(run, layers, divergence, say)
+        if findings.culprits:
+            say("injecting the reference's values at each culprit (attribution)")
+            with timed(timings, "attribution"):
+                findings = _attribution(run, findings, results, segmentation, stack)
         checks = _checks(options, layers, results, segmentation, run, divergence)
         notes = (*prepared.notes, *_spill_note(store))
-        return _report(prepared, run, layers, divergence, results, checks, segmentation, notes, timings)
+        return _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings)
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,25 @@ class _Run:
         outputs = set(graph.graph_outputs)
         return tuple(t for t in graph.node_outputs if t in paired or several or t in outputs)
 
+    def analysis_inputs(self) -> Inputs:
+        """What the culprit step reads from this comparison."""
+        prepared = self.prepared
+        return Inputs(
+            prepared.graph,
+            prepared.feeds,
+            prepared.backends,
+            self.captured(),
+            self.options.runtime,
+            self.options.thresholds,
+        )
+
+    def captured(self) -> CapturedValues | None:
+        """PyTorch's recorded values by ONNX tensor (sample 0)."""
+        reference = self.reference
+        if reference.capture is None or reference.pairing is None:
+            return None
+        return CapturedValues(reference.capture, reference.pairing, tuple(self.prepared.graph.graph_outputs))
+
     def passes(self, samples: Iterator[Sample], say: Progress) -> Iterator[Pass]:
         """Sample 0 on every tensor (from the capture), then each later sample's final outputs."""
         graph, runtime = self.prepared.graph, self.options.runtime
@@ -137,8 +164,9 @@ class _Run:
             say(f"final outputs of sample {index + 1}{f'/{total}' if total else ''} ({sample.name})")
             sources: list[ValueSource] = []
             if index == 0:
-                if self.reference.capture is not None and self.reference.pairing is not None:
-                    sources.append(CapturedValues(self.reference.capture, self.reference.pairing, outputs))
+                captured = self.captured()
+                if captured is not None:
+                    sources.append(captured)
                 feeds = self.prepared.feeds
             else:
                 if self.reference.module is not None:
@@ -228,10 +256,77 @@ def _spill_note(store: TensorStore) -> tuple[str, ...]:
     return (f"{store.spilled} reference tensors were spilled to disk (over the memory limit)",)
 
 
+def _culprits(run: _Run, layers: list[Layer], divergence: FirstDivergence | None, say: Progress) -> Findings:
+    """Local errors, culprits and drift: when a divergence is found, or when asked either way."""
+    wanted = run.options.analysis.culprit
+    if wanted is False or (wanted is None and divergence is None):
+        return Findings(tuple(layers))
+    say("running each node alone on the reference's inputs (local error)")
+    return analyse(run.analysis_inputs(), layers, run.pairs)
+
+
+def _attribution(
+    run: _Run,
+    findings: Findings,
+    results: list[SampleResult],
+    segmentation: SegmentationSummary | None,
+    stack: ExitStack,
+) -> Findings:
+    """What injecting the reference's value at each culprit recovers, over the same samples."""
+    prepared, options = run.prepared, run.options
+    graph = prepared.graph
+
+    def samples() -> Iterator[tuple[Sample, Mapping[str, np.ndarray]]]:
+        source = SampleSource.open(options, _recorded_inputs(options))
+        stream = source.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes)
+        for index, sample in enumerate(stream):
+            feeds = (
+                prepared.feeds
+                if index == 0
+                else onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values, strict=False)))
+            )
+            yield sample, feeds
+
+    recapture = stack.enter_context(_Recapture(run))
+    return attribute_culprits(run.analysis_inputs(), findings, samples, recapture, results, segmentation)
+
+
+class _Recapture:
+    """PyTorch's values on sample N: sample 0's recording, or a new recording (one kept at a time)."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+        self.store: TensorStore | None = None
+
+    def __enter__(self) -> _Recapture:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    def __call__(self, index: int, sample: Sample) -> ValuesOf | None:
+        captured = self.run.captured()
+        module = self.run.reference.module
+        if captured is None or module is None:
+            return None
+        if index == 0:
+            return captured.values
+        from trtdiff.backends.torch_backend import capture
+
+        if self.store is not None:
+            self.store.close()
+        self.store = TensorStore(self.run.options.runtime.memory_bytes)
+        runtime = self.run.options.runtime
+        feeds = dict(zip(self.run.prepared.input_names, sample.values, strict=False))
+        recorded = capture(module, feeds, device=runtime.torch_device, tf32=runtime.tf32, store=self.store)
+        return CapturedValues(recorded, captured.pairing, captured.outputs).values
+
+
 def _report(
     prepared: Prepared,
     run: _Run,
-    layers: list[Layer],
+    findings: Findings,
     divergence: FirstDivergence | None,
     results: list[SampleResult],
     checks: list[ThresholdCheck],
@@ -242,6 +337,7 @@ def _report(
     from trtdiff.backends.tensorrt.selection import ran_summary
 
     graph = prepared.graph
+    layers = findings.layers
     compared = {layer.tensor for layer in layers}
     torch_device = run.options.runtime.torch_device if run.reference.capture is not None else None
     return Report(
@@ -265,5 +361,9 @@ def _report(
         samples=mark_failures(results, checks),
         checks=tuple(checks),
         segmentation=segmentation,
+        culprit=findings.culprits[0] if findings.culprits else None,
+        culprits=findings.culprits,
+        drift=findings.drift,
+        attribution=findings.attribution,
         trtdiff_version=__version__,
     )

@@ -141,7 +141,10 @@ backend_options = cloup.option_group(
 )
 
 threshold_options = cloup.option_group(
-    "Thresholds",
+    "Thresholds and culprits",
+    cloup.option("--culprit/--no-culprit", "culprit", default=None,
+                 help="Name the nodes that introduce the error (local error, export or runtime, attribution). "
+                      "Default: when a divergence is found."),
     cloup.option("--min-cosine", type=float, default=None, help="Diverged below this cosine (default 0.9999)."),
     cloup.option("--rtol", type=float, default=None,
                  help="Diverged above this max-abs error over the reference's largest magnitude (default 1e-3)."),

@@ -104,7 +104,7 @@ def version_text() -> str:
 
 def _compare_options(options: dict[str, Any]) -> CompareOptions:
     """The typed options of a command: every part it has flags for, defaults for the others."""
-    from trtdiff.options import CompareOptions, GateOptions
+    from trtdiff.options import AnalysisOptions, CompareOptions, GateOptions
     from trtdiff.report import Thresholds
 
     return CompareOptions(
@@ -113,6 +113,7 @@ def _compare_options(options: dict[str, Any]) -> CompareOptions:
         runtime=_backend_options(options),
         thresholds=_thresholds(options) if "min_cosine" in options else Thresholds(),
         gate=_gate_options(options) if "inputs_dir" in options else GateOptions(),
+        analysis=AnalysisOptions(culprit=options.pop("culprit", None)),
         force=options.pop("force", False),
     )
 

@@ -22,8 +22,9 @@ Precision = Literal["fp32", "fp16"]
 PrecisionConstraints = Literal["none", "obey", "prefer"]
 OutputsMode = Literal["all", "unfused", "none"]
 
-KNOWN_BACKENDS = ("torch", "onnxruntime", "tensorrt")
-ONNX_BACKENDS = ("onnxruntime", "tensorrt")
+KNOWN_BACKENDS = ("torch", "onnxruntime", "onnx-reference", "tensorrt")
+ONNX_BACKENDS = ("onnxruntime", "onnx-reference", "tensorrt")
+DEFAULT_BACKENDS = ("torch", "onnxruntime", "tensorrt")
 DEFAULT_PROVIDER = "CPUExecutionProvider"
 DEFAULT_OPSET = 17
 DEFAULT_CHUNK_BYTES = 1 << 30
@@ -186,6 +187,16 @@ class GateOptions:
         return self.inputs_dir is not None or self.num_samples is not None
 
 
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """Whether to name culprits: local error per node, export-or-runtime verdicts, attribution.
+
+    `culprit` None: when a divergence is found; True: always; False: never.
+    """
+
+    culprit: bool | None = None
+
+
 def validate_thresholds(thresholds: Thresholds) -> None:
     """Raise OptionError for a threshold outside its range."""
     if not -1.0 <= thresholds.min_cosine <= 1.0:
@@ -205,6 +216,7 @@ class CompareOptions:
     runtime: BackendOptions = field(default_factory=BackendOptions)
     thresholds: Thresholds = field(default_factory=Thresholds)
     gate: GateOptions = field(default_factory=GateOptions)
+    analysis: AnalysisOptions = field(default_factory=AnalysisOptions)
     force: bool = False
 
     def with_fields(self, **values: Any) -> CompareOptions:
@@ -249,5 +261,6 @@ _PARTS = {
     "runtime": BackendOptions,
     "thresholds": Thresholds,
     "gate": GateOptions,
+    "analysis": AnalysisOptions,
 }
 _PART_OF = {f.name: part for part, cls in _PARTS.items() for f in dataclasses.fields(cls)}

@@ -20,6 +20,7 @@ CheckScope = Literal["outputs", "layers", "agreement", "labels"]
 CheckMetric = Literal["cosine", "rel_err", "max_abs", "divergence", "miou", "miou_drop"]
 Threshold = Literal["min_cosine", "rtol", "max_abs", "layers", "min_miou", "max_miou_drop"]
 PairingMethod = Literal["op", "scope", "folded", "module", "output"]
+Verdict = Literal["export", "runtime", "unknown"]
 TensorRTStatus = Literal["skipped", "built", "ran"]
 OutputsMode = Literal["all", "unfused", "none"]
 
@@ -130,10 +131,89 @@ class Layer:
     is_output: bool = False
     torch_op: str | None = None
     pairing: PairingMethod | None = None
+    local: dict[BackendPair, PairMetrics] | None = None
 
     @property
     def diverged(self) -> bool:
         return any(m.diverged for m in self.pairs.values())
+
+
+@dataclass(frozen=True)
+class ErrorFigures:
+    """Cosine, max-abs and relative error of one tensor against its reference."""
+
+    cosine: float
+    max_abs: float
+    rel_err: float
+
+    @classmethod
+    def of(cls, metrics: PairMetrics) -> ErrorFigures:
+        return cls(metrics.cosine, metrics.max_abs, metrics.rel_err)
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """A node whose own (local) error breaks the thresholds: the error is introduced here.
+
+    `local` is the node run on the candidate with the reference's values for its inputs;
+    `accumulated` the tensor as the whole candidate run produced it. `subgraph` names the
+    ONNX nodes run for the local error (one, or the smallest group whose float inputs all
+    have a reference value). `verdict`: "export" when the ONNX reference evaluator agrees
+    with the candidate (the ONNX graph computes something else), "runtime" when it agrees
+    with the reference (the runtime deviates from the ONNX spec), else "unknown".
+    """
+
+    tensor: str
+    onnx_node: str
+    op_type: str
+    module: str | None
+    pair: BackendPair
+    local: ErrorFigures
+    accumulated: ErrorFigures
+    verdict: Verdict
+    subgraph: tuple[str, ...]
+    spec: ErrorFigures | None = None
+
+
+@dataclass(frozen=True)
+class Contributor:
+    """A node's local error, for accumulated drift that no single node explains."""
+
+    tensor: str
+    onnx_node: str
+    op_type: str
+    module: str | None
+    local: ErrorFigures
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Accumulated divergence with no culprit: the largest local contributors on `pair`, largest first."""
+
+    pair: BackendPair
+    contributors: tuple[Contributor, ...]
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """What injecting the reference's value at a culprit (and every earlier one) recovers.
+
+    The candidate runs the rest of the graph with the reference's value in place of the
+    culprit's output (and of the culprits before it), over the same samples: the final
+    output's error `before` and `after`, and with segmentation the candidate's mIoU before
+    and after the injection and the points that recovers.
+    """
+
+    onnx_node: str
+    tensor: str
+    pair: BackendPair
+    final_rel_err_before: float
+    final_rel_err_after: float
+    final_cosine_before: float
+    final_cosine_after: float
+    miou_before: float | None = None
+    miou_after: float | None = None
+    miou_recovered: float | None = None
 
 
 @dataclass(frozen=True)
@@ -306,6 +386,10 @@ class Report:
     samples: tuple[SampleResult, ...] = ()
     checks: tuple[ThresholdCheck, ...] = ()
     segmentation: SegmentationSummary | None = None
+    culprit: Culprit | None = None
+    culprits: tuple[Culprit, ...] = ()
+    drift: Drift | None = None
+    attribution: tuple[Attribution, ...] = ()
     trtdiff_version: str = "unknown"
     schema_version: int = SCHEMA_VERSION
 

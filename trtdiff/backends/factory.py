@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtdiff.errors import OptionError, param
-from trtdiff.options import KNOWN_BACKENDS, BackendOptions
+from trtdiff.options import DEFAULT_BACKENDS, BackendOptions
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,7 +38,7 @@ def choose_backends(options: BackendOptions, has_torch: bool) -> tuple[tuple[str
 
     Required backends are added; recorded ones come after the others.
     """
-    chosen = tuple(dict.fromkeys(options.backends)) if options.backends else KNOWN_BACKENDS
+    chosen = tuple(dict.fromkeys(options.backends)) if options.backends else DEFAULT_BACKENDS
     chosen = tuple(dict.fromkeys((*chosen, *options.require, *options.recordings)))
     notes: tuple[str, ...] = ()
     if "torch" in chosen and not has_torch:
@@ -70,6 +70,10 @@ def open_backends(
         from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
 
         opened.append(OnnxRuntimeBackend(graph, provider=options.ort_provider))
+    if "onnx-reference" in names and "onnx-reference" not in options.recordings:
+        from trtdiff.backends.onnx_reference import OnnxReferenceBackend
+
+        opened.append(OnnxReferenceBackend(graph))
     if "tensorrt" in names and "tensorrt" not in options.recordings:
         runner, summary = _open_tensorrt(graph, feeds, options, engine_path)
         if runner is not None:
