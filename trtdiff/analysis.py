@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from trtdiff.backends.base import OnnxBackend
     from trtdiff.engine import CapturedValues
     from trtdiff.onnx_graph import GraphInfo
-    from trtdiff.options import BackendOptions
+    from trtdiff.options import BackendOptions, BuildSettings
     from trtdiff.report import (
         Attribution,
         BackendPair,
@@ -195,15 +195,28 @@ def _opener(inputs: Inputs) -> OpenLike:
 
 def _tensorrt_like(graph: GraphInfo, feeds: Mapping[str, np.ndarray], runtime: BackendOptions) -> OnnxBackend:
     """TensorRT on a rewritten model, with the settings of the comparison (its outputs are the network's)."""
+    import tempfile
     from pathlib import Path
 
+    import onnx
+
     from trtdiff.backends.tensorrt import TensorRTBackend
+
+    cache = Path(runtime.engine_cache) if runtime.engine_cache else None
+    with tempfile.TemporaryDirectory(prefix="trtdiff-") as folder:  # TensorRT's parser reads a file
+        path = Path(folder) / graph.path.name
+        onnx.save(graph.model, path)
+        return TensorRTBackend(
+            dataclasses.replace(graph, path=path), tensorrt_settings(graph, feeds, runtime), cache_dir=cache
+        )
+
+
+def tensorrt_settings(graph: GraphInfo, feeds: Mapping[str, np.ndarray], runtime: BackendOptions) -> BuildSettings:
+    """The comparison's TensorRT settings for a rewritten model: same precision, its own outputs and shapes."""
     from trtdiff.backends.tensorrt.builder import input_shapes_from
 
     shapes = input_shapes_from({name: feeds[name] for name in graph.graph_inputs if name in feeds})
-    settings = dataclasses.replace(runtime.tensorrt, tf32=runtime.tf32, outputs="none", input_shapes=shapes)
-    cache = Path(runtime.engine_cache) if runtime.engine_cache else None
-    return TensorRTBackend(graph, settings, cache_dir=cache)
+    return dataclasses.replace(runtime.tensorrt, tf32=runtime.tf32, outputs="none", input_shapes=shapes)
 
 
 def _is_live(backend: OnnxBackend) -> bool:

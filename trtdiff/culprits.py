@@ -24,7 +24,7 @@ from trtdiff.backends.base import fetch
 from trtdiff.metrics import compare_tensors
 from trtdiff.onnx_graph import graph_from_model
 from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures
-from trtdiff.shadow import ShadowModel, build_shadow, submodel
+from trtdiff.shadow import ShadowModel, build_shadow, embed, submodel
 
 if TYPE_CHECKING:
     import onnx
@@ -78,21 +78,14 @@ def local_errors(
         if not candidates or not tensors:
             continue
         shadow = build_shadow(graph, tensors, reference.has)
-        feeds = _shadow_feeds(graph, shadow, reference, exact)
+        shadow = embed(shadow, {t: _as_onnx(graph, t, v) for t, v in exact(shadow.exact_inputs).items()})
+        feeds = {t: _as_onnx(graph, t, v) for t, v in reference.values(shadow.reference_inputs).items()}
         shadow_graph = graph_from_model(shadow.model, graph.path.with_suffix(".shadow.onnx"))
         for pair in candidates:
             runner = open_like(pair.candidate, shadow_graph, feeds)
             if runner is not None:
                 runs.append(_run_local(pair, runner, shadow, feeds, reference, thresholds, chunk_bytes))
     return runs
-
-
-def _shadow_feeds(
-    graph: GraphInfo, shadow: ShadowModel, reference: Reference, exact: ValuesOf
-) -> dict[str, np.ndarray]:
-    feeds = {t: _as_onnx(graph, t, v) for t, v in reference.values(shadow.reference_inputs).items()}
-    feeds.update((t, _as_onnx(graph, t, v)) for t, v in exact(shadow.exact_inputs).items())
-    return feeds
 
 
 def _as_onnx(graph: GraphInfo, tensor: str, value: np.ndarray) -> np.ndarray:

@@ -12,11 +12,13 @@ graph (`inject`), for attribution.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from trtdiff.onnx_graph import GraphInfo
 
@@ -58,6 +60,24 @@ def build_shadow(graph: GraphInfo, tensors: Iterable[str], has_reference: Callab
     return ShadowModel(
         builder.model(outputs.values()), tuple(builder.reference), tuple(builder.exact), outputs, subgraphs
     )
+
+
+def embed(shadow: ShadowModel, values: Mapping[str, np.ndarray]) -> ShadowModel:
+    """`shadow` with its exact inputs (shape arithmetic, integer tensors) written in as constants.
+
+    They are the same for every backend, and TensorRT takes a shape tensor as a constant
+    where it would need an optimization profile of values as an input.
+    """
+    model = onnx.ModelProto()
+    model.CopyFrom(shadow.model)
+    exact = set(shadow.exact_inputs)
+    kept = [value for value in model.graph.input if value.name not in exact]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    model.graph.initializer.extend(
+        numpy_helper.from_array(np.asarray(values[name]), name) for name in shadow.exact_inputs
+    )
+    return dataclasses.replace(shadow, model=model, exact_inputs=())
 
 
 def submodel(shadow: ShadowModel, tensor: str, graph: GraphInfo) -> onnx.ModelProto:
@@ -140,12 +160,12 @@ class _Builder:
         if producer is not None and graph.nodes[producer].op_type == "Constant":
             self.constants[producer] = graph.model.graph.node[producer]
             return tensor, ()
-        is_data_float = tensor in graph.data_tensors and graph.tensor_type(tensor).is_float
-        if tensor in graph.graph_inputs or self.has_reference(tensor):
+        is_data = tensor in graph.data_tensors
+        if tensor in graph.graph_inputs or (is_data and self.has_reference(tensor)):
             _add(self.reference, tensor)
             return tensor, ()
-        if not is_data_float or producer is None:
-            _add(self.exact, tensor)
+        if not is_data or not graph.tensor_type(tensor).is_float or producer is None:
+            _add(self.exact, tensor)  # shape arithmetic and integer tensors: the same on every backend
             return tensor, ()
         return local_name(tensor), self.shadow(producer)
 
