@@ -127,8 +127,8 @@ ort_provider_option = cloup.option("--ort-provider", default="CPUExecutionProvid
 backend_options = cloup.option_group(
     "Backends",
     cloup.option("--backends", default=None, metavar="LIST",
-                 help="Comma-separated backends (torch, onnxruntime, tensorrt). Default: all three, TensorRT where it "
-                      "can run."),
+                 help="Comma-separated backends (torch, onnxruntime, onnx-reference, tensorrt). Default: torch, "
+                      "onnxruntime, and TensorRT where it can run."),
     cloup.option("--require", default=None, metavar="LIST",
                  help="Backends that must run (e.g. tensorrt): exit 2 instead of skipping."),
     ort_provider_option,
@@ -235,7 +235,7 @@ def compare(**options: Any) -> None:
     "Recording",
     cloup.option(
         "--backend",
-        type=click.Choice(["onnxruntime", "tensorrt"]),
+        type=click.Choice(["onnxruntime", "onnx-reference", "tensorrt"]),
         required=True,
         help="The backend to run and record.",
     ),
