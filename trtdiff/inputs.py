@@ -30,6 +30,8 @@ def parse_input_shape(text: str) -> tuple[str | None, tuple[int, ...]]:
     name, sep, dims_text = text.strip().rpartition(":")  # names may hold ':' (e.g. 'input:0')
     if sep and not name:
         raise OptionError(f"the input name before ':' is empty; {_SHAPE_EXAMPLE}", parameter=_SHAPES, value=text)
+    if dims_text.strip().lower() == "scalar":
+        return (name or None), ()
     parts = [p.strip() for p in re.split(r"[xX,]", dims_text)] if dims_text.strip() else []
     if not parts or not all(re.fullmatch(r"[+-]?\d+", p) for p in parts):
         raise OptionError(

@@ -38,6 +38,7 @@ class LoadedModel:
     exported_program: torch.export.ExportedProgram | None = None
     onnx_path: Path | None = None
     input_names: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def load_model(spec: str, *, model_class: str | None = None, trust: bool = False) -> LoadedModel:
@@ -159,15 +160,15 @@ def _load_onnx(spec: str, path: Path) -> LoadedModel:
         ) from None
     if not model.HasField("graph") or not model.graph.node:
         raise ModelLoadError(f"{spec}: parses as protobuf but holds no ONNX graph; {_FORMATS_HINT}")
+    notes: tuple[str, ...] = ()
     try:
         onnx.checker.check_model(str(path))
     except Exception as e:  # noqa: BLE001 -- ValidationError, or missing external data files
-        raise ModelLoadError(
-            f"{spec}: the ONNX checker rejects this model ({describe_error(e)}); export it again"
-        ) from None
+        # A note, not a refusal: the runtimes decide what they can run (ONNX Runtime's refusal is the error).
+        notes = (f"the ONNX checker has a finding on {path.name}: {describe_error(e)}",)
     initializers = {init.name for init in model.graph.initializer}
     names = tuple(i.name for i in model.graph.input if i.name not in initializers)
-    return LoadedModel(kind="onnx", source=spec, module=None, onnx_path=path, input_names=names)
+    return LoadedModel(kind="onnx", source=spec, module=None, onnx_path=path, input_names=names, notes=notes)
 
 
 def _load_torch_save(spec: str, path: Path, *, model_class: str | None, trust: bool) -> LoadedModel:

@@ -44,6 +44,7 @@ class Source:
     feeds: dict[str, np.ndarray]
     input_names: tuple[str, ...] = ()
     dtypes: dict[str, np.dtype] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     @property
     def has_torch(self) -> bool:
@@ -107,7 +108,7 @@ def prepare(
         backends, chosen_notes = choose_backends(options.runtime, source.loaded.kind != "onnx")
     else:
         chosen_notes = ()
-    notes: list[str] = list(chosen_notes)
+    notes: list[str] = [*source.notes, *chosen_notes]
     recorded = None
     if capture is not None and "torch" in backends and source.loaded.module is not None:
         say("running PyTorch, recording every op")
@@ -167,22 +168,39 @@ def load_source(
         values = list(first_feeds.values())
         feeds = dict(zip(names, values, strict=True)) if len(names) == len(values) else dict(first_feeds)
         return Source(loaded, given, feeds, tuple(names), dtypes)
-    shapes = list(options.input_shapes)
-    if given is not None and not shapes and not options.input_files:
-        shapes = _static_shapes(given)
+    shapes, notes = list(options.input_shapes), list(loaded.notes)
+    if given is not None and not options.input_files:
+        derived, dynamic = _file_shapes(given, shapes)
+        shapes += derived
+        if dynamic:
+            notes.append(
+                f"dynamic dimensions set to 1 (give {', '.join(dynamic)} a shape to choose): " + ", ".join(derived)
+            )
     feeds = make_inputs(list(names), shapes=shapes, files=list(options.input_files), seed=options.seed, dtypes=dtypes)
-    return Source(loaded, given, feeds, tuple(names), dtypes)
+    return Source(loaded, given, feeds, tuple(names), dtypes, tuple(notes))
 
 
-def _static_shapes(graph: GraphInfo) -> list[str]:
-    """input_shapes read from the ONNX file's inputs, when every dimension is fixed."""
-    shapes = []
+def _file_shapes(graph: GraphInfo, given: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Shapes for the inputs `given` does not name, read from the ONNX file (dynamic dimensions 1).
+
+    Returns the shapes and the inputs that had a dynamic dimension. Positional shapes (no
+    name) leave the file's shapes unused; an input of unknown rank gets none.
+    """
+    from trtdiff.inputs import parse_input_shape
+
+    named = [parse_input_shape(text)[0] for text in given]
+    if given and None in named:
+        return [], []
+    shapes, dynamic = [], []
     for name in graph.graph_inputs:
         shape = graph.tensor_type(name).shape
-        if shape is None or any(d is None or d <= 0 for d in shape):
-            return []
-        shapes.append(f"{name}:{'x'.join(map(str, shape))}")
-    return shapes
+        if name in named or shape is None:
+            continue
+        if any(d is None or d <= 0 for d in shape):
+            dynamic.append(name)
+        dims = "x".join(str(d) if d is not None and d > 0 else "1" for d in shape)
+        shapes.append(f"{name}:{dims or 'scalar'}")
+    return shapes, dynamic
 
 
 def onnx_graph_for(

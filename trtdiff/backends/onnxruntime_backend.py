@@ -6,7 +6,9 @@ compared; the CPU provider is the default because it is the numerically plainest
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,6 +20,10 @@ from trtdiff.options import DEFAULT_PROVIDER
 
 if TYPE_CHECKING:
     from trtdiff.onnx_graph import GraphInfo
+
+
+# Protobuf cannot serialize a message of 2 GB or more; a margin below it for the exposed outputs.
+PROTOBUF_LIMIT = (1 << 31) - (64 << 20)
 
 
 class OnnxRuntimeBackend:
@@ -50,12 +56,23 @@ class OnnxRuntimeBackend:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         options.log_severity_level = 3
         try:
-            self._session = ort.InferenceSession(model.SerializeToString(), options, providers=[provider])
+            self._session = ort.InferenceSession(self._session_source(model), options, providers=[provider])
         except Exception as error:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
             raise BackendError(
                 f"{graph.path}: ONNX Runtime cannot load the model: {_ort_message(error, graph)}"
             ) from error
         self._version = ort.__version__
+
+    def _session_source(self, model: onnx.ModelProto) -> bytes | str:
+        """The model as bytes, or, past protobuf's 2 GB, as a file with its weights beside it."""
+        if model.ByteSize() < PROTOBUF_LIMIT:
+            return model.SerializeToString()
+        self._folder = tempfile.TemporaryDirectory(prefix="trtdiff-ort-")  # kept while the session lives
+        path = Path(self._folder.name) / "model.onnx"
+        onnx.save_model(
+            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="model.weights"
+        )
+        return str(path)
 
     def describe(self) -> str:
         return f"onnxruntime {self._version} ({self.provider})"
