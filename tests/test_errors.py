@@ -122,3 +122,31 @@ def test_describe_error_names_the_type_and_the_first_line() -> None:
 
 def test_describe_error_renders_trtdiff_marks_as_names() -> None:
     assert describe_error(OptionError("bad", parameter="rtol")) == "OptionError: rtol: bad"
+
+
+def test_cause_line_skips_the_torchscript_banner() -> None:
+    from trtdiff.errors import cause_line
+
+    text = (
+        "The following operation failed in the TorchScript interpreter.\n"
+        "Traceback of TorchScript (most recent call last):\n"
+        '  File "code/__torch__.py", line 9, in forward\n'
+        "RuntimeError: Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [1, 8]\n"
+    )
+    assert cause_line(RuntimeError(text)).startswith("RuntimeError: Expected 3D (unbatched) or 4D")
+    assert cause_line(ValueError("plain first line\nmore")) == "plain first line"
+
+
+def test_export_failures_name_the_op_and_a_fix_that_works() -> None:
+    from trtdiff.export import export_failure
+
+    unsupported = RuntimeError(
+        "Unsupported: ONNX export of operator upsample_bilinear2d, align_corners == True. Please feel free to "
+        "request support or submit a pull request on PyTorch GitHub: https://github.com/pytorch/pytorch/issues"
+    )
+    assert export_failure(unsupported, "torchscript", 10) == (
+        f"opset 10 cannot express bilinear align_corners=True (upsample_bilinear2d); use {param('opset')} 11 or higher"
+    )
+    other = RuntimeError("Unsupported: ONNX export of operator grid_sampler, mode bicubic. Please feel free")
+    message = export_failure(other, "torchscript", 13)
+    assert "grid_sampler" in message and message.endswith(f"use {param('opset')} 18 with {param('exporter')} dynamo")

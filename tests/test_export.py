@@ -127,15 +127,10 @@ def test_dynamo_exporter_asked_for_opset_13_writes_18_and_is_refused(
 def test_torchscript_exporter_cannot_write_a_non_opset(
     loaded: LoadedModel, feeds: dict[str, np.ndarray], tmp_path: Path, opset: int
 ) -> None:
-    with pytest.raises(ExportError, match=f"opset {opset}"):
+    with pytest.raises(OptionError, match=f"opset {opset}: the TorchScript exporter writes opsets 7-20"):
         export_onnx(loaded, feeds, opset=opset, exporter="torchscript", path=tmp_path / "ts.onnx")
 
 
-@pytest.mark.xfail(
-    reason="bug: the TorchScript exporter's documented range is opsets 7-20 but only the upper bound is checked; "
-    "opset 5 is exported as asked (torch writes Relu-1) and ONNX Runtime then cannot load the file",
-    strict=True,
-)
 def test_torchscript_exporter_below_its_first_opset_is_refused(
     loaded: LoadedModel, feeds: dict[str, np.ndarray], tmp_path: Path
 ) -> None:

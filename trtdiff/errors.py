@@ -93,6 +93,21 @@ def first_line(what: object, limit: int = 300) -> str:
     return ""
 
 
+_ERROR_LINE = re.compile(r"^\s*(?:\w+\.)*\w*(?:Error|Exception): \S")
+_BANNERS = ("The following operation failed in the TorchScript interpreter",)
+
+
+def cause_line(error: BaseException, limit: int = 300) -> str:
+    """The line that says what went wrong: the first line, or past a banner (TorchScript's
+    "The following operation failed...") the last "SomethingError: ..." line of the message."""
+    text = str(error)
+    first = first_line(text, limit)
+    if first and not first.startswith(_BANNERS):
+        return first
+    causes = [line.strip() for line in text.splitlines() if _ERROR_LINE.match(line)]
+    return first_line(causes[-1], limit) if causes else first
+
+
 def describe_error(error: BaseException, limit: int = 200) -> str:
     """'ValueError: its first line', or the type name alone, for messages that quote an exception."""
     text = first_line(error, limit)

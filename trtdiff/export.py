@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import numpy as np
 import onnx
 import torch
 
-from trtdiff.errors import ExportError, OptionError, first_line, param
+from trtdiff.errors import ExportError, OptionError, cause_line, param
 from trtdiff.onnx_graph import opset_of
 from trtdiff.options import EXPORTERS
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 DYNAMO_NATIVE_OPSET = 18
 TORCHSCRIPT_MAX_OPSET = 20
+TORCHSCRIPT_MIN_OPSET = 7
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,13 @@ def export_onnx(
 ) -> ExportResult:
     """Export `loaded` to `path` and check the opset that was written."""
     chosen = choose_exporter(exporter, opset, loaded)
+    if chosen == "torchscript" and opset < TORCHSCRIPT_MIN_OPSET:
+        raise OptionError(
+            f"the TorchScript exporter writes opsets {TORCHSCRIPT_MIN_OPSET}-{TORCHSCRIPT_MAX_OPSET}; "
+            f"choose one of those (ONNX Runtime and TensorRT read opsets from {TORCHSCRIPT_MIN_OPSET} on)",
+            parameter="opset",
+            value=opset,
+        )
     if chosen == "torchscript" and opset > TORCHSCRIPT_MAX_OPSET:
         raise OptionError(
             f"the TorchScript exporter writes opsets 7-{TORCHSCRIPT_MAX_OPSET}; use {param('exporter')} dynamo",
@@ -89,20 +98,48 @@ def export_onnx(
                 assert target is not None
                 torch.onnx.export(target, args, str(path), opset_version=opset, input_names=names, dynamo=True)
     except Exception as error:
-        message = first_line(error) or type(error).__name__
-        other = "dynamo" if chosen == "torchscript" else f"torchscript (opsets below {DYNAMO_NATIVE_OPSET})"
-        hint = f"try {param('exporter')} {other}"
-        raise ExportError(
-            f"ONNX export with the {chosen} exporter at opset {opset} failed: {message}; {hint}"
-        ) from error
+        raise ExportError(export_failure(error, chosen, opset)) from error
     written = opset_of(onnx.load(str(path), load_external_data=False))
     if written != opset:
         raise ExportError(
-            f"the {chosen} exporter was asked for opset {opset} but wrote opset {written} "
-            f"(its version conversion failed); use {param('exporter')} torchscript for opsets below "
-            f"{DYNAMO_NATIVE_OPSET}, or {param('opset')} {written}"
+            f"the {chosen} exporter was asked for opset {opset} but wrote opset {written} (it converts from "
+            f"{DYNAMO_NATIVE_OPSET} and the conversion failed); "
+            + (
+                f"use {param('exporter')} torchscript"
+                if opset <= TORCHSCRIPT_MAX_OPSET
+                else f"use {param('opset')} {written}"
+            )
         )
     return ExportResult(path=path, exporter=chosen, opset=written)
+
+
+_UNSUPPORTED = re.compile(r"Unsupported: ONNX export of operator ([\w.]+)(?:, ([^.]*))?")
+
+
+def export_failure(error: BaseException, exporter: str, opset: int) -> str:
+    """One line: what the exporter could not write, where, and a fix that works (never a loop)."""
+    text = str(error)
+    found = _UNSUPPORTED.search(text)
+    if found and "align_corners" in (found.group(2) or "") and opset < 11:
+        return (
+            f"opset {opset} cannot express bilinear align_corners=True ({found.group(1)}); "
+            f"use {param('opset')} 11 or higher"
+        )
+    if found:
+        what = f"{found.group(1)}" + (f" with {found.group(2).strip()}" if found.group(2) else "")
+        fix = (
+            f"use {param('opset')} {DYNAMO_NATIVE_OPSET} with {param('exporter')} dynamo"
+            if exporter == "torchscript"
+            else f"use {param('exporter')} torchscript at {param('opset')} 17"
+        )
+        return f"the {exporter} exporter has no ONNX form of {what} at opset {opset}; {fix}"
+    cause = cause_line(error) or type(error).__name__
+    other = (
+        f"{param('exporter')} dynamo at {param('opset')} {DYNAMO_NATIVE_OPSET}"
+        if exporter == "torchscript"
+        else f"{param('exporter')} torchscript at {param('opset')} {min(opset, TORCHSCRIPT_MAX_OPSET)}"
+    )
+    return f"ONNX export with the {exporter} exporter at opset {opset} failed: {cause}; try {other}"
 
 
 class _ModeFixed(torch.nn.Module):

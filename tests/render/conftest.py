@@ -3,7 +3,9 @@
 The hand-built reports are exact and tiny, so a test can state the text a renderer must
 write: `passing` (one pair, every tensor agrees), `diverged` (the decoder Resize diverges,
 with suspects), `gated` (three samples, failing output and mIoU checks, segmentation),
-`trt_skipped` and `trt_ran` (three backends, TensorRT fused some layers away).
+`trt_skipped` and `trt_ran` (three backends, TensorRT fused some layers away); and, from
+culprit_reports.py, `culprits` (two culprits with mIoU attribution), `drift` (accumulated
+drift, no culprit) and `inherited` (the first divergence inherits a culprit's error).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import dataclasses
 from types import SimpleNamespace
 
 import pytest
+from culprit_reports import culprit_report, drift_report, inherited_report
 
 import trtdiff
 from trtdiff.report import (
@@ -357,6 +360,21 @@ def trt_skipped() -> Report:
 @pytest.fixture
 def trt_ran() -> Report:
     return trt_ran_report()
+
+
+@pytest.fixture
+def culprits() -> Report:
+    return culprit_report(diverged_report())
+
+
+@pytest.fixture
+def drift() -> Report:
+    return drift_report(diverged_report())
+
+
+@pytest.fixture
+def inherited() -> Report:
+    return inherited_report(diverged_report())
 
 
 REAL_MODEL = "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet"

@@ -148,3 +148,49 @@ def test_layer_index(diverged: Report) -> None:
     assert fmt.layer_index(diverged, "/decoder/Resize_output_0") == 2
     assert fmt.layer_index(diverged, "missing") is None
     assert diverged.layers[2].diverged
+
+
+def test_verdicts(culprits: Report) -> None:
+    export, runtime = culprits.culprits
+    assert fmt.verdict_text(export) == "export problem (the ONNX spec computes the same)"
+    assert fmt.verdict_text(runtime) == "runtime problem (onnxruntime deviates from the ONNX spec)"
+    unknown = dataclasses.replace(export, verdict="unknown")
+    assert fmt.verdict_text(unknown) == "cause unknown (the ONNX spec agrees with neither side)"
+    assert fmt.verdict_text(dataclasses.replace(unknown, spec=None)) == "cause unknown (no ONNX spec evaluation)"
+    assert fmt.verdict_text(runtime, short=True) == "runtime problem"
+    assert fmt.culprit_marker(export, 2) == "culprit: #2 /decoder/Resize (Resize, export problem)"
+
+
+def test_attribution_without_segmentation_and_against_agreement(culprits: Report) -> None:
+    first, second = culprits.attribution
+    plain = dataclasses.replace(first, miou_before=None, miou_after=None, miou_recovered=None)
+    assert fmt.attribution_text(culprits, plain) == (
+        "injecting torch's value: final rel-err 1.14e-01 -> 7.10e-03, cosine 0.999225 -> 0.999900"
+    )
+    assert fmt.attribution_text(culprits, second, earlier=2).startswith(
+        "injecting torch's values here and at the 2 earlier culprits recovers 0.1540 of 0.1540 mIoU"
+    )
+    no_labels = dataclasses.replace(culprits, segmentation=None)
+    lost = fmt.miou_lost(no_labels, first)
+    assert lost is not None and math.isclose(lost, 1 - 0.804), "without labels the ceiling is full agreement"
+
+
+def test_culprits_of_and_attribution_of(culprits: Report) -> None:
+    only = dataclasses.replace(culprits, culprits=())
+    assert fmt.culprits_of(only) == (culprits.culprits[0],)
+    assert fmt.culprits_of(dataclasses.replace(only, culprit=None)) == ()
+    assert fmt.attribution_of(culprits, culprits.culprits[1]) == culprits.attribution[1]
+    assert fmt.attribution_of(dataclasses.replace(culprits, attribution=()), culprits.culprits[1]) is None
+    assert fmt.culprits_brief(only) == "culprit /decoder/Resize (Resize, export problem)"
+
+
+def test_inherited_and_drift_texts(inherited: Report, drift: Report, culprits: Report) -> None:
+    assert fmt.inherited_text(inherited, code=lambda s: f"`{s}`") == " (inherited from `/decoder/Resize`)"
+    assert fmt.inherited_text(drift) == " (inherited: local rel-err 2.00e-04 holds)"
+    assert fmt.inherited_text(culprits) == "", "the first divergence is a culprit"
+    assert drift.drift is not None
+    assert fmt.drift_text(drift.drift, limit=1) == (
+        "accumulated drift, no single culprit; largest local contributors: /backbone/Conv (rel-err 4.00e-04), … 3 more"
+    )
+    empty = dataclasses.replace(drift.drift, contributors=())
+    assert fmt.drift_text(empty) == "accumulated drift, no single culprit"

@@ -203,3 +203,49 @@ def test_chromium_renders_the_plots(gated_html: Path, tmp_path: Path) -> None:
     assert white < 0.97 * 320 * 500, "mostly blank"
     assert any(r > 180 and g < 80 and b < 80 for _, (r, g, b) in colors), "the red FAIL badge / divergence marker"
     assert any(b > 160 and r < 60 for _, (r, g, b) in colors), "the blue curve of torch~onnxruntime"
+
+
+def test_culprits_marked_on_the_depth_plot(culprits: Report) -> None:
+    text = render_html(culprits)
+    svg = text[text.index("<svg") : text.index("</svg>")]
+    assert "culprit: #2 /decoder/Resize (Resize, export problem)" in svg
+    assert "culprit: #3 /head/Conv (Conv, runtime problem)" in svg
+    assert "torch~onnxruntime local" in svg, "the local error's legend entry"
+    assert "<title>#3 Conv  head\n/head/Conv\ntorch~onnxruntime: cosine 0.999225, rel-err 1.14e-01 DIVERGED\n" in svg
+    assert "torch~onnxruntime local: cosine 0.999900, rel-err 7.10e-03</title>" in svg
+
+
+def test_culprits_section(culprits: Report) -> None:
+    text = render_html(culprits)
+    assert text.index('<div class="box find"><b>Culprits</b>') < text.index('<div class="box"><b>First divergence')
+    assert (
+        "<tr><td class='num'>1</td><td><a href=\"#layer-2\"><code>/decoder/Resize</code></a></td><td>Resize</td>"
+        "<td>decoder</td><td>torch~onnxruntime</td><td><span class='mark culprit'>EXPORT</span> export problem "
+        "(the ONNX spec computes the same)</td><td class='num'>0.999854 / 2.64e-02</td>"
+        "<td class='num'>0.999854 / 2.64e-02</td><td class='num'>0.999854 / 2.64e-02</td>"
+        "<td><code>/decoder/Resize</code></td></tr>"
+    ) in text
+    assert (
+        "<tr><td><code>/decoder/Resize</code></td><td>torch~onnxruntime</td><td class='num'>1.14e-01 → 7.10e-03</td>"
+        "<td class='num'>0.999225 → 0.999900</td><td class='num'>0.8040 → 0.9490</td>"
+        "<td class='num'>0.1450 of 0.1540</td></tr>"
+    ) in text
+    rows = _layer_rows(text)
+    assert [attrs.get("class") for attrs in rows] == ["", "", "first", "div"]
+    assert text.count('<span class="mark culprit">CULPRIT</span>') == 2
+    assert "<th>torch~onnxruntime<br>cosine</th><th>max |Δ|</th><th>rel-err</th><th>local rel-err</th>" in text
+    assert "<td class='num' title=\"local cosine 0.999900\">7.10e-03</td>" in text
+
+
+def test_drift_and_inherited(drift: Report, inherited: Report) -> None:
+    text = render_html(drift)
+    assert (
+        '<div class="box find"><b>Drift</b> on torch~onnxruntime: accumulated drift, no single culprit; largest '
+        "local contributors: <code>/backbone/Conv</code> (rel-err 4.00e-04)"
+    ) in text
+    assert "<h2>Accumulated drift</h2>" in text and "<h2>Culprits</h2>" not in text
+    assert "<tr><td><code>/backbone/Relu</code></td><td>Relu</td><td>backbone.stem.1</td>" in text
+    assert "culprit:" not in text
+    text = render_html(inherited)
+    assert "rel-err 1.14e-01 &gt; 0.001) (inherited from <code>/decoder/Resize</code>)<br>" in text
+    assert "<h3>Attribution</h3>" not in text, "no attribution in this report"

@@ -155,3 +155,40 @@ def test_real_comparison(real_report: Report) -> None:
     failures = [result for case in cases for result in case.result if isinstance(result, Failure)]
     assert failures and len(failures) == len(real_report.failed_checks)
     assert all("/decoder/Resize" in failure.message for failure in failures)
+
+
+def test_failures_name_the_culprits(culprits: Report) -> None:
+    failure = _failures(culprits)["outputs/rtol/torch~onnxruntime"]
+    assert failure.message == (
+        "rtol 0.001 on final outputs of 1 sample(s): worst rel_err 0.114 (input); first divergence /decoder/Resize "
+        "(Resize); culprits /decoder/Resize (Resize, export problem), /head/Conv (Conv, runtime problem)"
+    )
+    assert failure.text.splitlines()[4:7] == [
+        "culprit 1 of 2: /decoder/Resize (Resize, module decoder) on torch~onnxruntime: local rel-err 2.64e-02 vs "
+        "accumulated 2.64e-02, cosine 0.999854; export problem (the ONNX spec computes the same); injecting torch's "
+        "value recovers 0.1450 of 0.1540 mIoU (final rel-err 1.14e-01 -> 7.10e-03)",
+        "culprit 2 of 2: /head/Conv (Conv, module head) on torch~onnxruntime: local rel-err 7.10e-03 vs accumulated "
+        "1.14e-01, cosine 0.999900; runtime problem (onnxruntime deviates from the ONNX spec); injecting torch's "
+        "values here and at the 1 earlier culprit recovers 0.1540 of 0.1540 mIoU (final rel-err 1.14e-01 -> 2.00e-07)",
+        "first divergence on torch~onnxruntime: /decoder/Resize (Resize, module decoder), "
+        "tensor /decoder/Resize_output_0",
+    ]
+    properties = {p.get("name"): p.get("value") for p in _suite(render_junit(culprits)).iter("property")}
+    assert properties["culprit"] == "/decoder/Resize"
+    assert properties["culprits"] == "/decoder/Resize,/head/Conv"
+
+
+def test_inherited_and_drift_in_failure_text(inherited: Report, drift: Report) -> None:
+    text = _failures(inherited)["layers/torch~onnxruntime"].text.splitlines()
+    assert text[4:6] == [
+        "culprit: /decoder/Resize (Resize, module decoder) on torch~onnxruntime: local rel-err 2.64e-02 vs "
+        "accumulated 2.64e-02, cosine 0.999854; export problem (the ONNX spec computes the same)",
+        "first divergence on torch~onnxruntime: /head/Conv (Conv, module head), tensor /head/Conv_output_0 "
+        "(inherited from /decoder/Resize)",
+    ]
+    failure = _failures(drift)["outputs/rtol/torch~onnxruntime"]
+    assert "culprit" not in failure.message
+    assert failure.text.splitlines()[4] == (
+        "drift on torch~onnxruntime: accumulated drift, no single culprit; largest local contributors: "
+        "/backbone/Conv (rel-err 4.00e-04), /decoder/Resize (3.00e-04), /head/Conv (2.00e-04), /backbone/Relu (1.00e-04)"
+    )

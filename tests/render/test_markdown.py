@@ -130,3 +130,43 @@ def test_real_comparison(real_report: Report) -> None:
     assert [row[1] for row in _table(text)[2:]] == [f"`{check.id}`" for check in real_report.checks]
     assert f"trtdiff {real_report.trtdiff_version}" in text
     assert len(text.splitlines()) < 25, "a PR comment stays short"
+
+
+def test_culprits_list_before_the_first_divergence(culprits: Report) -> None:
+    text = render_markdown(culprits)
+    start = text.index("**Culprits:**")
+    assert text[start:].splitlines()[:3] == [
+        "**Culprits:**",
+        "1. `/decoder/Resize` (Resize, module `decoder`) on torch~onnxruntime: local rel-err 2.64e-02 vs accumulated "
+        "2.64e-02, cosine 0.999854; export problem (the ONNX spec computes the same); injecting torch's value recovers "
+        "0.1450 of 0.1540 mIoU (final rel-err 1.14e-01 -&gt; 7.10e-03)",
+        "2. `/head/Conv` (Conv, module `head`) on torch~onnxruntime: local rel-err 7.10e-03 vs accumulated 1.14e-01, "
+        "cosine 0.999900; runtime problem (onnxruntime deviates from the ONNX spec); injecting torch's values here "
+        "and at the 1 earlier culprit recovers 0.1540 of 0.1540 mIoU (final rel-err 1.14e-01 -&gt; 2.00e-07)",
+    ]
+    assert start < text.index("**First divergence:**")
+    assert "inherited" not in text and "**Drift**" not in text
+
+
+def test_one_culprit_and_an_inherited_first_divergence(inherited: Report) -> None:
+    text = render_markdown(inherited)
+    assert _line(text, "**Culprit:**") == (
+        "**Culprit:** `/decoder/Resize` (Resize, module `decoder`) on torch~onnxruntime: local rel-err 2.64e-02 vs "
+        "accumulated 2.64e-02, cosine 0.999854; export problem (the ONNX spec computes the same)"
+    )
+    assert _line(text, "**First divergence:**") == (
+        "**First divergence:** `/head/Conv` (Conv, module `head`) on torch~onnxruntime — cosine 0.999225, "
+        "max-abs 3.10e-01, rel-err 1.14e-01 (cosine 0.999225 &lt; 0.9999; rel-err 1.14e-01 &gt; 0.001) "
+        "(inherited from `/decoder/Resize`); 1 of 3 layers diverge."
+    )
+    assert text.index("**Culprit:**") < text.index("**First divergence:**")
+
+
+def test_drift_line(drift: Report) -> None:
+    text = render_markdown(drift)
+    assert _line(text, "**Drift**") == (
+        "**Drift** on torch~onnxruntime: accumulated drift, no single culprit; largest local contributors: "
+        "`/backbone/Conv` (rel-err 4.00e-04), `/decoder/Resize` (3.00e-04), `/head/Conv` (2.00e-04), … 1 more"
+    )
+    assert text.index("**First divergence:**") < text.index("**Drift**")
+    assert "**Culprit" not in text

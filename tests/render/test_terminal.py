@@ -167,3 +167,80 @@ def test_real_comparison(real_report: Report) -> None:
     assert "FIRST DIVERGENCE: /decoder/Resize (Resize, module decoder) on torch~onnxruntime" in flat(text)
     assert all(len(row) <= 80 for row in text.splitlines())
     assert "more compared layers after the first divergence (show all to see them)" in text
+
+
+def test_culprit_lines_come_first(culprits: Report) -> None:
+    text = flat(render(culprits))
+    findings = text[text.index("CULPRIT") :]
+    assert findings.startswith(
+        "CULPRIT: /decoder/Resize (Resize, module decoder) on torch~onnxruntime: local rel-err 2.64e-02 vs "
+        "accumulated 2.64e-02, cosine 0.999854; export problem (the ONNX spec computes the same); injecting torch's "
+        "value recovers 0.1450 of 0.1540 mIoU (final rel-err 1.14e-01 -> 7.10e-03) "
+        "CULPRIT 2: /head/Conv (Conv, module head): local rel-err 7.10e-03 vs accumulated 1.14e-01, runtime problem; "
+        "with the earlier ones injected: 0.1540 of 0.1540 mIoU recovered, final rel-err 2.00e-07 "
+        "FIRST DIVERGENCE: /decoder/Resize (Resize, module decoder) on torch~onnxruntime: cosine 0.999854, "
+        "max-abs 1.04e-02, rel-err 2.64e-02 (cosine 0.999854 < 0.9999; rel-err 2.64e-02 > 0.001) suspects: "
+    )
+    assert "inherited" not in findings, "the first divergence is the first culprit"
+
+
+def test_local_column(culprits: Report) -> None:
+    rows = lines(render(culprits, show_all=True))
+    assert rows[6:11] == [
+        "# op     module / ONNX node      cos   max|Δ|      rel    local",
+        "1 Conv   backbone.stem.0    1.000000 6.00e-07 2.30e-07 2.30e-07 ok",
+        "2 Relu   backbone.stem.1    1.000000 5.40e-07 2.20e-07 2.30e-07 ok",
+        "3 Resize decoder            0.999854 1.04e-02 2.64e-02 2.64e-02 DIVERGED",
+        "4 Conv   head               0.999225 3.10e-01 1.14e-01 7.10e-03 DIVERGED",
+    ]
+    no_local = dataclasses.replace(culprits.layers[0], local=None)
+    rows = lines(render(dataclasses.replace(culprits, layers=(no_local, *culprits.layers[1:]))))
+    assert "1 Conv   backbone.stem.0    1.000000 6.00e-07 2.30e-07        - ok" in rows
+
+
+def test_drift_line(drift: Report) -> None:
+    text = flat(render(drift))
+    assert (
+        "FIRST DIVERGENCE: /head/Conv (Conv, module head) on torch~onnxruntime: cosine 0.999950, max-abs 6.00e-07, "
+        "rel-err 3.00e-03 (rel-err 3.00e-03 > 0.001) (inherited: local rel-err 2.00e-04 holds) "
+        "suspects: /head/Conv, then /decoder/Resize "
+        "accumulated drift, no single culprit; largest local contributors: /backbone/Conv (rel-err 4.00e-04), "
+        "/decoder/Resize (3.00e-04), /head/Conv (2.00e-04), … 1 more "
+        "FAIL: 2 of 3 checks failed"
+    ) in text
+    assert "CULPRIT" not in text
+
+
+def test_inherited_first_divergence(inherited: Report) -> None:
+    text = flat(render(inherited))
+    assert (
+        "CULPRIT: /decoder/Resize (Resize, module decoder) on torch~onnxruntime: local rel-err 2.64e-02 vs "
+        "accumulated 2.64e-02, cosine 0.999854; export problem (the ONNX spec computes the same) "
+        "FIRST DIVERGENCE: /head/Conv (Conv, module head) on torch~onnxruntime: cosine 0.999225, max-abs 3.10e-01, "
+        "rel-err 1.14e-01 (cosine 0.999225 < 0.9999; rel-err 1.14e-01 > 0.001) (inherited from /decoder/Resize)"
+    ) in text
+
+
+def test_local_column_fits_80_columns(culprits: Report, trt_ran: Report, build: SimpleNamespace) -> None:
+    """The local column takes its room from the name column, with one pair and with three."""
+    long = dataclasses.replace(
+        culprits.layers[2], op_type="BatchNormalization", module="a.very.long.module.name.that.is.cut.from.the.left"
+    )
+    many = tuple(dataclasses.replace(long, tensor=f"t{i}") for i in range(120))
+    local = {pair: build.agree(rel_err=3e-6) for pair in trt_ran.layers[0].pairs}
+    diverged_cell = build.differ(0.99, 0.5, 0.2)
+    bn = dataclasses.replace(trt_ran.layers[0], op_type="BatchNormalization", pairs={build.TORCH_ORT: diverged_cell})
+    three = tuple(
+        dataclasses.replace(layer, local=local, tensor=f"t{i}") for i, layer in enumerate((bn, *trt_ran.layers) * 30)
+    )
+    for report in (culprits, dataclasses.replace(culprits, layers=many), dataclasses.replace(trt_ran, layers=three)):
+        text = render(report, show_all=True)
+        table = [row for row in text.splitlines() if re.fullmatch(r" *[0-9]+ .* (ok|DIV|DIVERGED) *", row)]
+        assert len(table) == len(report.layers) and all(len(row) <= 80 for row in table)
+        assert any(row.rstrip().endswith("local") for row in text.splitlines())
+    rows = lines(render(dataclasses.replace(culprits, layers=many), show_all=True))
+    assert "120 BatchNorm… …s.cut.from.the.left 0.999854 1.04e-02 2.64e-02 2.64e-02 DIVERGED" in rows
+    rows = lines(render(dataclasses.replace(trt_ran, layers=three), show_all=True))
+    assert "  # op          pt~ort   max|Δ|   pt~trt   max|Δ|  ort~trt   max|Δ|    local" in rows
+    assert "  1 BatchNorm 0.990000 5.00e-01        -        -        -        - 3.00e-06 DIV" in rows
+    assert "  3 Relu      1.000000 6.00e-07        -        -        -        - 3.00e-06 ok" in rows

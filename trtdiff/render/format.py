@@ -4,8 +4,9 @@ Numbers: cosines with six places (`cosine`), errors in scientific notation with 
 significant digits (`sci`), mIoU with four places; `format_value` picks by metric. Words: a
 divergence reason (`reason_text`), a threshold check's one-line message (`check_message`)
 and its limit (`limit_text`), the inputs line, TensorRT's precision, short backend names,
-and the pieces of the first-divergence sentence. Each renderer escapes the text for its own
-format; functions that embed names take `code`, applied to each name (an identity by default).
+the pieces of the first-divergence sentence, the culprit, attribution and drift sentences.
+Each renderer escapes the text for its own format; functions that embed names take `code`,
+applied to each name (an identity by default).
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ import math
 from collections.abc import Callable, Iterable
 
 from trtdiff.report import (
+    Attribution,
     BackendPair,
+    Contributor,
+    Culprit,
+    Drift,
     FirstDivergence,
     Reason,
     Report,
@@ -26,8 +31,10 @@ from trtdiff.report import (
 
 BACKEND_SHORT = {"torch": "pt", "onnxruntime": "ort", "tensorrt": "trt"}
 MAX_SUSPECTS = 8
+MAX_CONTRIBUTORS = 3
 _MINIMUM_METRICS = {"cosine", "miou", "divergence"}
 _THRESHOLD_WORDS = {"min_cosine": "min-cosine", "rtol": "rtol", "max_abs": "max-abs"}
+_VERDICT_WORDS = {"export": "export problem", "runtime": "runtime problem", "unknown": "cause unknown"}
 
 
 def _same(text: str) -> str:
@@ -190,11 +197,20 @@ def module_text(module: str | None, code: Callable[[str], str] = _same) -> str:
     return f"module {code(module)}" if module else "no PyTorch module"
 
 
+def node_text(
+    node: FirstDivergence | Culprit | Contributor,
+    code: Callable[[str], str] = _same,
+    text: Callable[[str], str] = _same,
+) -> str:
+    """ "/decoder/Resize (Resize, module decoder)"; names through `code`, words through `text`."""
+    return f"{code(node.onnx_node)} ({text(node.op_type)}, {module_text(node.module, code)})"
+
+
 def divergence_node(
     first: FirstDivergence, code: Callable[[str], str] = _same, text: Callable[[str], str] = _same
 ) -> str:
     """ "/decoder/Resize (Resize, module decoder)"; names through `code`, words through `text`."""
-    return f"{code(first.onnx_node)} ({text(first.op_type)}, {module_text(first.module, code)})"
+    return node_text(first, code, text)
 
 
 def divergence_head(
@@ -223,6 +239,141 @@ def suspects_text(first: FirstDivergence, code: Callable[[str], str] = _same, li
 def layer_index(report: Report, tensor: str) -> int | None:
     """The position of `tensor` among the compared layers (0-based), or None."""
     return next((i for i, layer in enumerate(report.layers) if layer.tensor == tensor), None)
+
+
+# Culprits, attribution and drift
+
+
+def culprits_of(report: Report) -> tuple[Culprit, ...]:
+    """The culprits in topological order (`culprit` alone when a report lists no others)."""
+    if report.culprits:
+        return report.culprits
+    return (report.culprit,) if report.culprit is not None else ()
+
+
+def local_vs_accumulated(culprit: Culprit) -> str:
+    """ "local rel-err 2.10e-02 vs accumulated 2.10e-02, cosine 0.999730" (the cosine is the local one)."""
+    return (
+        f"local rel-err {sci(culprit.local.rel_err)} vs accumulated {sci(culprit.accumulated.rel_err)}, "
+        f"cosine {cosine(culprit.local.cosine)}"
+    )
+
+
+def verdict_text(culprit: Culprit, *, short: bool = False) -> str:
+    """ "export problem (the ONNX spec computes the same)", "runtime problem (...)", "cause unknown (...)"."""
+    if short:
+        return _VERDICT_WORDS[culprit.verdict]
+    if culprit.verdict == "export":
+        why = "the ONNX spec computes the same"
+    elif culprit.verdict == "runtime":
+        why = f"{culprit.pair.candidate} deviates from the ONNX spec"
+    else:
+        why = "the ONNX spec agrees with neither side" if culprit.spec is not None else "no ONNX spec evaluation"
+    return f"{_VERDICT_WORDS[culprit.verdict]} ({why})"
+
+
+def culprit_marker(culprit: Culprit, index: int | None = None) -> str:
+    """ "/decoder/Resize (Resize, export problem)"; with the layer's index, the plot's "culprit: #2 ..."."""
+    short = f"{culprit.onnx_node} ({culprit.op_type}, {verdict_text(culprit, short=True)})"
+    return short if index is None else f"culprit: #{index} {short}"
+
+
+def culprits_brief(report: Report) -> str:
+    """ "culprit /decoder/Resize (Resize, export problem)", or "culprits a (...), b (...)"; "" without culprits."""
+    named = [culprit_marker(c) for c in culprits_of(report)]
+    return f"culprit{'s' if len(named) > 1 else ''} {', '.join(named)}" if named else ""
+
+
+def attribution_of(report: Report, culprit: Culprit) -> Attribution | None:
+    """The attribution of `culprit`: same pair, same tensor (or, failing that, same node)."""
+    found = [a for a in report.attribution if a.pair == culprit.pair and a.onnx_node == culprit.onnx_node]
+    return next((a for a in found if a.tensor == culprit.tensor), found[0] if found else None)
+
+
+def miou_lost(report: Report, attribution: Attribution) -> float | None:
+    """The mIoU the candidate lost: the reference's mIoU against labels (1 for agreement) minus its own."""
+    if attribution.miou_before is None:
+        return None
+    labels = report.segmentation.label_miou if report.segmentation is not None else {}
+    pair = attribution.pair
+    ceiling = labels[pair.reference] if pair.reference in labels and pair.candidate in labels else 1.0
+    return ceiling - attribution.miou_before
+
+
+def attribution_text(report: Report, attribution: Attribution, earlier: int = 0) -> str:
+    """ "injecting torch's value recovers 0.1450 of 0.1540 mIoU (final rel-err 7.46e-01 -> 3.10e-02)".
+
+    Without mIoU, the final cosine instead; with `earlier` culprits: "torch's values here and at the 1 earlier culprit".
+    """
+    a = attribution
+    values = f"values here and at the {plural(earlier, 'earlier culprit')}" if earlier else "value"
+    head = f"injecting {a.pair.reference}'s {values}"
+    final = f"final rel-err {sci(a.final_rel_err_before)} -> {sci(a.final_rel_err_after)}"
+    recovered, lost = a.miou_recovered, miou_lost(report, a)
+    if recovered is None or lost is None:
+        return f"{head}: {final}, cosine {cosine(a.final_cosine_before)} -> {cosine(a.final_cosine_after)}"
+    return f"{head} recovers {miou(recovered)} of {miou(lost)} mIoU ({final})"
+
+
+def culprit_text(
+    report: Report, culprit: Culprit, code: Callable[[str], str] = _same, text: Callable[[str], str] = _same
+) -> str:
+    """The culprit sentence: node and pair, local vs accumulated error, verdict, and what injecting recovers."""
+    parts = [
+        f"{node_text(culprit, code, text)} on {text(str(culprit.pair))}: {text(local_vs_accumulated(culprit))}",
+        text(verdict_text(culprit)),
+    ]
+    attribution = attribution_of(report, culprit)
+    if attribution is not None:
+        same_pair = [c for c in culprits_of(report) if c.pair == culprit.pair]
+        earlier = same_pair.index(culprit) if culprit in same_pair else 0
+        parts.append(text(attribution_text(report, attribution, earlier)))
+    return "; ".join(parts)
+
+
+def culprit_brief(
+    report: Report, culprit: Culprit, code: Callable[[str], str] = _same, text: Callable[[str], str] = _same
+) -> str:
+    """A further culprit in one line: node, local vs accumulated rel-err, verdict, what injecting up to it recovers."""
+    line = (
+        f"{node_text(culprit, code, text)}: local rel-err {sci(culprit.local.rel_err)} vs accumulated "
+        f"{sci(culprit.accumulated.rel_err)}, {text(verdict_text(culprit, short=True))}"
+    )
+    if culprit.pair != culprits_of(report)[0].pair:
+        line += f" on {text(str(culprit.pair))}"
+    a = attribution_of(report, culprit)
+    if a is None:
+        return line
+    recovered, final = a.miou_recovered, f"final rel-err {sci(a.final_rel_err_after)}"
+    gain = (
+        f"{miou(recovered)} of {miou(miou_lost(report, a))} mIoU recovered, {final}" if recovered is not None else final
+    )
+    return f"{line}; with the earlier ones injected: {gain}"
+
+
+def inherited_text(report: Report, code: Callable[[str], str] = _same) -> str:
+    """Why the first divergence is no culprit: " (inherited from /decoder/Resize)", an earlier culprit on its pair,
+    or " (inherited: local rel-err 1.20e-06 holds)"; "" when it is a culprit, or nothing says more."""
+    first, culprits = report.first_divergence, culprits_of(report)
+    if first is None or any(c.tensor == first.tensor for c in culprits):
+        return ""
+    here = layer_index(report, first.tensor)
+    at = {c.tensor: layer_index(report, c.tensor) for c in culprits}
+    earlier = [c for c in culprits if c.pair == first.pair and (here is None or (at[c.tensor] or 0) < here)]
+    if earlier:
+        return f" (inherited from {code(earlier[-1].onnx_node)})"
+    local = (report.layers[here].local or {}).get(first.pair) if here is not None else None
+    return f" (inherited: local rel-err {sci(local.rel_err)} holds)" if local and not local.diverged else ""
+
+
+def drift_text(drift: Drift, code: Callable[[str], str] = _same, limit: int | None = MAX_CONTRIBUTORS) -> str:
+    """ "accumulated drift, no single culprit; largest local contributors: a (rel-err 4.00e-04), b (3.00e-04)"."""
+    contributors = drift.contributors
+    shown = contributors if limit is None else contributors[:limit]
+    items = [f"{code(c.onnx_node)} ({'rel-err ' if i == 0 else ''}{sci(c.local.rel_err)})" for i, c in enumerate(shown)]
+    more = f", … {len(contributors) - len(shown)} more" if len(contributors) > len(shown) else ""
+    tail = f"; largest local contributors: {', '.join(items)}{more}" if items else ""
+    return "accumulated drift, no single culprit" + tail
 
 
 # Segmentation

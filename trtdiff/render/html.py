@@ -11,26 +11,34 @@ from __future__ import annotations
 from pathlib import Path
 
 from trtdiff.render.format import (
+    attribution_of,
     check_message,
     cosine,
+    culprit_text,
+    culprits_of,
     divergence_figures,
     divergence_node,
+    drift_text,
     format_value,
+    inherited_text,
     inputs_text,
     layer_index,
     limit_text,
     miou,
+    miou_lost,
     percent,
     plural,
     precision_text,
     reasons_text,
+    sci,
     shape_text,
     suspects_text,
     thresholds_text,
+    verdict_text,
 )
 from trtdiff.render.format import escape_html as esc
 from trtdiff.render.html_plots import depth_svg, samples_svg
-from trtdiff.report import Report
+from trtdiff.report import BackendPair, Culprit, ErrorFigures, Layer, Report
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1f2328;margin:0;
@@ -39,9 +47,9 @@ main{max-width:1180px;margin:0 auto;padding:20px 24px 40px;background:#fff}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
 .verdict{display:inline-block;padding:3px 10px;border-radius:6px;font-weight:700;color:#fff;margin-right:8px}
 .mark{font-size:11px;font-weight:700;color:#fff;padding:0 5px;border-radius:4px}
-.pass{background:#1a7f37}.fail{background:#cf222e}.muted{color:#656d76}
+.pass{background:#1a7f37}.fail{background:#cf222e}.culprit{background:#bc4c00}.muted{color:#656d76}
 .box{border-left:4px solid #cf222e;background:#fff5f5;padding:8px 12px;margin:12px 0}
-.box.ok{border-color:#1a7f37;background:#f3fbf5}
+.box.ok{border-color:#1a7f37;background:#f3fbf5}.box.find{border-color:#bc4c00;background:#fff8f0}
 code{font:12.5px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:#f0f2f4;padding:0 3px;
 border-radius:3px}
 table{border-collapse:collapse;font-size:13px;margin:6px 0}
@@ -59,16 +67,20 @@ def render_html(report: Report) -> str:
     """The report as one HTML document that opens offline in any browser."""
     sections = [
         _header(report),
+        _finding(report),
         _divergence(report),
         _section(
             "Along the network",
             depth_svg(report),
             "Per layer in topological order: 1 − cosine and relative "
             "error to the reference (log scale; lower is better). Dashed: thresholds. Red: diverged layers; "
-            "hover a column for its layer.",
+            "hover a column for its layer. Hollow squares on dashed lines: local error (the node alone, on the "
+            "reference's inputs); orange lines: culprits.",
         )
         if report.layers
         else "",
+        _culprits(report),
+        _drift(report),
         _section(
             "Per sample",
             samples_svg(report),
@@ -127,10 +139,106 @@ def _divergence(report: Report) -> str:
     suspects = suspects_text(first, _code, limit=None)
     return (
         f'<div class="box"><b>First divergence</b>: {divergence_node(first, _code, esc)} on {esc(str(first.pair))}'
-        f"{link}<br>{esc(divergence_figures(first))}<br>tensor <code>{esc(first.tensor)}</code>"
+        f"{link}<br>{esc(divergence_figures(first))}{inherited_text(report, _code)}"
+        f"<br>tensor <code>{esc(first.tensor)}</code>"
         + (f"<br>suspects (the node, then nodes feeding it): {suspects}" if suspects else "")
         + "</div>"
     )
+
+
+def _finding(report: Report) -> str:
+    """A box naming the culprits (what introduced the error), or the drift that no culprit explains."""
+    culprits = culprits_of(report)
+    if culprits:
+        head = "Culprit" if len(culprits) == 1 else "Culprits"
+        items = "".join(f"<li>{culprit_text(report, c, _code, esc)}</li>" for c in culprits)
+        return f'<div class="box find"><b>{head}</b> (where the error is introduced):<ol>{items}</ol></div>'
+    if report.drift is not None:
+        pair = esc(str(report.drift.pair))
+        return f'<div class="box find"><b>Drift</b> on {pair}: {drift_text(report.drift, _code)}</div>'
+    return ""
+
+
+def _figures(figures: ErrorFigures | None) -> str:
+    if figures is None:
+        return "<td class='num'>—</td>"
+    return f"<td class='num'>{esc(cosine(figures.cosine))} / {esc(sci(figures.rel_err))}</td>"
+
+
+def _culprit_row(report: Report, number: int, culprit: Culprit) -> str:
+    index = layer_index(report, culprit.tensor)
+    node = f'<a href="#layer-{index}">{_code(culprit.onnx_node)}</a>' if index is not None else _code(culprit.onnx_node)
+    subgraph = ", ".join(_code(name) for name in culprit.subgraph)
+    cells = [
+        f"<td class='num'>{number}</td><td>{node}</td><td>{esc(culprit.op_type)}</td>",
+        f"<td>{esc(culprit.module or '')}</td><td>{esc(str(culprit.pair))}</td>",
+        f"<td><span class='mark culprit'>{esc(culprit.verdict.upper())}</span> {esc(verdict_text(culprit))}</td>",
+        _figures(culprit.local) + _figures(culprit.accumulated) + _figures(culprit.spec),
+        f"<td>{subgraph}</td>",
+    ]
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def _attribution_row(report: Report, culprit: Culprit) -> str:
+    a = attribution_of(report, culprit)
+    if a is None:
+        return ""
+    recovered, lost = a.miou_recovered, miou_lost(report, a)
+    mious = f"{miou(a.miou_before)} → {miou(a.miou_after)}" if a.miou_before is not None else "—"
+    gain = f"{miou(recovered)} of {miou(lost)}" if recovered is not None and lost is not None else "—"
+    return (
+        f"<tr><td>{_code(culprit.onnx_node)}</td><td>{esc(str(a.pair))}</td>"
+        f"<td class='num'>{sci(a.final_rel_err_before)} → {sci(a.final_rel_err_after)}</td>"
+        f"<td class='num'>{cosine(a.final_cosine_before)} → {cosine(a.final_cosine_after)}</td>"
+        f"<td class='num'>{mious}</td><td class='num'>{gain}</td></tr>"
+    )
+
+
+def _culprits(report: Report) -> str:
+    """Each culprit: verdict, local, accumulated and ONNX-spec figures; then what injecting the reference recovers."""
+    culprits = culprits_of(report)
+    if not culprits:
+        return ""
+    head = _head(
+        "#", "node", "op", "module", "pair", "verdict", "local", "accumulated", "ONNX spec", "local error over"
+    )
+    rows = "\n".join(_culprit_row(report, number, c) for number, c in enumerate(culprits, start=1))
+    text = (
+        f"<h2>Culprits</h2>\n<p class='muted'>Nodes whose own error breaks the thresholds, run alone on the "
+        f"reference's inputs; figures are cosine / rel-err.</p>\n<table class='wide'>\n{head}\n{rows}\n</table>"
+    )
+    attribution = [row for c in culprits if (row := _attribution_row(report, c))]
+    if attribution:
+        head = _head(
+            "injected at (with the culprits before it)", "pair", "final rel-err", "final cosine", "mIoU", "recovered"
+        )
+        text += (
+            "\n<h3>Attribution</h3>\n<p class='muted'>The candidate run again with the reference's value in place "
+            "of each culprit's output (and of those before it): the final output, and the mIoU it recovers.</p>"
+            f"\n<table>\n{head}\n" + "\n".join(attribution) + "\n</table>"
+        )
+    return text
+
+
+def _drift(report: Report) -> str:
+    drift = report.drift
+    if drift is None or culprits_of(report):
+        return ""
+    rows = "\n".join(
+        f"<tr><td>{_code(c.onnx_node)}</td><td>{esc(c.op_type)}</td><td>{esc(c.module or '')}</td>"
+        + _figures(c.local)
+        + "</tr>"
+        for c in drift.contributors
+    )
+    return (
+        f"<h2>Accumulated drift</h2>\n<p class='muted'>No single node breaks the thresholds on {esc(str(drift.pair))};"
+        " the largest local errors (cosine / rel-err):</p>\n<table>\n<tr><th>node</th><th>op</th><th>module</th>"
+        f"<th>local</th></tr>\n{rows}\n</table>"
+    )
+
+
+def _head(*columns: str) -> str:
+    return "<tr>" + "".join(f"<th>{column}</th>" for column in columns) + "</tr>"
 
 
 def _code(text: str) -> str:
@@ -155,8 +263,7 @@ def _checks(report: Report) -> str:
             f"<td>{esc(check.worst_sample or '—')}</td><td>{esc(failing) or '—'}</td>"
             f"<td>{esc(check_message(check, report))}</td></tr>"
         )
-    columns = ("", "check", "worst", "limit", "worst sample", "failing samples", "detail")
-    head = "<tr>" + "".join(f"<th>{column}</th>" for column in columns) + "</tr>"
+    head = _head("", "check", "worst", "limit", "worst sample", "failing samples", "detail")
     return f"<h2>Checks</h2>\n<table class='wide checks'>\n{head}\n" + "\n".join(rows) + "\n</table>"
 
 
@@ -204,14 +311,35 @@ def _tensorrt(report: Report) -> str:
     return f"<h2>TensorRT</h2>\n<p>{text}{notes}</p>"
 
 
+def _pair_cells(layer: Layer, pair: BackendPair, local: bool) -> list[str]:
+    """Cosine, max-abs and rel-err of one pair (and, with `local`, the local rel-err), "—" where none."""
+    metrics, own = layer.pairs.get(pair), (layer.local or {}).get(pair)
+    if metrics is None:
+        cells = ["<td class='num'>—</td>"] * 3
+    else:
+        title = f' title="{esc(reasons_text(metrics.reasons))}"' if metrics.reasons else ""
+        cells = [
+            f"<td class='num'{title}>{esc(cosine(metrics.cosine))}</td>",
+            f"<td class='num'>{esc(format_value('max_abs', metrics.max_abs))}</td>",
+            f"<td class='num'>{esc(format_value('rel_err', metrics.rel_err))}</td>",
+        ]
+    if local:
+        title = f' title="local cosine {esc(cosine(own.cosine))}"' if own is not None else ""
+        cells.append(f"<td class='num'{title}>{esc(sci(own.rel_err)) if own is not None else '—'}</td>")
+    return cells
+
+
 def _layers(report: Report) -> str:
     pairs = list(report.pairs)
     first = report.first_divergence.tensor if report.first_divergence else None
+    local = any(layer.local for layer in report.layers)
+    culprits = {c.tensor for c in culprits_of(report)}
     head = "<tr><th>#</th><th>op</th><th>module</th><th>ONNX node</th><th>shape</th>"
-    head += (
-        "".join(f"<th>{esc(str(pair))}<br>cosine</th><th>max |Δ|</th><th>rel-err</th>" for pair in pairs)
-        + "<th></th></tr>"
+    head += "".join(
+        f"<th>{esc(str(pair))}<br>cosine</th><th>max |Δ|</th><th>rel-err</th>" + ("<th>local rel-err</th>" * local)
+        for pair in pairs
     )
+    head += "<th></th></tr>"
     rows = []
     for index, layer in enumerate(report.layers):
         css = "first" if layer.tensor == first else "div" if layer.diverged else ""
@@ -223,18 +351,10 @@ def _layers(report: Report) -> str:
             f"<td class='num'>{esc(shape_text(layer.shape))}</td>",
         ]
         for pair in pairs:
-            metrics = layer.pairs.get(pair)
-            if metrics is None:
-                cells += ["<td class='num'>—</td>"] * 3
-                continue
-            title = f' title="{esc(reasons_text(metrics.reasons))}"' if metrics.reasons else ""
-            cells += [
-                f"<td class='num'{title}>{esc(cosine(metrics.cosine))}</td>",
-                f"<td class='num'>{esc(format_value('max_abs', metrics.max_abs))}</td>",
-                f"<td class='num'>{esc(format_value('rel_err', metrics.rel_err))}</td>",
-            ]
+            cells += _pair_cells(layer, pair, local)
         status = "first divergence" if css == "first" else "diverged" if layer.diverged else "ok"
-        cells.append(f"<td>{status}{' (output)' if layer.is_output else ''}</td>")
+        badge = '<span class="mark culprit">CULPRIT</span> ' if layer.tensor in culprits else ""
+        cells.append(f"<td>{badge}{status}{' (output)' if layer.is_output else ''}</td>")
         rows.append(f'<tr id="layer-{index}" class="{css}">' + "".join(cells) + "</tr>")
     diverged = sum(layer.diverged for layer in report.layers)
     skipped = (

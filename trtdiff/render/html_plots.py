@@ -15,18 +15,30 @@ from itertools import groupby
 from typing import Any
 
 from trtdiff.errors import OptionError
-from trtdiff.render.format import cosine, format_value, layer_index, miou, thresholds_text
+from trtdiff.render.format import (
+    cosine,
+    culprit_marker,
+    culprits_of,
+    format_value,
+    layer_index,
+    miou,
+    thresholds_text,
+)
 from trtdiff.render.format import escape_html as esc
-from trtdiff.report import Layer, Report, SampleResult
+from trtdiff.report import Layer, PairMetrics, Report, SampleResult
 
 FLOOR = 1e-12  # 1 - cosine and relative errors below this are float noise; drawn at the floor
 COLORS = ("#0969da", "#bf8700", "#8250df", "#1a7f37", "#57606a")
 RED = "#cf222e"
+ORANGE = "#bc4c00"  # culprits
 MAX_BANDS = 600  # hover columns per axis; beyond this only the upper plot gets them
 
 
 def depth_svg(report: Report) -> str:
-    """1 − cosine and relative error per layer along the network, one line per backend pair, as SVG."""
+    """1 − cosine and relative error per layer along the network, one line per backend pair, as SVG.
+
+    Beside each pair's accumulated error, its local error (dashed, hollow squares); culprits marked.
+    """
     mpl, figure = _matplotlib()
     layers, thresholds = report.layers, report.thresholds
     titles: dict[str, str] = {}
@@ -34,6 +46,7 @@ def depth_svg(report: Report) -> str:
         fig = figure(figsize=(11, 6.6), layout="constrained")
         top, bottom = fig.subplots(2, 1, sharex=True)
         _pair_curves(top, bottom, report)
+        _local_curves(top, bottom, report)
         top.axhline(
             max(1.0 - thresholds.min_cosine, FLOOR),
             ls="dashed",
@@ -45,12 +58,13 @@ def depth_svg(report: Report) -> str:
         bottom.axhline(max(thresholds.rtol, FLOOR), ls="dashed", lw=1.2, color=RED, alpha=0.7)
         _scopes(top, bottom, layers)
         _first_divergence(top, bottom, report)
+        _culprit_marks(top, bottom, report)
         layer_titles = [_layer_title(i, layer) for i, layer in enumerate(layers)]
         for axis, ax in enumerate((top, bottom)):
             if axis == 0 or len(layers) <= MAX_BANDS:
                 titles.update(_bands(ax, [layer.diverged for layer in layers], layer_titles, f"depth{axis}"))
-        _log_axis(top, [1.0 - m.cosine for layer in layers for m in layer.pairs.values()], 1.0 - thresholds.min_cosine)
-        _log_axis(bottom, [m.rel_err for layer in layers for m in layer.pairs.values()], thresholds.rtol)
+        _log_axis(top, [1.0 - m.cosine for layer in layers for m in _metrics(layer)], 1.0 - thresholds.min_cosine)
+        _log_axis(bottom, [m.rel_err for layer in layers for m in _metrics(layer)], thresholds.rtol)
         top.plot([], [], "o", mfc="white", mec=RED, mew=1.5, label="diverged layer")
         top.set_ylabel(f"1 − cosine (floor {FLOOR:.0e})")
         bottom.set_ylabel("relative error (max|Δ| / max|ref|)")
@@ -82,6 +96,52 @@ def _pair_curves(top: Any, bottom: Any, report: Report) -> None:
                 label = nan_label if ax is top else None
                 ax.plot(bad, [0.97] * len(bad), "X", ms=8, color=RED, transform=ax.get_xaxis_transform(), label=label)
                 nan_label = nan_label if ax is bottom else None
+
+
+def _metrics(layer: Layer) -> list[PairMetrics]:
+    """Every figure a layer has: accumulated and local, of every pair."""
+    return [*layer.pairs.values(), *(layer.local or {}).values()]
+
+
+def _local_curves(top: Any, bottom: Any, report: Report) -> None:
+    """Per pair, the local error (the node alone, on the reference's inputs): dashed, hollow squares."""
+    import numpy as np
+
+    layers, pairs = report.layers, report.pairs
+    for color, pair in zip(_cycle(len(pairs)), pairs, strict=True):
+        local = [(i, m) for i, layer in enumerate(layers) if (m := (layer.local or {}).get(pair)) is not None]
+        if not local:
+            continue
+        x = [i for i, _ in local]
+        for ax, values in ((top, [1.0 - m.cosine for _, m in local]), (bottom, [m.rel_err for _, m in local])):
+            shown = np.clip(np.array(values, dtype=float), FLOOR, None)
+            label = f"{pair} local" if ax is top else None
+            ax.plot(x, shown, "s--", color=color, ms=3.5, mfc="white", lw=0.8, alpha=0.75, label=label)
+
+
+def _culprit_marks(top: Any, bottom: Any, report: Report) -> None:
+    """A dash-dotted line at each culprit, labelled on the lower plot with its node and verdict."""
+    placed = 0
+    for culprit in culprits_of(report):
+        index = layer_index(report, culprit.tensor)
+        if index is None:
+            continue
+        for ax in (top, bottom):
+            ax.axvline(index, color=ORANGE, lw=1.5, ls="-.", label="culprit" if ax is top and not placed else None)
+        right = index > 0.6 * len(report.layers)
+        bottom.annotate(
+            culprit_marker(culprit, index),
+            (index, 0.92 - 0.1 * (placed % 8)),
+            xycoords=("data", "axes fraction"),
+            xytext=(-6 if right else 6, 0),
+            textcoords="offset points",
+            ha="right" if right else "left",
+            va="center",
+            color=ORANGE,
+            fontsize=9,
+            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": ORANGE, "lw": 0.8, "alpha": 0.9},
+        )
+        placed += 1
 
 
 def _first_divergence(top: Any, bottom: Any, report: Report) -> None:
@@ -258,6 +318,8 @@ def _layer_title(index: int, layer: Layer) -> str:
             f"{key}: cosine {cosine(m.cosine)}, rel-err {format_value('rel_err', m.rel_err)}"
             + (" DIVERGED" if m.diverged else "")
         )
+    for key, m in (layer.local or {}).items():
+        lines.append(f"{key} local: cosine {cosine(m.cosine)}, rel-err {format_value('rel_err', m.rel_err)}")
     return "\n".join(lines)
 
 

@@ -14,9 +14,14 @@ from pathlib import Path
 
 from trtdiff.render.format import (
     check_message,
+    culprit_text,
+    culprits_brief,
+    culprits_of,
     divergence_figures,
     divergence_node,
+    drift_text,
     format_value,
+    inherited_text,
     inputs_text,
     limit_text,
     suspects_text,
@@ -77,7 +82,8 @@ def failure_message(check: ThresholdCheck, report: Report) -> str:
     names_it = check.threshold == "layers" and check.failed > 0  # the layer check's message already names it
     if first is not None and not names_it:
         message += f"; first divergence {first.onnx_node} ({first.op_type})"
-    return message
+    culprits = culprits_brief(report)
+    return message + (f"; {culprits}" if culprits else "")
 
 
 def failure_text(check: ThresholdCheck, report: Report) -> str:
@@ -91,18 +97,31 @@ def failure_text(check: ThresholdCheck, report: Report) -> str:
     if check.failing_samples:
         total = f" of {len(report.samples)}" if report.samples else ""
         lines.append(f"failing samples ({len(check.failing_samples)}{total}): {', '.join(check.failing_samples)}")
+    lines += _finding_lines(report)
     first = report.first_divergence
     if first is None:
         lines.append("first divergence: none among the compared layers")
         return "\n".join(lines)
     lines += [
-        f"first divergence on {first.pair}: {divergence_node(first)}, tensor {first.tensor}",
+        f"first divergence on {first.pair}: {divergence_node(first)}, tensor {first.tensor}{inherited_text(report)}",
         f"  {divergence_figures(first)}",
     ]
     suspects = suspects_text(first, limit=None)
     if suspects:
         lines.append(f"  suspects: {suspects}")
     return "\n".join(lines)
+
+
+def _finding_lines(report: Report) -> list[str]:
+    """A line per culprit (node and pair, local vs accumulated, verdict, attribution), or the drift line."""
+    culprits = culprits_of(report)
+    if not culprits and report.drift is not None:
+        return [f"drift on {report.drift.pair}: {drift_text(report.drift, limit=None)}"]
+    many = len(culprits) > 1
+    return [
+        f"culprit{f' {number} of {len(culprits)}' if many else ''}: {culprit_text(report, c)}"
+        for number, c in enumerate(culprits, start=1)
+    ]
 
 
 def _properties(parent: ET.Element, report: Report) -> None:
@@ -126,6 +145,8 @@ def _properties(parent: ET.Element, report: Report) -> None:
         facts.append(("onnx_path", report.onnx_path))
     if report.first_divergence is not None:
         facts.append(("first_divergence", report.first_divergence.onnx_node))
+    culprits = [c.onnx_node for c in culprits_of(report)]
+    facts += [("culprit", culprits[0]), ("culprits", ",".join(culprits))] if culprits else []
     facts += [(f"environment.{key}", text) for key, text in report.environment.items()]
     if report.tensorrt is not None:
         facts += [("tensorrt.status", report.tensorrt.status), ("tensorrt.version", report.tensorrt.version)]

@@ -11,9 +11,13 @@ import html
 from pathlib import Path
 
 from trtdiff.render.format import (
+    culprit_text,
+    culprits_of,
     divergence_figures,
     divergence_node,
+    drift_text,
     format_value,
+    inherited_text,
     inputs_text,
     limit_text,
     plural,
@@ -29,7 +33,9 @@ def render_markdown(report: Report) -> str:
     parts = [
         _verdict(report),
         _checks(report.checks, report),
+        _culprits(report),
         _divergence(report),
+        _drift(report),
         _segmentation(report),
         _tensorrt(report),
         _environment(report),
@@ -96,7 +102,7 @@ def _divergence(report: Report) -> str:
         return f"**First divergence:** none — all {len(report.layers)} compared layers agree."
     line = (
         f"**First divergence:** {divergence_node(first, _code, _text)} on {_text(str(first.pair))} — "
-        f"{_text(divergence_figures(first))}"
+        f"{_text(divergence_figures(first))}{inherited_text(report, _code)}"
     )
     diverged = sum(layer.diverged for layer in report.layers)
     line += f"; {diverged} of {len(report.layers)} layers diverge."
@@ -104,6 +110,21 @@ def _divergence(report: Report) -> str:
     if suspects:
         line += f"\nSuspects (nodes feeding it): {suspects}"
     return line
+
+
+def _culprits(report: Report) -> str:
+    """ "**Culprit:** ..." for one, a numbered "**Culprits:**" list for several; "" for none."""
+    culprits = culprits_of(report)
+    if len(culprits) == 1:
+        return f"**Culprit:** {culprit_text(report, culprits[0], _code, _text)}"
+    items = [f"{number}. {culprit_text(report, c, _code, _text)}" for number, c in enumerate(culprits, start=1)]
+    return "\n".join(["**Culprits:**", *items]) if items else ""
+
+
+def _drift(report: Report) -> str:
+    if report.drift is None or culprits_of(report):
+        return ""
+    return f"**Drift** on {_text(str(report.drift.pair))}: {drift_text(report.drift, _code)}"
 
 
 def _segmentation(report: Report) -> str:

@@ -14,8 +14,13 @@ from rich.text import Text
 from trtdiff.render.format import (
     check_message,
     cosine,
+    culprit_brief,
+    culprit_text,
+    culprits_of,
     divergence_figures,
     divergence_head,
+    drift_text,
+    inherited_text,
     inputs_text,
     plural,
     precision_text,
@@ -28,9 +33,15 @@ from trtdiff.report import BackendPair, BuildReport, Layer, Report, TensorRTSumm
 
 WIDTH = 80
 NAME_WIDTH = 26
+# The local-error column (8 and padding) takes its room from the name column. With one pair,
+# everything but the name at its widest: "#" (3), op (10), four numbers and "DIVERGED" (8), with padding.
+_LOCAL_WIDTH = 9
+_SINGLE_FIXED = 51
 # With several pairs: "#" (3) and the verdict "DIV" (3) with padding, and per pair cosine and max|Δ| (8 each).
 _FIXED_WIDTH = 8
 _PAIR_WIDTH = 18
+# With several pairs the op joins the name; below this many characters for the name, the op stands alone.
+_MIN_NAME = 6
 
 
 def render_terminal(report: Report, console: Console, *, show_all: bool = False) -> None:
@@ -43,7 +54,7 @@ def render_terminal(report: Report, console: Console, *, show_all: bool = False)
         stop = next((i for i, layer in enumerate(layers) if layer.tensor == first.tensor), len(layers) - 1)
         shown = layers[: stop + 1]
     if shown:
-        console.print(_table(shown, list(report.pairs)))
+        console.print(_table(shown, list(report.pairs), _local_pair(report, shown)))
     hidden = len(layers) - len(shown)
     if hidden:
         console.print(
@@ -139,35 +150,58 @@ def render_build(report: BuildReport, console: Console) -> None:
         console.print(_note(note))
 
 
-def _table(layers: list[Layer], pairs: list[BackendPair]) -> Table:
-    """One row per layer; with several backend pairs the op joins the name to keep 80 columns."""
+def _local_pair(report: Report, layers: list[Layer]) -> BackendPair | None:
+    """The pair whose local error the table shows: the culprit's, the drift's, else the first that has one."""
+    have = {pair for layer in layers for pair in (layer.local or {})}
+    drift = [report.drift.pair] if report.drift is not None else []
+    return next((p for p in [*(c.pair for c in culprits_of(report)), *drift, *report.pairs] if p in have), None)
+
+
+def _table(layers: list[Layer], pairs: list[BackendPair], local: BackendPair | None = None) -> Table:
+    """One row per layer; with several backend pairs the op joins the name to keep 80 columns.
+
+    With `local`, a column of that pair's local rel-err, its room taken from the name column.
+    """
     many = len(pairs) > 1
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", padding=(0, 1, 0, 0))
     table.add_column("#", justify="right", no_wrap=True)
     if not many:
         table.add_column("op", no_wrap=True, max_width=10, overflow="ellipsis")
-    name_width = NAME_WIDTH if not many else max(WIDTH - _FIXED_WIDTH - _PAIR_WIDTH * len(pairs), 12)
-    table.add_column("module / ONNX node" if not many else "op  module / node", no_wrap=True, max_width=name_width)
+    room = _LOCAL_WIDTH if local is not None else 0
+    if many:
+        name_width = max(WIDTH - _FIXED_WIDTH - _PAIR_WIDTH * len(pairs) - room, 8)
+        head = "op  module / node" if name_width >= len("op  module / node") else "op"
+    else:
+        name_width = min(NAME_WIDTH, WIDTH - _SINGLE_FIXED - room)
+        head = "module / ONNX node"
+    table.add_column(head, no_wrap=True, max_width=name_width)
     for pair in pairs:
         table.add_column(short_pair(pair) if many else "cos", justify="right", no_wrap=True)
         table.add_column("max|Δ|", justify="right", no_wrap=True)
         if not many:
             table.add_column("rel", justify="right", no_wrap=True)
+    if local is not None:
+        table.add_column("local", justify="right", no_wrap=True)
     table.add_column("", no_wrap=True)
     for number, layer in enumerate(layers, start=1):
-        table.add_row(*_row(number, layer, pairs, name_width))
+        table.add_row(*_row(number, layer, pairs, name_width, local))
     return table
 
 
-def _row(number: int, layer: Layer, pairs: list[BackendPair], name_width: int) -> list[Text | str]:
-    many = len(pairs) > 1
+def _name_cells(layer: Layer, many: bool, name_width: int) -> list[Text | str]:
     name = layer.module or layer.onnx_node
-    cells: list[Text | str] = [str(number)]
-    if many:
-        op = layer.op_type[:8]
-        cells.append(Text(f"{op} {_shorten(name, name_width - len(op) - 1)}"))
-    else:
-        cells += [Text(layer.op_type), Text(_shorten(name, NAME_WIDTH))]
+    if not many:
+        return [Text(layer.op_type), Text(_shorten(name, name_width))]
+    op = layer.op_type[:8]
+    room = name_width - len(op) - 1
+    return [Text(f"{op} {_shorten(name, room)}" if room >= _MIN_NAME else layer.op_type[:name_width])]
+
+
+def _row(
+    number: int, layer: Layer, pairs: list[BackendPair], name_width: int, local: BackendPair | None
+) -> list[Text | str]:
+    many = len(pairs) > 1
+    cells: list[Text | str] = [str(number), *_name_cells(layer, many, name_width)]
     for pair in pairs:
         metrics = layer.pairs.get(pair)
         if metrics is None:
@@ -177,6 +211,9 @@ def _row(number: int, layer: Layer, pairs: list[BackendPair], name_width: int) -
         cells += [Text(cosine(metrics.cosine), style=style), Text(sci(metrics.max_abs), style=style)]
         if not many:
             cells.append(Text(sci(metrics.rel_err), style=style))
+    if local is not None:
+        own = (layer.local or {}).get(local)
+        cells.append("-" if own is None else Text(sci(own.rel_err), style="red" if own.diverged else ""))
     label = ("DIVERGED" if not many else "DIV") if layer.diverged else "ok"
     cells.append(Text(label, style="bold red" if layer.diverged else "green"))
     return cells
@@ -201,16 +238,7 @@ def _verdict(report: Report, console: Console) -> None:
             Text.assemble(("PASS", "bold green"), f": all {len(report.layers)} compared tensors agree ({pairs}).")
         )
         return
-    if first is not None:
-        console.print(
-            Text.assemble(
-                ("FIRST DIVERGENCE", "bold red" if failed else "bold yellow"),
-                f": {divergence_head(first)}: {divergence_figures(first)}",
-            )
-        )
-        suspects = suspects_text(first)
-        if suspects:
-            console.print(Text(f"suspects: {suspects}"))
+    _findings(report, console, "bold red" if failed else "bold yellow")
     if not failed:
         console.print(
             Text.assemble(
@@ -226,6 +254,29 @@ def _verdict(report: Report, console: Console) -> None:
                 f": {len(failed)} of {len(report.checks)} checks failed: " + ", ".join(check.id for check in failed),
             )
         )
+
+
+def _findings(report: Report, console: Console, style: str) -> None:
+    """The culprits (the first in full, the others one short line each), the first divergence, and drift."""
+    culprits = culprits_of(report)
+    for number, culprit in enumerate(culprits, start=1):
+        if number == 1:
+            console.print(Text.assemble(("CULPRIT", style), f": {culprit_text(report, culprit)}"))
+        else:
+            console.print(Text.assemble((f"CULPRIT {number}", style), f": {culprit_brief(report, culprit)}"))
+    first = report.first_divergence
+    if first is not None:
+        console.print(
+            Text.assemble(
+                ("FIRST DIVERGENCE", style),
+                f": {divergence_head(first)}: {divergence_figures(first)}{inherited_text(report)}",
+            )
+        )
+        suspects = suspects_text(first)
+        if suspects:
+            console.print(Text(f"suspects: {suspects}"))
+    if report.drift is not None and not culprits:
+        console.print(Text(drift_text(report.drift), style="yellow"))
 
 
 def _shorten(name: str, width: int) -> str:
