@@ -218,3 +218,16 @@ def test_environment_names_versions_and_each_backend(graph: GraphInfo) -> None:
     assert env["torch"] == torch.__version__ and env["onnx"] == onnx.__version__
     assert env["torch_device"] == "cpu" and env["onnxruntime"] == backend.describe()
     assert "torch_device" not in environment([], None)
+
+
+def test_pairing_counts_float_tensors_and_the_rest_by_kind() -> None:
+    import trtdiff
+
+    report = trtdiff.compare(
+        "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet", input_shapes=["1x3x32x32"], opset=13
+    )
+    summary = report.pairing
+    assert (summary.float_paired, summary.float_tensors) == (51, 51)
+    assert set(summary.other_tensors) <= {"identity", "constant", "shape", "integer"}
+    assert summary.float_tensors + sum(summary.other_tensors.values()) == summary.onnx_tensors
+    assert summary.other_tensors.get("shape", 0) > 0  # the Resize sizes come from Shape arithmetic

@@ -237,13 +237,18 @@ class PairingSummary:
     """How many ONNX tensors got a PyTorch counterpart, and how.
 
     `float_tensors` counts float tensors computed from the inputs' values (not constants and
-    not shape arithmetic): the ones worth pairing.
+    not shape arithmetic): the ones worth pairing; `float_paired` how many of them got a
+    PyTorch value. `other_tensors` counts the rest by kind: "identity" (Identity outputs),
+    "constant" (computed from constants alone), "shape" (shape arithmetic), "integer"
+    (integer or bool tensors computed from the inputs' values).
     """
 
     onnx_tensors: int
     float_tensors: int
     paired_with_torch: int
     by_method: dict[PairingMethod, int] = field(default_factory=dict)
+    float_paired: int = 0
+    other_tensors: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -101,17 +101,43 @@ def mark_failures(results: Sequence[SampleResult], checks: Sequence[ThresholdChe
 
 
 def pairing_summary(graph: GraphInfo, pairing: Pairing | None) -> PairingSummary:
-    """How many ONNX tensors got a PyTorch counterpart, and how."""
-    float_tensors = [t for t in graph.node_outputs if graph.tensor_type(t).is_float and t in graph.data_tensors]
+    """How many float tensors got a PyTorch counterpart, and how; the other tensors counted by kind."""
+    pairs = pairing.pairs if pairing is not None else {}
+    kinds = tensor_kinds(graph)
+    float_tensors = [t for t in graph.node_outputs if kinds[t] == "float"]
+    other: dict[str, int] = {}
+    for tensor in graph.node_outputs:
+        if kinds[tensor] != "float":
+            other[kinds[tensor]] = other.get(kinds[tensor], 0) + 1
     by_method: dict[PairingMethod, int] = {}
-    for torch_pair in pairing.pairs.values() if pairing is not None else ():
+    for torch_pair in pairs.values():
         by_method[torch_pair.method] = by_method.get(torch_pair.method, 0) + 1
     return PairingSummary(
         onnx_tensors=len(graph.node_outputs),
         float_tensors=len(float_tensors),
-        paired_with_torch=len(pairing.pairs) if pairing is not None else 0,
+        paired_with_torch=len(pairs),
         by_method=by_method,
+        float_paired=sum(t in pairs for t in float_tensors),
+        other_tensors=other,
     )
+
+
+def tensor_kinds(graph: GraphInfo) -> dict[str, str]:
+    """Each node output's kind: float (worth pairing), identity, constant, shape or integer."""
+    from_shapes: set[str] = set()
+    kinds: dict[str, str] = {}
+    for node in graph.nodes:
+        shaped = node.op_type in ("Shape", "Size") or any(t in from_shapes for t in node.inputs)
+        for tensor in (t for t in node.outputs if t):
+            if shaped:
+                from_shapes.add(tensor)
+            if node.op_type == "Identity":
+                kinds[tensor] = "identity"
+            elif tensor not in graph.data_tensors:
+                kinds[tensor] = "shape" if shaped else "constant"
+            else:
+                kinds[tensor] = "float" if graph.tensor_type(tensor).is_float else "integer"
+    return kinds
 
 
 def environment(backends: Sequence[OnnxBackend], torch_device: str | None) -> dict[str, str]:

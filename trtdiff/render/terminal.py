@@ -29,7 +29,7 @@ from trtdiff.render.format import (
     short_pair,
     suspects_text,
 )
-from trtdiff.report import BackendPair, BuildReport, Layer, Report, TensorRTSummary
+from trtdiff.report import BackendPair, BuildReport, Layer, PairingSummary, Report, TensorRTSummary
 
 WIDTH = 80
 NAME_WIDTH = 26
@@ -89,14 +89,7 @@ def _header(report: Report, console: Console) -> None:
     console.print(Text("backends: " + ", ".join([reference, *others])))
     summary = report.pairing
     if report.reference == "torch":
-        methods = ", ".join(f"{n} {m}" for m, n in sorted(summary.by_method.items()))
-        console.print(
-            Text(
-                f"paired {summary.paired_with_torch} of {summary.onnx_tensors} ONNX tensors with PyTorch"
-                f" ({summary.float_tensors} float{'; ' + methods if methods else ''});"
-                f" {len(report.not_compared)} not compared"
-            )
-        )
+        console.print(Text(pairing_line(summary, len(report.not_compared))))
     if report.tensorrt is not None and report.tensorrt.status != "skipped":
         _tensorrt_lines(report.tensorrt, console)
     for note in report.notes:
@@ -281,3 +274,15 @@ def _findings(report: Report, console: Console, style: str) -> None:
 
 def _shorten(name: str, width: int) -> str:
     return name if len(name) <= width else "…" + name[-(width - 1) :]
+
+
+def pairing_line(summary: PairingSummary, not_compared: int) -> str:
+    """'paired 51 of 51 float tensors with PyTorch (21 folded, 30 op); others: 12 constant, 9 shape; ...'."""
+    methods = ", ".join(f"{n} {m}" for m, n in sorted(summary.by_method.items()))
+    others = ", ".join(f"{n} {kind}" for kind, n in sorted(summary.other_tensors.items(), key=lambda item: -item[1]))
+    return (
+        f"paired {summary.float_paired} of {summary.float_tensors} float tensors with PyTorch"
+        + (f" ({methods})" if methods else "")
+        + (f"; others: {others}" if others else "")
+        + f"; {not_compared} not compared"
+    )
