@@ -89,10 +89,10 @@ model_options = cloup.option_group(
 
 export_options = cloup.option_group(
     "Export",
-    cloup.option("--opset", type=int, default=None,
-                 help="ONNX opset to export at (default 17). The report states the opset actually written."),
-    cloup.option("--exporter", type=click.Choice(["auto", "torchscript", "dynamo"]), default="auto", show_default=True,
-                 help="auto picks an exporter that honours --opset (TorchScript below 18, dynamo from 18)."),
+    cloup.option("--opset", default=None, metavar="N[,N...]",
+                 help="ONNX opset to export at (default 17); several (e.g. 11,13,17) compare each: a sweep."),
+    cloup.option("--exporter", default="auto", show_default=True, metavar="NAME[,NAME...]",
+                 help="auto (TorchScript below opset 18, dynamo from 18), torchscript or dynamo; several: a sweep."),
     cloup.option("--onnx", type=click.Path(dir_okay=False), default=None,
                  help="Use this ONNX file (e.g. after onnxsim) instead of exporting one."),
     cloup.option("--save-onnx", type=click.Path(dir_okay=False), default=None, help="Keep the exported ONNX file."),

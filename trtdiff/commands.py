@@ -33,6 +33,10 @@ def compare_command(options: dict[str, Any]) -> bool:
     show_all, quiet, model = options.pop("show_all"), options.pop("quiet"), options.pop("model")
     files = _report_files(options)
     files.validate()
+    opsets, exporters = opset_list(options["opset"]), exporter_list(options["exporter"])
+    if len(opsets) > 1 or len(exporters) > 1:
+        options["opset"], options["exporter"] = None, "auto"
+        return _sweep_command(model, _compare_options(options), opsets or [17], exporters or ["auto"], files, quiet)
     compare_options = _compare_options(options)
     with progress_display(quiet) as progress:
         report = compare(model, compare_options, progress=progress)
@@ -43,6 +47,28 @@ def compare_command(options: dict[str, Any]) -> bool:
         render_terminal(report, console, show_all=show_all)
     files.write(report)
     return report.passed
+
+
+def _sweep_command(
+    model: str, options: CompareOptions, opsets: list[int], exporters: list[str], files: ReportFiles, quiet: bool
+) -> bool:
+    """Compare at each opset and exporter; one table; the JSON holds every report."""
+    from rich.console import Console
+
+    from trtdiff.render.sweep_text import render_sweep
+    from trtdiff.sweep import sweep
+
+    others = [name for name in ("junit", "markdown", "html") if getattr(files, name)]
+    if others:
+        raise OptionError(
+            "writes one comparison's report; a sweep writes JSON (one report per combination)", parameter=others[0]
+        )
+    with progress_display(quiet) as progress:
+        result = sweep(model, options, opsets=opsets, exporters=exporters, progress=progress)
+    render_sweep(result, Console(highlight=False))
+    if files.json:
+        result.write_json(files.json)
+    return result.passed
 
 
 def run_command(options: dict[str, Any]) -> Recording:
@@ -133,12 +159,43 @@ def _load_options(options: dict[str, Any]) -> LoadOptions:
 def _export_options(options: dict[str, Any]) -> ExportOptions:
     from trtdiff.options import ExportOptions
 
+    opsets, exporters = opset_list(options.pop("opset")), exporter_list(options.pop("exporter"))
+    for parameter, values in (("opset", opsets), ("exporter", exporters)):
+        if len(values) > 1:
+            raise OptionError(
+                "one value here; sweeps are for compare", parameter=parameter, value=",".join(map(str, values))
+            )
     return ExportOptions(
-        opset=options.pop("opset"),
-        exporter=options.pop("exporter"),
+        opset=opsets[0] if opsets else None,
+        exporter=exporters[0] if exporters else "auto",  # type: ignore[arg-type]
         onnx=options.pop("onnx"),
         save_onnx=options.pop("save_onnx"),
     )
+
+
+def opset_list(text: str | None) -> list[int]:
+    """'11,13,17' -> [11, 13, 17]."""
+    if not text:
+        return []
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise OptionError(
+            "expected an opset or comma-separated opsets, e.g. 13 or 11,13,17", parameter="opset", value=text
+        ) from None
+
+
+def exporter_list(text: str | None) -> list[str]:
+    """'torchscript,dynamo' -> ['torchscript', 'dynamo'] (each checked)."""
+    from trtdiff.options import EXPORTERS
+
+    names = [part.strip() for part in (text or "").split(",") if part.strip()]
+    unknown = [name for name in names if name not in EXPORTERS]
+    if unknown:
+        raise OptionError(
+            f"unknown exporter {unknown[0]!r}; choose from {', '.join(EXPORTERS)}", parameter="exporter", value=text
+        )
+    return names
 
 
 def _backend_options(options: dict[str, Any]) -> BackendOptions:

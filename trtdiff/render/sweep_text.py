@@ -1,0 +1,89 @@
+"""The terminal view of a sweep: one row per opset and exporter, then which combinations pass."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+from rich.text import Text
+
+from trtdiff.render.format import cosine, miou, sci
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from trtdiff.report import Report
+    from trtdiff.sweep import Sweep, SweepEntry
+
+
+def render_sweep(sweep: Sweep, console: Console) -> None:
+    """The table (fits 80 columns) and the verdict line naming the combinations that pass."""
+    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1, 0, 0))
+    table.add_column("opset", justify="right", no_wrap=True)
+    table.add_column("exporter", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    table.add_column("first culprit / divergence", overflow="fold")
+    for column in ("out cos", "rel", "mIoU"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for entry in sweep.entries:
+        table.add_row(*_row(entry))
+    console.print(table)
+    for entry in sweep.entries:
+        if entry.failed:
+            console.print(Text(f"opset {entry.opset} ({entry.exporter}): {entry.failed}"))
+    passing = ", ".join(f"{e.report.opset}/{e.report.exporter}" for e in sweep.passing if e.report is not None)
+    if sweep.passed:
+        console.print(Text.assemble(("PASS", "bold green"), f": every combination agrees ({passing})."))
+    else:
+        console.print(
+            Text.assemble(
+                ("FAIL", "bold red"), ": " + (f"these pass: {passing}." if passing else "no combination passes.")
+            )
+        )
+
+
+def _row(entry: SweepEntry) -> list[str | Text]:
+    report = entry.report
+    if report is None:
+        label = Text("skipped", style="dim") if entry.skipped else Text("EXPORT FAILED", style="bold red")
+        return [str(entry.opset), entry.exporter, label, entry.skipped or "", "-", "-", "-"]
+    output = _output_metrics(report)
+    result = Text("PASS", style="green") if report.passed else Text("FAIL", style="bold red")
+    return [
+        str(report.opset),
+        report.exporter,
+        result,
+        _finding(report),
+        cosine(output[0]) if output else "-",
+        sci(output[1]) if output else "-",
+        _miou(report),
+    ]
+
+
+def _finding(report: Report) -> str:
+    culprit, first = report.culprit, report.first_divergence
+    if culprit is not None:
+        return f"{culprit.onnx_node} ({culprit.op_type}, {culprit.verdict})"
+    if first is not None:
+        return f"{first.onnx_node} ({first.op_type})"
+    return "-"
+
+
+def _output_metrics(report: Report) -> tuple[float, float] | None:
+    outputs = report.outputs
+    pair = report.pairs[0] if report.pairs else None
+    if not outputs or pair is None or pair not in outputs[0].pairs:
+        return None
+    metrics = outputs[0].pairs[pair]
+    return metrics.cosine, metrics.rel_err
+
+
+def _miou(report: Report) -> str:
+    seg = report.segmentation
+    if seg is None:
+        return "-"
+    candidate = report.pairs[0].candidate if report.pairs else None
+    if seg.label_miou and candidate in seg.label_miou:
+        return miou(seg.label_miou[candidate])
+    value = seg.agreement_miou.get(report.pairs[0]) if report.pairs else None
+    return miou(value) if value is not None else "-"
