@@ -7,6 +7,7 @@ outputs of every later sample in one engine -> layers, first divergence, checks 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -95,7 +96,10 @@ def compare(
                 findings = _attribution(run, findings, results, segmentation, stack)
         checks = _checks(options, layers, results, segmentation, run, divergence)
         notes = (*prepared.notes, *_spill_note(store))
-        return _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings)
+        report = _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings)
+        if options.export.simplify:
+            report = _with_simplified(model, options, prepared, report, stack, say)
+        return report
 
 
 @dataclass(frozen=True)
@@ -263,6 +267,33 @@ def _culprits(run: _Run, layers: list[Layer], divergence: FirstDivergence | None
         return Findings(tuple(layers))
     say("running each node alone on the reference's inputs (local error)")
     return analyse(run.analysis_inputs(), layers, run.pairs)
+
+
+def _with_simplified(
+    model: str | Path | torch.nn.Module,
+    options: CompareOptions,
+    prepared: Prepared,
+    report: Report,
+    stack: ExitStack,
+    say: Progress,
+) -> Report:
+    """The same comparison on the simplified ONNX file, side by side (the report's `simplified`)."""
+    import tempfile
+
+    import onnx
+
+    from trtdiff.simplify import simplify_model
+
+    say("simplifying the ONNX file and comparing it too")
+    simplified, how = simplify_model(prepared.graph.model)
+    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-")))
+    onnx.save(simplified, folder / "simplified.onnx")
+    export = dataclasses.replace(
+        options.export, onnx=str(folder / "simplified.onnx"), simplify=False, save_onnx=None, opset=None
+    )
+    again = compare(model, dataclasses.replace(options, export=export, force=False))
+    again = dataclasses.replace(again, onnx_path=None, notes=(f"simplified with {how}", *again.notes))
+    return dataclasses.replace(report, simplified=again, passed=report.passed and again.passed)
 
 
 def _attribution(

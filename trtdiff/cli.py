@@ -96,6 +96,8 @@ export_options = cloup.option_group(
     cloup.option("--onnx", type=click.Path(dir_okay=False), default=None,
                  help="Use this ONNX file (e.g. after onnxsim) instead of exporting one."),
     cloup.option("--save-onnx", type=click.Path(dir_okay=False), default=None, help="Keep the exported ONNX file."),
+    cloup.option("--simplify", is_flag=True,
+                 help="Also compare the ONNX file after onnxslim, side by side (the simplify extra)."),
     cloup.option("--force", is_flag=True, help="Let --save-onnx / --save-engine overwrite an existing file."),
 )
 

@@ -170,6 +170,7 @@ def _export_options(options: dict[str, Any]) -> ExportOptions:
         exporter=exporters[0] if exporters else "auto",  # type: ignore[arg-type]
         onnx=options.pop("onnx"),
         save_onnx=options.pop("save_onnx"),
+        simplify=options.pop("simplify", False),
     )
 
 

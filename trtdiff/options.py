@@ -54,6 +54,7 @@ class ExportOptions:
     exporter: Exporter = "auto"
     onnx: str | None = None
     save_onnx: str | None = None
+    simplify: bool = False
 
     def validate(self) -> None:
         if self.exporter not in EXPORTERS:
@@ -83,6 +84,9 @@ class BuildSettings:
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     compute_capabilities: tuple[str, ...] = ()
     mark_bool: bool = False
+    # Device memory the marked tensors of one engine may take; None: half the GPU's free memory where
+    # one is visible, else no limit. Over it, one engine is built per slice of the marks.
+    mark_budget_bytes: int | None = None
 
     def validate(self) -> None:
         """Raise OptionError for a value no TensorRT accepts."""

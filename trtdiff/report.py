@@ -395,6 +395,7 @@ class Report:
     culprits: tuple[Culprit, ...] = ()
     drift: Drift | None = None
     attribution: tuple[Attribution, ...] = ()
+    simplified: Report | None = None
     trtdiff_version: str = "unknown"
     schema_version: int = SCHEMA_VERSION
 

@@ -61,11 +61,15 @@ def render_terminal(report: Report, console: Console, *, show_all: bool = False)
             Text(f"… {hidden} more compared layers after the first divergence (show all to see them)", style="dim")
         )
     _verdict(report, console)
+    if report.simplified is not None:
+        console.print(Text(simplified_line(report.simplified)))
 
 
 def render_verdict(report: Report, console: Console) -> None:
     """The closing lines alone: failed checks, then the first divergence or PASS."""
     _verdict(report, console)
+    if report.simplified is not None:
+        console.print(Text(simplified_line(report.simplified)))
 
 
 def _onnx_line(opset: int, exporter: str, onnx_path: str | None) -> str:
@@ -286,3 +290,18 @@ def pairing_line(summary: PairingSummary, not_compared: int) -> str:
         + (f"; others: {others}" if others else "")
         + f"; {not_compared} not compared"
     )
+
+
+def simplified_line(simplified: Report) -> str:
+    """One line on the simplified file's comparison, beside the original's."""
+    how = next((n.removeprefix("simplified with ") for n in simplified.notes if n.startswith("simplified with ")), "")
+    result = "PASS" if simplified.passed else "FAIL"
+    culprit, first = simplified.culprit, simplified.first_divergence
+    if culprit is not None:
+        finding = f"culprit {culprit.onnx_node} ({culprit.op_type}, {culprit.verdict})"
+    elif first is not None:
+        finding = f"first divergence {first.onnx_node} ({first.op_type})"
+    else:
+        finding = f"all {len(simplified.layers)} compared tensors agree"
+    paired = f"paired {simplified.pairing.float_paired} of {simplified.pairing.float_tensors} float tensors"
+    return f"simplified ({how}): {result}; {finding}; {paired}"
