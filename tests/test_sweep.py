@@ -82,3 +82,23 @@ def test_combinations_no_exporter_writes_and_bad_lists() -> None:
     assert caught.value.parameter == "onnx"
     bad = CliRunner().invoke(main, ["compare", FACTORY, "--opset", "13,x"])
     assert bad.exit_code == 2 and "--opset 13,x" in bad.stderr
+
+
+def test_precision_is_a_sweep_axis_for_tensorrt() -> None:
+    result = sweep(FACTORY, opsets=[13], precisions=["fp32", "tf32", "fp16"], input_shapes=[SHAPE])
+    assert [(e.precision, e.report is not None) for e in result.entries] == [
+        ("fp32", True),
+        ("tf32", True),
+        ("fp16", True),
+    ]
+    reports = [e.report for e in result.entries if e.report is not None]
+    trt = [r.tensorrt for r in reports]
+    if all(t is not None and t.status == "skipped" for t in trt):  # no GPU: only the row's settings differ
+        out = io.StringIO()
+        render_sweep(result, Console(file=out, width=80, color_system=None))
+        assert "precision rows compare TensorRT, which was skipped here" in out.getvalue()
+    with pytest.raises(OptionError) as caught:
+        sweep(FACTORY, opsets=[13], precisions=["int8"], input_shapes=[SHAPE])
+    assert caught.value.parameter == "sweep_precision"
+    refused = CliRunner().invoke(main, ["build", FACTORY, "--input-shape", SHAPE, "--sweep-precision", "fp32,fp16"])
+    assert refused.exit_code == 2 and "--sweep-precision" in refused.stderr

@@ -118,6 +118,8 @@ tensorrt_options = cloup.option_group(
                  help="TensorRT workspace limit, e.g. 2GB."),
     cloup.option("--trt-compute-capability", "compute_capabilities", multiple=True, metavar="SMxx",
                  help="TensorRT-RTX only: build for this compute capability (e.g. SM86). Repeatable."),
+    cloup.option("--sweep-precision", default=None, metavar="LIST",
+                 help="Compare TensorRT at each precision: fp32 (TF32 off), tf32, fp16, e.g. fp32,tf32: a sweep."),
     cloup.option("--engine-cache", type=click.Path(file_okay=False), default=None,
                  help="Folder of cached engines and the timing cache."),
     cloup.option("--save-engine", type=click.Path(dir_okay=False), default=None, help="Write the TensorRT engine."),

@@ -34,9 +34,11 @@ def compare_command(options: dict[str, Any]) -> bool:
     files = _report_files(options)
     files.validate()
     opsets, exporters = opset_list(options["opset"]), exporter_list(options["exporter"])
-    if len(opsets) > 1 or len(exporters) > 1:
+    precisions = [p.strip() for p in (options.pop("sweep_precision", None) or "").split(",") if p.strip()]
+    if len(opsets) > 1 or len(exporters) > 1 or precisions:
         options["opset"], options["exporter"] = None, "auto"
-        return _sweep_command(model, _compare_options(options), opsets or [17], exporters or ["auto"], files, quiet)
+        axes = (opsets or [17], exporters or ["auto"], precisions)
+        return _sweep_command(model, _compare_options(options), axes, files, quiet)
     compare_options = _compare_options(options)
     with progress_display(quiet) as progress:
         report = compare(model, compare_options, progress=progress)
@@ -50,7 +52,7 @@ def compare_command(options: dict[str, Any]) -> bool:
 
 
 def _sweep_command(
-    model: str, options: CompareOptions, opsets: list[int], exporters: list[str], files: ReportFiles, quiet: bool
+    model: str, options: CompareOptions, axes: tuple[list[int], list[str], list[str]], files: ReportFiles, quiet: bool
 ) -> bool:
     """Compare at each opset and exporter; one table; the JSON holds every report."""
     from rich.console import Console
@@ -64,7 +66,7 @@ def _sweep_command(
             "writes one comparison's report; a sweep writes JSON (one report per combination)", parameter=others[0]
         )
     with progress_display(quiet) as progress:
-        result = sweep(model, options, opsets=opsets, exporters=exporters, progress=progress)
+        result = sweep(model, options, opsets=axes[0], exporters=axes[1], precisions=axes[2], progress=progress)
     render_sweep(result, Console(highlight=False))
     if files.json:
         result.write_json(files.json)
@@ -76,6 +78,7 @@ def run_command(options: dict[str, Any]) -> Recording:
     from trtdiff.run import run
 
     backend, save, model = options.pop("backend"), options.pop("save"), options.pop("model")
+    _no_sweep(options)
     return run(model, _compare_options(options), backend=backend, save=save)
 
 
@@ -90,6 +93,7 @@ def build_command(options: dict[str, Any]) -> None:
     from trtdiff.render.terminal import render_build
 
     json_path, model = options.pop("json"), options.pop("model")
+    _no_sweep(options)
     check_json_path(json_path, kind="build")
     with progress_display(quiet=False) as progress:
         if progress is not None:
@@ -126,6 +130,12 @@ def version_text() -> str:
     gpu = visible.describe() if visible else "none visible to torch"
     runs = "can run engines" if found.can_run else f"cannot run engines: {found.reason}"
     return f"trtdiff {__version__} (Python {platform.python_version()})\nTensorRT: {trt}\nGPU: {gpu}\n{runs}"
+
+
+def _no_sweep(options: dict[str, Any]) -> None:
+    """`run` and `build` make one engine: a precision sweep is for compare."""
+    if options.pop("sweep_precision", None):
+        raise OptionError("sweeps are for compare; give one precision", parameter="sweep_precision")
 
 
 def _compare_options(options: dict[str, Any]) -> CompareOptions:

@@ -40,6 +40,7 @@ class SweepEntry:
     report: Report | None = None
     skipped: str | None = None
     failed: str | None = None
+    precision: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -77,32 +78,61 @@ def sweep(
     *,
     opsets: Sequence[int],
     exporters: Sequence[str] = ("auto",),
+    precisions: Sequence[str] = (),
     progress: Progress | None = None,
     **fields: Any,
 ) -> Sweep:
-    """Compare `model` at each opset with each exporter (every combination that can exist)."""
-    from trtdiff.api import compare
+    """Compare `model` at each opset with each exporter (every combination that can exist).
 
+    `precisions` adds TensorRT precision as an axis: "fp32" (TF32 off), "tf32", "fp16".
+    """
     options = (options or CompareOptions()).with_fields(**fields)
     if not opsets:
         raise OptionError("give at least one opset", parameter="opset")
     if options.export.onnx is not None:
         raise OptionError("a given ONNX file has one opset; drop it to sweep opsets and exporters", parameter="onnx")
+    unknown = [p for p in precisions if p not in PRECISION_AXIS]
+    if unknown:
+        raise OptionError(
+            f"unknown precision {unknown[0]!r}; choose from {', '.join(PRECISION_AXIS)}",
+            parameter="sweep_precision",
+            value=",".join(precisions),
+        )
     entries = []
     for opset in opsets:
         for exporter in exporters:
-            reason = why_not(opset, exporter)
-            if reason is not None:
-                entries.append(SweepEntry(opset, exporter, skipped=reason))
-                continue
-            export = dataclasses.replace(options.export, opset=opset, exporter=exporter)  # type: ignore[arg-type]
-            try:
-                report = compare(model, dataclasses.replace(options, export=export), progress=progress)
-            except ExportError as error:
-                entries.append(SweepEntry(opset, exporter, failed=str(error)))
-                continue
-            entries.append(SweepEntry(opset, exporter, report=report))
+            for precision in precisions or (None,):
+                entries.append(_entry(model, options, opset, exporter, precision, progress))
     return Sweep(tuple(entries))
+
+
+PRECISION_AXIS = ("fp32", "tf32", "fp16")
+
+
+def _entry(
+    model: str | Path | torch.nn.Module,
+    options: CompareOptions,
+    opset: int,
+    exporter: str,
+    precision: str | None,
+    progress: Progress | None,
+) -> SweepEntry:
+    """One combination compared, or why it was skipped or failed to export."""
+    from trtdiff.api import compare
+
+    reason = why_not(opset, exporter)
+    if reason is not None:
+        return SweepEntry(opset, exporter, skipped=reason, precision=precision)
+    export = dataclasses.replace(options.export, opset=opset, exporter=exporter)  # type: ignore[arg-type]
+    runtime = options.runtime
+    if precision is not None:
+        settings = dataclasses.replace(runtime.tensorrt, precision="fp16" if precision == "fp16" else "fp32")
+        runtime = dataclasses.replace(runtime, tensorrt=settings, tf32=precision == "tf32")
+    try:
+        report = compare(model, dataclasses.replace(options, export=export, runtime=runtime), progress=progress)
+    except ExportError as error:
+        return SweepEntry(opset, exporter, failed=str(error), precision=precision)
+    return SweepEntry(opset, exporter, report=report, precision=precision)
 
 
 def why_not(opset: int, exporter: str) -> str | None:

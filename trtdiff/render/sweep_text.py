@@ -21,17 +21,37 @@ def render_sweep(sweep: Sweep, console: Console) -> None:
     table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1, 0, 0))
     table.add_column("opset", justify="right", no_wrap=True)
     table.add_column("exporter", no_wrap=True)
+    with_precision = any(entry.precision for entry in sweep.entries)
+    if with_precision:
+        table.add_column("precision", no_wrap=True)
     table.add_column("result", no_wrap=True)
     table.add_column("first culprit / divergence", overflow="fold")
     for column in ("out cos", "rel", "mIoU"):
         table.add_column(column, justify="right", no_wrap=True)
     for entry in sweep.entries:
-        table.add_row(*_row(entry))
+        row = _row(entry)
+        table.add_row(*([*row[:2], entry.precision or "-", *row[2:]] if with_precision else row))
     console.print(table)
+    skipped_trt = [
+        e
+        for e in sweep.entries
+        if e.precision and e.report and e.report.tensorrt and e.report.tensorrt.status == "skipped"
+    ]
+    if skipped_trt and skipped_trt[0].report is not None and skipped_trt[0].report.tensorrt is not None:
+        console.print(
+            Text(
+                f"precision rows compare TensorRT, which was skipped here: {skipped_trt[0].report.tensorrt.reason}",
+                style="dim",
+            )
+        )
     for entry in sweep.entries:
         if entry.failed:
             console.print(Text(f"opset {entry.opset} ({entry.exporter}): {entry.failed}"))
-    passing = ", ".join(f"{e.report.opset}/{e.report.exporter}" for e in sweep.passing if e.report is not None)
+    passing = ", ".join(
+        f"{e.report.opset}/{e.report.exporter}" + (f"/{e.precision}" if e.precision else "")
+        for e in sweep.passing
+        if e.report is not None
+    )
     if sweep.passed:
         console.print(Text.assemble(("PASS", "bold green"), f": every combination agrees ({passing})."))
     else:
