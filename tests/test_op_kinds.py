@@ -143,11 +143,6 @@ def test_real_aten_ops_of_a_tiny_model_map_to_the_onnx_kinds() -> None:
     assert [onnx_kind(op) for op in onnx_ops] == recorder.kinds
 
 
-@pytest.mark.xfail(
-    reason="bug: TorchScript modules dispatch aten._convolution (transposed flag at args[6]); aten_kind only checks "
-    "'convolution', so a traced ConvTranspose2d is kind 'conv' and pairing by kind loses every Conv/ConvTranspose",
-    strict=True,
-)
 def test_transposed_convolution_of_a_torchscript_module_is_conv_transpose() -> None:
     model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ConvTranspose2d(2, 1, 2)).eval()
     traced = torch.jit.trace(model, torch.ones(1, 1, 5, 5))
@@ -159,3 +154,5 @@ def test_transposed_convolution_of_a_torchscript_module_is_conv_transpose() -> N
 
 def test_underscore_convolution_without_transposed_flag_is_conv() -> None:
     assert aten_kind("_convolution", _conv_args(False)) == "conv"
+    assert aten_kind("_convolution", _conv_args(True)) == "conv_transpose"
+    assert aten_kind("_convolution", _conv_args(1)) == "conv"

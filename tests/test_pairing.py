@@ -16,6 +16,7 @@ from trtdiff.export import export_onnx
 from trtdiff.loading import from_module
 from trtdiff.onnx_graph import load_graph
 from trtdiff.pairing import pair, resolve_scope
+from trtdiff.pairing_align import certain_pairs, monotonic, segments
 
 
 def _ort_values(path: Path, feeds: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
@@ -77,8 +78,22 @@ def test_traced_torchscript_module_pairs_without_module_paths(
     resnet_model: nn.Module, export_example: Callable[..., Path], example_feeds: dict[str, np.ndarray]
 ) -> None:
     traced = torch.jit.trace(resnet_model, torch.from_numpy(example_feeds["x"]))
-    assert not capture(traced, example_feeds).paths_known
+    captured = capture(traced, example_feeds)
+    assert not captured.paths_known  # no forward hooks: the paths are read from the graph instead
+    assert captured.recovered_paths and set(captured.recovered_paths.values()) < {n for n, _ in traced.named_modules()}
     _check_all_floats_paired_and_equal(traced, export_example(13), example_feeds)
+
+
+def test_traced_torchscript_module_without_recovered_paths_pairs_by_kind_and_alignment(
+    resnet_model: nn.Module, export_example: Callable[..., Path], example_feeds: dict[str, np.ndarray]
+) -> None:
+    traced = torch.jit.trace(resnet_model, torch.from_numpy(example_feeds["x"]))
+    graph = load_graph(export_example(13))
+    captured = capture(traced, example_feeds)
+    captured.recovered_paths = {}  # as for a graph whose paths cannot be read
+    result = pair(graph, captured, {n for n, _ in traced.named_modules()})
+    floats = [t for t in graph.node_outputs if graph.tensor_type(t).is_float and t in graph.data_tensors]
+    assert set(floats) <= set(result.pairs)
 
 
 class _Activations(nn.Module):
@@ -109,3 +124,34 @@ def test_decomposed_activations_are_paired_at_module_outputs(tmp_path: Path) -> 
     values = _ort_values(path, feeds, list(result.pairs))
     for tensor, torch_pair in result.pairs.items():
         assert np.abs(values[tensor] - cap.value(torch_pair.key)).max() < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "expected"),
+    [
+        ("abc", "abc", [(0, 0), (1, 1), (2, 2)]),
+        ("cbLcbr", "cbrcbr", [(i, i) for i in range(6)]),  # a swapped op keeps its place
+        ("Lr", "rr", [(0, 0), (1, 1)]),  # the same module called twice, one call edited
+        ("cbrcbr", "cbcbr", [(0, 0), (1, 1), (3, 2), (4, 3), (5, 4)]),  # a deleted op costs its own pair
+        ("r", "rr", []),  # which of two twins was deleted: unknown, so neither
+        ("Ar", "rB", []),  # two alignments as good: neither is taken
+        ("dEamm", "g", []),  # a decomposed op: no place is certain
+        ("", "abc", []),
+    ],
+)
+def test_certain_pairs_are_those_every_best_alignment_makes(left: str, right: str, expected: list) -> None:
+    assert certain_pairs(list(left), list(right)) == expected
+
+
+def test_certain_pairs_respect_what_may_pair() -> None:
+    pairable = np.ones((3, 3), dtype=bool)
+    pairable[1, 1] = False  # shapes that cannot agree
+    assert certain_pairs(list("aXc"), list("aYc"), pairable) == [(0, 0), (2, 2)]
+    assert certain_pairs(list("aXc"), list("aYc"), swaps=False) == [(0, 0), (2, 2)]
+    assert certain_pairs(list("abc"), list("abc"), max_cells=8) == []
+
+
+def test_anchors_split_the_free_positions_and_crossing_anchors_are_dropped() -> None:
+    assert monotonic([(0, 0), (1, 5), (2, 1), (3, 2), (4, 6)]) == [(0, 0), (2, 1), (3, 2), (4, 6)]
+    assert segments([1, 2, 5, 7], [0, 3, 4, 8], [(3, 2), (6, 6)]) == [([1, 2], [0]), ([5], [3, 4]), ([7], [8])]
+    assert segments([0, 1], [0, 1], []) == [([0, 1], [0, 1])]

@@ -138,11 +138,14 @@ ATEN_KINDS: dict[str, str] = {
 }
 
 
+_TRANSPOSABLE = frozenset({"convolution", "_convolution"})  # the transposed flag is args[6]
+
+
 def aten_kind(packet_name: str, args: tuple) -> str | None:
     """The kind of an aten op given its overload packet name (e.g. "relu_") and arguments."""
     kind = ATEN_KINDS.get(packet_name)
-    if kind == "conv" and packet_name == "convolution" and len(args) > 6 and args[6] is True:
-        return "conv_transpose"
+    if packet_name in _TRANSPOSABLE and len(args) > 6 and args[6] is True:
+        return "conv_transpose"  # eager modules dispatch convolution, TorchScript modules _convolution
     if packet_name in ("_adaptive_avg_pool2d", "adaptive_avg_pool2d") and len(args) > 1 and _all_ones(args[1]):
         return "mean"  # global pooling: GlobalAveragePool or ReduceMean in ONNX, mean.dim in decompositions
     return kind

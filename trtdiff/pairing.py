@@ -3,25 +3,38 @@
 Pairing goes in passes, each only over what earlier passes left:
 1. scoped: ONNX nodes and recorded aten ops grouped by (module path, kind), paired in order
    when both groups have the same length and the shapes agree; then, per module path, the
-   leftovers in order regardless of kind (an op whose type was edited);
-2. global: the leftovers grouped by kind alone (this is all there is for TorchScript
-   archives and ExportedPrograms, whose ops carry no module path), same rule;
+   nodes and ops aligned in order (below); then the leftovers in order regardless of kind
+   when their counts match (an op whose type was edited);
+2. global: the leftovers grouped by kind alone, same rule, then aligned over the whole
+   graph (all there is for ExportedPrograms and for TorchScript modules whose module paths
+   could not be read from their graph);
 3. module: a module's output paired with the last tensor its ONNX scope produces;
 4. outputs: the graph's outputs with the model's outputs, in the exporter's order.
+Aligning (pairing_align) walks the ONNX nodes in topological order and the ops in execution
+order, with the pairs already made as anchors, and keeps only the pairs that every
+alignment of least cost makes, shapes permitting: an inserted, deleted or swapped node costs
+its own pair and no more, and an op of a changed kind keeps its pair (method "scope") when
+its place is certain. Module paths come from forward hooks for eager modules and from the
+graph for TorchScript modules (`TorchCapture.path_of`).
 Exporter rewrites are undone first: BatchNorm folded into the Conv before it makes that
 Conv's ONNX output stand for the BatchNorm's PyTorch output.
 """
 
 from __future__ import annotations
 
+import operator
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from trtdiff.backends.torch_backend import TorchCapture, TorchRecord
-from trtdiff.onnx_graph import GraphInfo, NodeInfo
+from trtdiff.onnx_graph import GraphInfo, NodeInfo, TensorType
 from trtdiff.op_kinds import onnx_kind
+from trtdiff.pairing_align import certain_pairs, segments
 from trtdiff.report import PairingMethod
 
 _CALL_SUFFIX = re.compile(r"_\d+$")
@@ -99,43 +112,138 @@ def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pai
         n for n in graph.nodes if onnx_kind(n.op_type, n.domain) and n.outputs and n.outputs[0] in graph.data_tensors
     ]
     units = _units(graph, capture, candidates, node_modules)
-    pairs: dict[str, TorchPair] = {}
-    used: set[int] = set()
-
-    def take(node: NodeInfo, unit: _Unit, method: PairingMethod) -> None:
-        pairs[node.outputs[0]] = TorchPair(unit.record.key, method, unit.record.op, unit.record.module_path)
-        used.add(unit.record.index)
-
-    if capture.paths_known:
-        onnx_groups: dict[tuple[str, str], list[NodeInfo]] = defaultdict(list)
-        for node in candidates:
-            scope = node_modules[node.name]
-            if scope is not None:
-                onnx_groups[(scope, onnx_kind(node.op_type, node.domain))].append(node)  # type: ignore[index]
-        torch_groups: dict[tuple[str, str], list[_Unit]] = defaultdict(list)
-        for unit in units:
-            scope = next((s for s in unit.scopes if (s, unit.kind) in onnx_groups), None)
-            if scope is not None:
-                torch_groups[(scope, unit.kind)].append(unit)
-        for key, nodes in onnx_groups.items():
-            _pair_in_order(graph, nodes, torch_groups.get(key, []), take, "op")
-        _pair_scopes_ignoring_kind(graph, candidates, units, node_modules, pairs, used, take)
-
+    state = _State(graph, capture, node_modules)
+    if capture.paths_known or capture.recovered_paths:
+        _pair_scopes(state, candidates, units)
     onnx_left: dict[str, list[NodeInfo]] = defaultdict(list)
     for node in candidates:
-        if node.outputs[0] not in pairs:
-            onnx_left[onnx_kind(node.op_type, node.domain)].append(node)  # type: ignore[index]
+        if state.free_node(node):
+            onnx_left[state.kind(node)].append(node)
     torch_left: dict[str, list[_Unit]] = defaultdict(list)
     for unit in units:
-        if unit.record.index not in used:
+        if state.free_unit(unit):
             torch_left[unit.kind].append(unit)
     for kind, nodes in onnx_left.items():
-        _pair_in_order(graph, nodes, torch_left.get(kind, []), take, "op")
+        state.in_order(nodes, torch_left.get(kind, []), "op")
+    state.align(candidates, [u for u in units if u.kind != "module"])
 
     if capture.paths_known:
-        _pair_module_outputs(graph, capture, node_modules, pairs, used)
-    _pair_graph_outputs(graph, capture, pairs)
-    return Pairing(pairs=pairs, node_modules=node_modules)
+        _pair_module_outputs(graph, capture, node_modules, state.pairs, state.used)
+    _pair_graph_outputs(graph, capture, state.pairs)
+    return Pairing(pairs=state.pairs, node_modules=node_modules)
+
+
+class _State:
+    """The pairs made so far, and the two ways of making more: in order, and by alignment."""
+
+    def __init__(self, graph: GraphInfo, capture: TorchCapture, node_modules: dict[str, str | None]) -> None:
+        self.graph = graph
+        self.capture = capture
+        self.node_modules = node_modules
+        self.pairs: dict[str, TorchPair] = {}
+        self.used: set[int] = set()
+        self.partner: dict[str, int] = {}  # ONNX tensor -> index of the record it was paired with
+
+    def kind(self, node: NodeInfo) -> str:
+        return onnx_kind(node.op_type, node.domain) or ""
+
+    def free_node(self, node: NodeInfo) -> bool:
+        return node.outputs[0] not in self.pairs
+
+    def free_unit(self, unit: _Unit) -> bool:
+        return unit.record.index not in self.used
+
+    def take(self, node: NodeInfo, unit: _Unit, method: PairingMethod) -> None:
+        record = unit.record
+        self.pairs[node.outputs[0]] = TorchPair(record.key, method, record.op, self.capture.path_of(record))
+        self.partner[node.outputs[0]] = record.index
+        self.used.add(record.index)
+
+    def in_order(self, nodes: list[NodeInfo], units: list[_Unit], method: PairingMethod) -> None:
+        """Pair nodes and units in order when there are as many of each and every shape agrees."""
+        if not nodes or len(nodes) != len(units):
+            return
+        if all(_compatible(self.graph, n.outputs[0], u.record) for n, u in zip(nodes, units, strict=True)):
+            for node, unit in zip(nodes, units, strict=True):
+                self.take(node, unit, method if unit.method == "op" else unit.method)
+
+    def align(self, nodes: list[NodeInfo], units: list[_Unit]) -> None:
+        """Pair what is free of `nodes` (topological order) and `units` (execution order) by alignment.
+
+        Pairs already made are anchors; between consecutive anchors the free nodes and units
+        are aligned by kind and shape, and only the pairs every best alignment makes are taken
+        (see pairing_align). A pair of different kinds is an edited op: method "scope".
+        """
+        position = {unit.record.index: j for j, unit in enumerate(units)}
+        partners = [self.partner.get(node.outputs[0], -1) for node in nodes]
+        anchors = [(i, position[p]) for i, p in enumerate(partners) if p in position]
+        free_nodes = [i for i, node in enumerate(nodes) if self.free_node(node)]
+        free_units = [j for j, unit in enumerate(units) if self.free_unit(unit)]
+        for lefts, rights in segments(free_nodes, free_units, anchors):
+            seg_nodes, seg_units = [nodes[i] for i in lefts], [units[j] for j in rights]
+            kinds = [self.kind(node) for node in seg_nodes]
+            pairable = self.pairable(seg_nodes, seg_units)
+            for i, j in certain_pairs(kinds, [unit.kind for unit in seg_units], pairable):
+                unit = seg_units[j]
+                self.take(seg_nodes[i], unit, unit.method if kinds[i] == unit.kind else "scope")
+
+    def pairable(self, nodes: list[NodeInfo], units: list[_Unit]) -> np.ndarray:
+        """Which node may stand for which unit: shapes that agree, and for different kinds, the same scope."""
+        types = [self.graph.tensor_type(node.outputs[0]) for node in nodes]
+        agree = _table(types, [(u.record.shape, u.record.dtype) for u in units], lambda t, r: _type_fits(t, *r))
+        same_kind = _table([self.kind(node) for node in nodes], [unit.kind for unit in units], operator.eq)
+        scopes = [self.node_modules[node.name] for node in nodes]
+        same_scope = _table(scopes, [unit.scopes for unit in units], _scope_fits)
+        return agree & (same_kind | same_scope)
+
+
+def _scope_fits(scope: str | None, unit_scopes: tuple[str | None, ...]) -> bool:
+    return scope is None or scope in unit_scopes or all(s is None for s in unit_scopes)
+
+
+def _table(left: Sequence[Hashable], right: Sequence[Hashable], fits: Callable[[Any, Any], bool]) -> np.ndarray:
+    """fits(left[i], right[j]) for every i, j, evaluated once per distinct pair of keys."""
+    left_keys = {key: i for i, key in enumerate(dict.fromkeys(left))}
+    right_keys = {key: j for j, key in enumerate(dict.fromkeys(right))}
+    small = np.array([[fits(a, b) for b in right_keys] for a in left_keys], dtype=bool)
+    small = small.reshape(len(left_keys), len(right_keys))
+    return small[np.ix_([left_keys[k] for k in left], [right_keys[k] for k in right])]
+
+
+def _pair_scopes(state: _State, candidates: list[NodeInfo], units: list[_Unit]) -> None:
+    """Pass 1: per (module path, kind) in order; per module path by alignment, then in order ignoring kind."""
+    onnx_groups: dict[tuple[str, str], list[NodeInfo]] = defaultdict(list)
+    for node in candidates:
+        scope = state.node_modules[node.name]
+        if scope is not None:
+            onnx_groups[(scope, state.kind(node))].append(node)
+    torch_groups: dict[tuple[str, str], list[_Unit]] = defaultdict(list)
+    for unit in units:
+        scope = next((s for s in unit.scopes if (s, unit.kind) in onnx_groups), None)
+        if scope is not None:
+            torch_groups[(scope, unit.kind)].append(unit)
+    for key, nodes in onnx_groups.items():
+        state.in_order(nodes, torch_groups.get(key, []), "op")
+    for nodes, scope_units in _by_scope(state, candidates, units, free_only=False).values():
+        state.align(nodes, scope_units)
+    for nodes, scope_units in _by_scope(state, candidates, units, free_only=True).values():
+        state.in_order(nodes, scope_units, "scope")
+
+
+def _by_scope(
+    state: _State, candidates: list[NodeInfo], units: list[_Unit], *, free_only: bool
+) -> dict[str, tuple[list[NodeInfo], list[_Unit]]]:
+    """ONNX nodes and units (module outputs aside) grouped by module path, each unit under its first scope in ONNX."""
+    groups: dict[str, tuple[list[NodeInfo], list[_Unit]]] = {}
+    for node in candidates:
+        scope = state.node_modules[node.name]
+        if scope is not None and (state.free_node(node) or not free_only):
+            groups.setdefault(scope, ([], []))[0].append(node)
+    for unit in units:
+        scope = next((s for s in unit.scopes if s in groups), None)
+        if scope is not None and unit.kind != "module" and (state.free_unit(unit) or not free_only):
+            groups[scope][1].append(unit)
+    return groups
 
 
 def _units(
@@ -143,17 +251,15 @@ def _units(
 ) -> list[_Unit]:
     """Recorded values that can stand for ONNX tensors, with BatchNorm folded where the file folded it."""
     onnx_bn_scopes = {node_modules[n.name] for n in candidates if n.op_type == "BatchNormalization"}
-    bn_records = [r for r in capture.records if r.kind == "batch_norm"]
+    scoped = capture.paths_known or bool(capture.recovered_paths)
     folded_into: dict[int, TorchRecord] = {}
-    for bn in bn_records:
+    for bn in (r for r in capture.records if r.kind == "batch_norm"):
         if not bn.inputs:
             continue
         conv = capture.records[bn.inputs[0]]
         if conv.kind != "conv" or capture.consumers.get(conv.index) != [bn.index]:
             continue
-        if not onnx_bn_scopes or (
-            capture.paths_known and None not in onnx_bn_scopes and bn.module_path not in onnx_bn_scopes
-        ):
+        if not onnx_bn_scopes or (scoped and None not in onnx_bn_scopes and capture.path_of(bn) not in onnx_bn_scopes):
             folded_into[conv.index] = bn
     absorbed = {bn.index for bn in folded_into.values()}
     units: list[_Unit] = []
@@ -162,62 +268,26 @@ def _units(
             continue
         folded = folded_into.get(record.index)
         if folded is not None:
-            units.append(_Unit(folded, "conv", (record.module_path, folded.module_path), "folded"))
+            scopes = (capture.path_of(record), capture.path_of(folded))
+            units.append(_Unit(folded, "conv", scopes, "folded"))
         else:
-            units.append(_Unit(record, record.kind, (record.module_path,), "op"))
+            units.append(_Unit(record, record.kind, (capture.path_of(record),), "op"))
     return units
 
 
 def _compatible(graph: GraphInfo, tensor: str, record: TorchRecord) -> bool:
-    onnx_type = graph.tensor_type(tensor)
-    if onnx_type.shape is not None and None not in onnx_type.shape and tuple(onnx_type.shape) != record.shape:
+    return _type_fits(graph.tensor_type(tensor), record.shape, record.dtype)
+
+
+def _type_fits(onnx_type: TensorType, shape: tuple[int, ...], dtype: str) -> bool:
+    """Whether an ONNX tensor of this type can hold a PyTorch value of this shape and dtype."""
+    if onnx_type.shape is not None and None not in onnx_type.shape and tuple(onnx_type.shape) != shape:
         return False
     if onnx_type.dtype is not None:
-        torch_float = record.dtype.startswith(("float", "bfloat", "half"))
+        torch_float = dtype.startswith(("float", "bfloat", "half"))
         if onnx_type.is_float != torch_float:
             return False
     return True
-
-
-Take = Callable[[NodeInfo, "_Unit", PairingMethod], None]
-
-
-def _pair_in_order(
-    graph: GraphInfo, nodes: list[NodeInfo], units: list[_Unit], take: Take, method: PairingMethod
-) -> None:
-    if not nodes or len(nodes) != len(units):
-        return
-    if all(_compatible(graph, n.outputs[0], u.record) for n, u in zip(nodes, units, strict=True)):
-        for node, unit in zip(nodes, units, strict=True):
-            take(node, unit, method if unit.method == "op" else unit.method)
-
-
-def _pair_scopes_ignoring_kind(
-    graph: GraphInfo,
-    candidates: list[NodeInfo],
-    units: list[_Unit],
-    node_modules: dict[str, str | None],
-    pairs: dict[str, TorchPair],
-    used: set[int],
-    take: Take,
-) -> None:
-    """Within one module scope, pair the leftovers in order when their counts match.
-
-    This is what catches an op whose type changed (an activation swapped in an edited
-    file): its kind no longer matches, but it is still the n-th op of that module.
-    """
-    onnx_by_scope: dict[str, list[NodeInfo]] = defaultdict(list)
-    for node in candidates:
-        scope = node_modules[node.name]
-        if scope is not None and node.outputs[0] not in pairs:
-            onnx_by_scope[scope].append(node)
-    torch_by_scope: dict[str, list[_Unit]] = defaultdict(list)
-    for unit in units:
-        scope = next((s for s in unit.scopes if s in onnx_by_scope), None)
-        if unit.record.index not in used and unit.kind != "module" and scope is not None:
-            torch_by_scope[scope].append(unit)
-    for scope, nodes in onnx_by_scope.items():
-        _pair_in_order(graph, nodes, torch_by_scope.get(scope, []), take, "scope")
 
 
 def _pair_module_outputs(

@@ -2,8 +2,10 @@
 
 A TorchDispatchMode sees each aten op in execution order, for eager modules, loaded
 TorchScript archives and ExportedPrograms alike. For eager modules, forward hooks add the
-module path each op ran in, which is what lets pairing follow the exporter's scopes. Values
-are copied when recorded, because in-place ops (ReLU(inplace=True)) overwrite their input.
+module path each op ran in, which is what lets pairing follow the exporter's scopes. Python
+hooks do not fire inside a TorchScript module, so there the paths are read from its graph
+instead (`script_paths`). Values are copied when recorded, because in-place ops
+(ReLU(inplace=True)) overwrite their input.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch.utils._pytree import tree_flatten
 
 from trtdiff.errors import ModelRunError, OptionError, first_line, param
 from trtdiff.op_kinds import aten_kind
+from trtdiff.pairing_align import certain_pairs
 from trtdiff.store import TensorStore
 
 
@@ -62,6 +65,8 @@ class TorchCapture:
     store: TensorStore
     device: str = "cpu"
     consumers: dict[int, list[int]] = field(default_factory=dict)
+    recovered_paths: dict[int, str] = field(default_factory=dict)
+    """Record index -> module path, read from a TorchScript module's graph (its records carry none)."""
 
     def __post_init__(self) -> None:
         for record in self.records:
@@ -70,6 +75,10 @@ class TorchCapture:
 
     def value(self, key: str) -> np.ndarray:
         return self.store.get(key)
+
+    def path_of(self, record: TorchRecord) -> str | None:
+        """The module path `record` ran in: from forward hooks, else recovered from a TorchScript graph."""
+        return record.module_path if record.module_path is not None else self.recovered_paths.get(record.index)
 
 
 class _Recorder(TorchDispatchMode):
@@ -217,6 +226,7 @@ def _capture(
         paths_known=eager,
         store=store,
         device=device,
+        recovered_paths=script_paths(module, recorder.records) if isinstance(module, torch.jit.ScriptModule) else {},
     )
 
 
@@ -260,3 +270,107 @@ def _install_hooks(module: torch.nn.Module, recorder: _Recorder, calls: list[Mod
         handles.append(sub.register_forward_pre_hook(pre))
         handles.append(sub.register_forward_hook(post))
     return handles
+
+
+_OPAQUE = frozenset({"prim::CallFunction", "prim::PythonOp"})
+
+
+class _Unreadable(Exception):
+    """The graph runs code whose ops cannot be listed in order from the graph alone."""
+
+
+@dataclass(frozen=True)
+class _ScriptOp:
+    """A computing aten node of a TorchScript graph, the module it runs in and the ops that feed it."""
+
+    kind: str
+    path: str
+    feeds: frozenset[int]
+
+
+def script_paths(module: torch.jit.ScriptModule, records: Sequence[TorchRecord]) -> dict[int, str]:
+    """Module paths for the records of a TorchScript module's forward: record index -> path.
+
+    A ScriptModule's submodules still call each other (`prim::CallMethod` on the attribute
+    chain from `self`), so walking the forward graph lists its computing aten nodes in
+    execution order with the module path each runs in. Those are aligned with the recorded
+    ops by kind (`certain_pairs`), and the alignment is checked against the data flow: a
+    record's inputs must be nodes that feed its node. Where the graph has control flow or
+    opaque calls, or the check fails, nothing is returned and pairing goes by kind alone.
+    """
+    ops: list[_ScriptOp] = []
+    try:
+        _walk_method(module, "", "forward", [], ops)
+    except (_Unreadable, AttributeError, KeyError, RuntimeError):
+        return {}
+    op_kinds, record_kinds = [op.kind for op in ops], [record.kind for record in records]
+    if op_kinds == record_kinds:
+        aligned = [(i, i) for i in range(len(ops))]
+    else:
+        aligned = certain_pairs(op_kinds, record_kinds, swaps=False)
+    op_of = {records[j].index: i for i, j in aligned}
+    for i, j in aligned:
+        if any(p in op_of and op_of[p] not in ops[i].feeds for p in records[j].inputs):
+            return {}
+    return {records[j].index: ops[i].path for i, j in aligned}
+
+
+def _walk_method(
+    module: Any, path: str, method: str, inputs: list[frozenset[int]], ops: list[_ScriptOp]
+) -> list[frozenset[int]]:
+    """Append the kinded aten nodes of `module.method` (`module` at `path`) to `ops`; return its outputs' feeds."""
+    graph = module._c._get_method(method).graph  # a traced submodule's Python forward only raises
+    params = list(graph.inputs())
+    modules: dict[int, tuple[Any, str]] = {params[0].unique(): (module, path)}
+    feeds: dict[int, frozenset[int]] = {v.unique(): f for v, f in zip(params[1:], inputs, strict=False)}
+    for node in graph.nodes():
+        kind, args = node.kind(), list(node.inputs())
+        fed = frozenset().union(*(feeds.get(v.unique(), frozenset()) for v in args))
+        if kind == "prim::GetAttr" and args[0].unique() in modules:
+            owner, owner_path = modules[args[0].unique()]
+            child = getattr(owner, node.s("name"))
+            if isinstance(child, torch.nn.Module):
+                child_path = f"{owner_path}.{node.s('name')}" if owner_path else node.s("name")
+                modules[node.output().unique()] = (child, child_path)
+            continue
+        outs: list[frozenset[int]] = [fed] * node.outputsSize()
+        if kind == "prim::CallMethod":
+            child, child_path = modules[args[0].unique()]
+            feeds_in = [feeds.get(v.unique(), frozenset()) for v in args[1:]]
+            outs = _walk_method(child, child_path, node.s("name"), feeds_in, ops)
+        elif kind in _OPAQUE or _calls_inside(node):
+            raise _Unreadable(kind)
+        elif (op_kind := _node_kind(node)) is not None:
+            ops.append(_ScriptOp(op_kind, path, fed))
+            outs = [frozenset({len(ops) - 1})] * node.outputsSize()
+        for value, out in zip(node.outputs(), outs, strict=False):
+            feeds[value.unique()] = out
+    return [feeds.get(v.unique(), frozenset()) for v in graph.outputs()]
+
+
+def _node_kind(node: Any) -> str | None:
+    kind = node.kind()
+    if not kind.startswith("aten::"):
+        return None
+    return aten_kind(kind.removeprefix("aten::"), tuple(_constant(v) for v in node.inputs()))
+
+
+def _constant(value: Any) -> Any:
+    """The value of a constant graph input (a list of constants too), else None."""
+    node = value.node()
+    if node.kind() == "prim::Constant":
+        return value.toIValue()
+    if node.kind() == "prim::ListConstruct":
+        items = [_constant(v) for v in node.inputs()]
+        return items if all(item is not None for item in items) else None
+    return None
+
+
+def _calls_inside(node: Any) -> bool:
+    """Whether a node's blocks (an If or a Loop) run calls or computing ops: their order is the data's."""
+    for block in node.blocks():
+        for inner in block.nodes():
+            kind = inner.kind()
+            if kind == "prim::CallMethod" or kind in _OPAQUE or _node_kind(inner) is not None or _calls_inside(inner):
+                return True
+    return False
