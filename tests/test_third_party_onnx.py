@@ -112,3 +112,22 @@ def test_a_file_onnx_runtime_refuses_is_one_line_with_its_reason(tmp_path: Path)
         trtdiff.compare(path, backends=BACKENDS)
     result = CliRunner().invoke(main, ["compare", str(path), "--backends", "onnxruntime,onnx-reference"])
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT16, TensorProto.BFLOAT16])
+def test_half_precision_inputs_get_random_values(tmp_path: Path, elem: int) -> None:
+    nodes = [
+        helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT),
+        helper.make_node("Relu", ["y"], ["z"]),
+        helper.make_node("Cast", ["z"], ["w"], to=elem),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "half",
+        [helper.make_tensor_value_info("x", elem, [2, 3])],
+        [helper.make_tensor_value_info("w", elem, [2, 3])],
+    )
+    path = _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "half.onnx")
+    report = trtdiff.compare(path, backends=BACKENDS)
+    assert report.passed and [layer.tensor for layer in report.layers] == ["y", "z", "w"]
+    assert report.layers[0].pairs[next(iter(report.layers[0].pairs))].ref_max_abs > 0  # not all zeros

@@ -239,7 +239,7 @@ def _split_named_file(text: str) -> tuple[str | None, str]:
 
 def _random(rng: np.random.Generator, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """Standard normal floats, integers in [0, 10), or random bools, of the input's dtype."""
-    if dtype.kind == "f":
+    if dtype.kind == "f" or dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):  # ml_dtypes floats
         return rng.standard_normal(shape, dtype=np.float32).astype(dtype, copy=False)
     if dtype.kind in "iu":
         return rng.integers(0, 10, size=shape, dtype=dtype)

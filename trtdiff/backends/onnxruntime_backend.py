@@ -9,10 +9,11 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
+from onnx import TensorProto, helper
 
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names
 from trtdiff.errors import BackendError, OptionError, first_line
@@ -48,10 +49,7 @@ class OnnxRuntimeBackend:
         self._exposed_set = frozenset(self._exposed)
         model = onnx.ModelProto()
         model.CopyFrom(graph.model)
-        existing = {o.name for o in model.graph.output}
-        for tensor in self._exposed:
-            if tensor not in existing:
-                model.graph.output.append(onnx.ValueInfoProto(name=tensor))
+        self._output_of = _expose(model, self._exposed, graph)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         options.log_severity_level = 3
@@ -91,12 +89,47 @@ class OnnxRuntimeBackend:
         names = [t for t in wanted if t in self._exposed_set]
         for group in chunk_names(names, sizes, max_bytes):
             try:
-                values = self._session.run(group, dict(feeds))
+                values = self._session.run([self._output_of[t] for t in group], _ort_feeds(feeds))
             except Exception as error:
                 raise BackendError(
                     f"{self.graph.path}: ONNX Runtime failed to run the model: {_ort_message(error, self.graph)}"
                 ) from error
             yield {name: np.asarray(value) for name, value in zip(group, values, strict=True)}
+
+
+def _expose(model: onnx.ModelProto, tensors: Sequence[str], graph: GraphInfo) -> dict[str, str]:
+    """Make every tensor a graph output; bfloat16 ones through a Cast to float32, which numpy can hold.
+
+    Returns the output name that holds each tensor.
+    """
+    existing = {o.name for o in model.graph.output}
+    output_of: dict[str, str] = {}
+    for tensor in tensors:
+        dtype = graph.tensor_type(tensor).dtype
+        if dtype is not None and dtype.name == "bfloat16":
+            output_of[tensor] = f"{tensor}/trtdiff.float32"
+            model.graph.node.append(helper.make_node("Cast", [tensor], [output_of[tensor]], to=TensorProto.FLOAT))
+            model.graph.output.append(onnx.ValueInfoProto(name=output_of[tensor]))
+            continue
+        output_of[tensor] = tensor
+        if tensor not in existing:
+            model.graph.output.append(onnx.ValueInfoProto(name=tensor))
+    return output_of
+
+
+def _ort_feeds(feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The feeds as ONNX Runtime takes them: bfloat16 arrays (ml_dtypes) as OrtValues of that type."""
+    import onnxruntime as ort
+
+    converted: dict[str, Any] = {}
+    for name, value in feeds.items():
+        if value.dtype.name == "bfloat16":
+            converted[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                value.view(np.uint16), TensorProto.BFLOAT16
+            )
+        else:
+            converted[name] = value
+    return converted
 
 
 def _ort_message(error: BaseException, graph: GraphInfo) -> str:
