@@ -43,7 +43,7 @@ def build(model: str | Path | torch.nn.Module, options: CompareOptions | None = 
             cache = Path(runtime.engine_cache) if runtime.engine_cache else None
             result = build_engine(prepared.graph, settings, cache_dir=cache, gpu=gpu)
         if prepared.engine_path is not None:
-            prepared.engine_path.write_bytes(result.plan)
+            result.write_engines(prepared.engine_path)
         summary = summarize(
             result,
             result.fusion_hint(prepared.graph),

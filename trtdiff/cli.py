@@ -118,6 +118,9 @@ tensorrt_options = cloup.option_group(
                  help="TensorRT workspace limit, e.g. 2GB."),
     cloup.option("--trt-compute-capability", "compute_capabilities", multiple=True, metavar="SMxx",
                  help="TensorRT-RTX only: build for this compute capability (e.g. SM86). Repeatable."),
+    cloup.option("--trt-mark-budget", "mark_budget_bytes", default=None, metavar="SIZE",
+                 help="Device memory the marked tensors of one engine may take (default: half the GPU's free "
+                      "memory); over it, one engine per slice of the graph."),
     cloup.option("--sweep-precision", default=None, metavar="LIST",
                  help="Compare TensorRT at each precision: fp32 (TF32 off), tf32, fp16, e.g. fp32,tf32: a sweep."),
     cloup.option("--engine-cache", type=click.Path(file_okay=False), default=None,

@@ -220,6 +220,7 @@ def _backend_options(options: dict[str, Any]) -> BackendOptions:
         optimization_level=options.pop("optimization_level"),
         workspace_bytes=parse_size(workspace, "workspace_bytes") if workspace else None,
         compute_capabilities=tuple(options.pop("compute_capabilities")),
+        mark_budget_bytes=_size_or_none(options.pop("mark_budget_bytes", None), "mark_budget_bytes"),
     )
     memory = options.pop("memory_bytes", None)
     return BackendOptions(
@@ -305,6 +306,10 @@ def progress_display(quiet: bool) -> Iterator[Callable[[str], None] | None]:
 
 def _names(text: str | None) -> tuple[str, ...] | None:
     return tuple(part.strip() for part in text.split(",") if part.strip()) if text else None
+
+
+def _size_or_none(text: str | None, parameter: str) -> int | None:
+    return parse_size(text, parameter) if text else None
 
 
 def parse_size(text: str, parameter: str) -> int:

@@ -295,6 +295,8 @@ class TensorRTSummary:
     from_cache: bool = False
     name_map: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    engines: int = 1
+    mark_budget_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from trtdiff.backends.tensorrt import (  # noqa: E402
     NO_EXECUTION,
     BuildSettings,
     TensorRTBackend,
+    buffers,
     build_engine,
     builder,
     cache_key,
@@ -148,7 +149,8 @@ def test_every_tensorrt_attribute_the_code_uses_exists() -> None:
     import trtdiff.backends.tensorrt as package
 
     required, optional = set(package.TRT_API), set(package.TRT_OPTIONAL_API)
-    assert len(required) > 50 and set(runtime.TRT_API) <= required
+    modules = (runtime, package.execution, package.buffers, package.slicing)
+    assert len(required) > 50 and set().union(*(m.TRT_API for m in modules)) <= required
 
     def has(name: str) -> bool:
         obj: object = trt
@@ -394,18 +396,18 @@ def test_dtype_mapping_and_host_debug_copy() -> None:
     import torch
 
     assert (
-        runtime.torch_dtype(trt.DataType.HALF) == torch.float16 and runtime.torch_dtype(trt.DataType.BOOL) == torch.bool
+        buffers.torch_dtype(trt.DataType.HALF) == torch.float16 and buffers.torch_dtype(trt.DataType.BOOL) == torch.bool
     )
     with pytest.raises(BackendError, match="FP8 has no torch equivalent"):
-        runtime.torch_dtype(trt.DataType.FP8)
+        buffers.torch_dtype(trt.DataType.FP8)
     source = np.arange(6, dtype=np.float32).reshape(2, 3)
-    copied = runtime.copy_debug_tensor(source.ctypes.data, "FLOAT", (2, 3), 0, on_host=True)
+    copied = buffers.copy_debug_tensor(source.ctypes.data, "FLOAT", (2, 3), 0, on_host=True)
     source[:] = -1  # the copy must not alias TensorRT's memory
     assert copied.tolist() == [[0, 1, 2], [3, 4, 5]]
-    assert runtime.to_numpy(torch.ones(2, dtype=torch.bfloat16)).dtype == np.float32
-    listener = runtime.make_debug_listener(trt)
-    assert isinstance(listener, trt.IDebugListener) and listener.tensors == {}
-    empty, address = runtime.allocate((0, 3), torch.float32, torch.device("cpu"))
+    assert buffers.to_numpy(torch.ones(2, dtype=torch.bfloat16)).dtype == np.float32
+    listener = buffers.make_debug_listener(trt)
+    assert isinstance(listener, trt.IDebugListener) and listener.collector.tensors == {}
+    empty, address = buffers.allocate((0, 3), torch.float32, torch.device("cpu"))
     assert tuple(empty.shape) == (0, 3) and address != 0  # TensorRT must never get a null address
 
 

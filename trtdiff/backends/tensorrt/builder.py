@@ -6,6 +6,10 @@ the precision-constraint flags asked for; where it does not (TRT 11, TensorRT-RT
 typed) the ONNX model is converted to FP16 first (fp16.py) and the result says so.
 Networks are created with flags 0: explicit batch is the only mode in TRT 10+, and strong
 typing is then the default where it is the only mode.
+
+Mark budget: where the marked tensors would take more device memory than the budget, the
+network is built once per slice of the marks (slicing.py), each engine cached under its own
+key; the budget itself is left out of the cache key, so an unsplit build keeps its key.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -23,16 +27,16 @@ import onnx
 
 from trtdiff.backends.tensorrt import cache
 from trtdiff.backends.tensorrt.fp16 import convert_to_fp16
-from trtdiff.backends.tensorrt.fusion import fusion_from_plan
 from trtdiff.backends.tensorrt.importing import import_tensorrt, tensorrt_info
 from trtdiff.backends.tensorrt.marking import mark_network
+from trtdiff.backends.tensorrt.result import BuildResult, EnginePlan
+from trtdiff.backends.tensorrt.slicing import default_budget, select_marks, split_marks
 from trtdiff.errors import BackendError, OptionError, param
 from trtdiff.options import BuildSettings
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from trtdiff.backends.tensorrt.fusion import FusionReport
     from trtdiff.backends.tensorrt.importing import GpuInfo, TensorRTInfo
     from trtdiff.backends.tensorrt.marking import MarkPlan
     from trtdiff.onnx_graph import GraphInfo
@@ -84,46 +88,6 @@ TRT_OPTIONAL_API = (
 def input_shapes_from(feeds: Mapping[str, np.ndarray]) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """BuildSettings.input_shapes for these feeds (fixes dynamic inputs to the shapes compared)."""
     return tuple((name, tuple(int(d) for d in value.shape)) for name, value in feeds.items())
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    """A built (or cached) plan and what went into it; `to_dict()` leaves the plan bytes out."""
-
-    plan: bytes = field(repr=False)
-    build_seconds: float
-    flags: tuple[str, ...]
-    settings: BuildSettings
-    mark_plan: MarkPlan
-    info: TensorRTInfo
-    onnx_path: str
-    parsed: str  # "the given ONNX file" or what it was converted to
-    cache_key: str
-    from_cache: bool
-    notes: tuple[str, ...] = ()
-
-    @property
-    def plan_nbytes(self) -> int:
-        return len(self.plan)
-
-    def fusion_hint(self, graph: GraphInfo) -> FusionReport:
-        """Engine layers read from the plan bytes (CPU, best effort; see fusion.py)."""
-        return fusion_from_plan(self.plan, graph)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "plan_nbytes": self.plan_nbytes,
-            "build_seconds": self.build_seconds,
-            "flags": list(self.flags),
-            "settings": self.settings.to_dict(),
-            "mark_plan": self.mark_plan.to_dict(),
-            "tensorrt": self.info.to_dict(),
-            "onnx_path": self.onnx_path,
-            "parsed": self.parsed,
-            "cache_key": self.cache_key,
-            "from_cache": self.from_cache,
-            "notes": list(self.notes),
-        }
 
 
 @dataclass
@@ -197,7 +161,11 @@ def build_engine(
     cache_dir: Path | None = None,
     gpu: GpuInfo | None = None,
 ) -> BuildResult:
-    """Parse `graph.path`, mark outputs, build (or load from `cache_dir`) and describe the plan."""
+    """Parse `graph.path`, mark outputs, build (or load from `cache_dir`) and describe the plan.
+
+    Where marking every tensor would exceed the mark budget (`settings.mark_budget_bytes`, else
+    half the free memory of `gpu`, else none), one engine is built per slice of the marks.
+    """
     settings = settings or BuildSettings()
     settings.validate()
     trt = import_tensorrt()
@@ -211,43 +179,73 @@ def build_engine(
     notes: list[str] = []
     extra: dict[str, Any] = {}
     parsed, parsed_what = _parse_for(graph, settings, info, trt, notes, extra)
+    sizes = {name: graph.tensor_type(name).nbytes() for name in graph.node_outputs}
     plan = mark_network(
-        trt, parsed.network, parsed.parser, parsed.model, settings.outputs, mark_bool=settings.mark_bool
+        trt, parsed.network, parsed.parser, parsed.model, settings.outputs, mark_bool=settings.mark_bool, sizes=sizes
     )
+    budget: int | None
+    if settings.mark_budget_bytes is not None:
+        budget, why = settings.mark_budget_bytes, "as given"
+    else:
+        budget, why = default_budget(gpu.index if gpu is not None else None)
+    plan = split_marks(plan, budget, why)
     config, flags, config_notes = configure(parsed, settings, info)
     notes += config_notes
-    key = cache.cache_key(cache.onnx_file_bytes(graph.path, graph.model), settings.to_dict(), info, gpu, extra)
+    keyed = {k: v for k, v in settings.to_dict().items() if k != "mark_budget_bytes"}  # slices are keyed instead
+    key = cache.cache_key(cache.onnx_file_bytes(graph.path, graph.model), keyed, info, gpu, extra)
+    engines = _build_engines(graph, parsed, config, plan, key, settings, cache_dir, notes)
+    return BuildResult(
+        engines[0].plan,
+        round(sum(e.build_seconds for e in engines), 4),
+        flags,
+        settings,
+        plan,
+        info,
+        str(graph.path),
+        parsed_what,
+        key,
+        all(e.from_cache for e in engines),
+        tuple(notes),
+        tuple(engines),
+    )
 
-    def result(plan_bytes: bytes, seconds: float, from_cache: bool) -> BuildResult:
-        return BuildResult(
-            plan_bytes,
-            seconds,
-            flags,
-            settings,
-            plan,
-            info,
-            str(graph.path),
-            parsed_what,
-            key,
-            from_cache,
-            tuple(notes),
-        )
 
-    cached = cache.load_engine(cache_dir, key) if cache_dir is not None else None
-    if cached is not None:
-        return result(cached, 0.0, True)
-    timing = _attach_timing_cache(trt, config, cache_dir, notes)
-    start = time.perf_counter()
-    serialized = parsed.builder.build_serialized_network(parsed.network, config)
-    seconds = time.perf_counter() - start
-    if serialized is None:
-        raise _build_failure(graph, parsed, settings)
-    built = result(bytes(serialized), round(seconds, 4), False)
-    if cache_dir is not None:
-        cache.save_engine(cache_dir, key, built.plan, built.to_dict())
-        if timing:
-            cache.save_timing_cache(cache_dir, bytes(config.get_timing_cache().serialize()))
-    return built
+def _build_engines(
+    graph: GraphInfo,
+    parsed: ParsedNetwork,
+    config: Any,
+    plan: MarkPlan,
+    key: str,
+    settings: BuildSettings,
+    cache_dir: Path | None,
+    notes: list[str],
+) -> list[EnginePlan]:
+    """One engine per slice of the marks (one engine when not split), each from the cache where it is there."""
+    marks = plan.engine_marks()
+    engines: list[EnginePlan] = []
+    timing: bool | None = None
+    for index, marked in enumerate(marks):
+        engine_key = key if len(marks) == 1 else cache.slice_key(key, index, marked)
+        if len(marks) > 1:
+            select_marks(parsed.network, plan, index)
+        cached = cache.load_engine(cache_dir, engine_key) if cache_dir is not None else None
+        if cached is not None:
+            engines.append(EnginePlan(cached, marked, engine_key, 0.0, True))
+            continue
+        if timing is None:
+            timing = _attach_timing_cache(parsed.trt, config, cache_dir, notes)
+        start = time.perf_counter()
+        serialized = parsed.builder.build_serialized_network(parsed.network, config)
+        seconds = round(time.perf_counter() - start, 4)
+        if serialized is None:
+            raise _build_failure(graph, parsed, settings)
+        engines.append(EnginePlan(bytes(serialized), marked, engine_key, seconds, False))
+        if cache_dir is not None:
+            meta = {"onnx_path": str(graph.path), "settings": settings.to_dict(), "engine": index, "of": len(marks)}
+            cache.save_engine(cache_dir, engine_key, engines[-1].plan, {**meta, "marked": list(marked)})
+    if timing and cache_dir is not None:
+        cache.save_timing_cache(cache_dir, bytes(config.get_timing_cache().serialize()))
+    return engines
 
 
 def _build_failure(graph: GraphInfo, parsed: ParsedNetwork, settings: BuildSettings) -> BackendError:

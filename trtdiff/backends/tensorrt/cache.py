@@ -4,6 +4,8 @@ The key is sha256 over the ONNX bytes (and its external-data files), the build s
 the TensorRT flavour/version/module, the GPU name and compute capability, and anything else
 the builder passes in `extra` (the FP16 converter's version, say). A plan is only valid for
 the TensorRT that built it and, for TensorRT-RTX, the compute capabilities it targets.
+A build split by the mark budget keeps each engine under `slice_key`; TensorRT-RTX's runtime
+cache (its just-in-time kernels) sits beside the engine it was made for.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from trtdiff.backends.tensorrt.importing import GpuInfo, TensorRTInfo
 
 TIMING_CACHE_NAME = "timing.cache"
+RUNTIME_CACHE_SUFFIX = ".runtime-cache"
 
 
 def cache_key(
@@ -52,6 +55,13 @@ def onnx_file_bytes(path: Path, model: onnx.ModelProto) -> bytes:
     return b"".join(chunks)
 
 
+def slice_key(key: str, index: int, marked: Sequence[str]) -> str:
+    """The key of one engine of a build split by the mark budget: the build's key and what that engine marks."""
+    digest = hashlib.sha256(f"{key}\nslice {index}\n".encode())
+    digest.update("\n".join(marked).encode())
+    return digest.hexdigest()
+
+
 def save_engine(cache_dir: Path, key: str, plan: bytes, meta: Mapping[str, Any]) -> Path:
     """Write `<key>.engine` (and `<key>.json` with `meta`) atomically; return the engine path."""
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -75,6 +85,23 @@ def load_timing_cache(cache_dir: Path) -> bytes:
 def save_timing_cache(cache_dir: Path, data: bytes) -> None:
     cache_dir.mkdir(parents=True, exist_ok=True)
     _atomic_write(cache_dir / TIMING_CACHE_NAME, data)
+
+
+def runtime_cache_path(cache_dir: Path, key: str) -> Path:
+    """Where TensorRT-RTX's runtime cache (kernels compiled just in time) for engine `key` is kept."""
+    return cache_dir / f"{key}{RUNTIME_CACHE_SUFFIX}"
+
+
+def load_runtime_cache(path: Path) -> bytes:
+    """The saved runtime cache, or b"" when there is none."""
+    return path.read_bytes() if path.is_file() else b""
+
+
+def save_runtime_cache(path: Path, data: bytes) -> None:
+    """Write a serialized runtime cache atomically (nothing for an empty one)."""
+    if data:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, data)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

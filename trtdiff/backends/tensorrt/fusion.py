@@ -6,6 +6,10 @@ with ProfilingVerbosity.DETAILED each layer's metadata lists `[ONNX Layer: node]
 deserialized engine, so a GPU. Without one, `fusion_from_plan` reads the same names and
 metadata from the serialized plan's strings: an undocumented layout (seen in TensorRT-RTX
 1.7.1), so it is a best-effort hint and says so in its `source`.
+
+Fusion information never fails a comparison: the inspector's JSON is read leniently (real
+metadata holds raw \x1e separators, which strict JSON forbids), and on any error the plan
+scan is used instead; on an error there too, the report is empty and says why.
 """
 
 from __future__ import annotations
@@ -13,16 +17,19 @@ from __future__ import annotations
 import json
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
+
+from trtdiff.errors import describe_error
 
 if TYPE_CHECKING:
     from trtdiff.onnx_graph import GraphInfo
 
 SOURCE_INSPECTOR = "engine-inspector"
 SOURCE_PLAN = "plan-scan (undocumented plan layout; best effort)"
-_FOREIGN = re.compile(r"\{ForeignNode\[(.*?)\.\.\.(.*?)\]\}")
+_FOREIGN = re.compile(r"\{ForeignNode\[(.*?)\]\}")
 _META = re.compile(r"\[ONNX Layer: ([^\]|]*?)(?: \|[^\]]*)?\]")
 _FRAME = re.compile(rb"\x01\x80\x0c\x80\x01\x00(.{8})", re.S)
 
@@ -52,6 +59,7 @@ class FusionReport:
 
     layers: tuple[EngineLayer, ...]
     source: str
+    note: str | None = None  # why the source is not the engine inspector, where it was asked first
 
     def fused(self) -> tuple[EngineLayer, ...]:
         """Layers that compute more than one ONNX node."""
@@ -62,7 +70,7 @@ class FusionReport:
         return {node: layer.name for layer in self.layers for node in layer.onnx_nodes}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "layers": [asdict(layer) for layer in self.layers]}
+        return {"source": self.source, "note": self.note, "layers": [asdict(layer) for layer in self.layers]}
 
 
 def nodes_from_metadata(metadata: str) -> tuple[str, ...]:
@@ -75,7 +83,8 @@ def nodes_from_name(name: str, graph: GraphInfo) -> tuple[str, ...]:
     order = [node.name for node in graph.nodes]
     foreign = _FOREIGN.search(name)
     if foreign:
-        first, last = (_onnx_node(part, graph) for part in foreign.groups())
+        ends = foreign.group(1).split("...", 1)
+        first, last = (_onnx_node(part, graph) for part in (ends[0], ends[-1]))
         if first in order and last in order and order.index(first) <= order.index(last):
             return tuple(order[order.index(first) : order.index(last) + 1])
         return tuple(n for n in (first, last) if n)
@@ -84,48 +93,78 @@ def nodes_from_name(name: str, graph: GraphInfo) -> tuple[str, ...]:
 
 
 def fusion_from_inspector(text: str, graph: GraphInfo) -> FusionReport:
-    """Parse `get_engine_information(LayerInformationFormat.JSON)` output."""
-    data = json.loads(text)
+    """Parse `get_engine_information(LayerInformationFormat.JSON)` output (control characters allowed)."""
+    data = json.loads(text, strict=False)
+    entries = data.get("Layers", []) if isinstance(data, dict) else []
     layers = []
-    for entry in data.get("Layers", []):
+    for entry in entries:
         if isinstance(entry, str):
             layers.append(_layer(entry, "", graph))
-        else:
+        elif isinstance(entry, dict):
+            tactic = entry.get("TacticName")
             layers.append(
                 _layer(
                     str(entry.get("Name", "")),
-                    str(entry.get("Metadata", "")),
+                    str(entry.get("Metadata", "") or ""),
                     graph,
                     entry.get("LayerType"),
-                    entry.get("TacticName"),
+                    tactic if tactic is not None else entry.get("TacticValue"),
                 )
             )
     return FusionReport(tuple(layers), SOURCE_INSPECTOR)
+
+
+def fusion_from_text_or_plans(text: str, plans: Iterable[bytes], graph: GraphInfo) -> FusionReport:
+    """The inspector's JSON `text`, or the plan scan of `plans` when it cannot be read (never raises)."""
+    try:
+        return fusion_from_inspector(text, graph)
+    except Exception as error:  # noqa: BLE001 -- fusion is information; it must never fail a comparison
+        return fusion_fallback(plans, graph, f"the engine inspector's JSON could not be read ({describe_error(error)})")
+
+
+def fusion_fallback(plans: Iterable[bytes], graph: GraphInfo, why: str) -> FusionReport:
+    """The plan scan, noting `why` the inspector was not used; an empty report when the scan fails too."""
+    try:
+        report = fusion_from_plans(plans, graph)
+    except Exception as error:  # noqa: BLE001 -- see fusion_from_text_or_plans
+        return FusionReport((), "none", f"{why}; reading the plan failed too ({describe_error(error)})")
+    return FusionReport(report.layers, report.source, why)
 
 
 def fusion_from_plan(plan: bytes, graph: GraphInfo) -> FusionReport:
     """Best effort on the CPU: the layer names and metadata strings a serialized plan carries."""
     strings = list(_framed_strings(plan))
     layers = []
-    for name, following in zip(strings, [*strings[1:], ""], strict=True):
+    for name, following in pairwise(strings):  # the last string has no metadata after it
         if following.startswith("[ONNX Layer:") and not name.startswith("[ONNX Layer:"):
             layers.append(_layer(name, following, graph))
     return FusionReport(tuple(layers), SOURCE_PLAN)
 
 
-def engine_fusion(engine: Any, trt: Any, graph: GraphInfo) -> FusionReport:
-    """Ask a deserialized engine's inspector (needs the engine built with DETAILED verbosity)."""
-    inspector = engine.create_engine_inspector()
-    return fusion_from_inspector(inspector.get_engine_information(trt.LayerInformationFormat.JSON), graph)
+def fusion_from_plans(plans: Iterable[bytes], graph: GraphInfo) -> FusionReport:
+    """`fusion_from_plan` over every engine of a build, each layer once."""
+    layers = {layer.name: layer for plan in plans for layer in fusion_from_plan(plan, graph).layers}
+    return FusionReport(tuple(layers.values()), SOURCE_PLAN)
+
+
+def engine_fusion(engine: Any, trt: Any, graph: GraphInfo, plans: Iterable[bytes] = ()) -> FusionReport:
+    """Ask a deserialized engine's inspector (built with DETAILED verbosity); else scan `plans` (never raises)."""
+    plans = tuple(plans)
+    try:
+        inspector = engine.create_engine_inspector()
+        text = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+    except Exception as error:  # noqa: BLE001 -- see fusion_from_text_or_plans
+        return fusion_fallback(plans, graph, f"the engine inspector failed ({describe_error(error)})")
+    return fusion_from_text_or_plans(text, plans, graph)
 
 
 def _layer(name: str, metadata: str, graph: GraphInfo, layer_type: Any = None, tactic: Any = None) -> EngineLayer:
+    kind = None if layer_type is None else str(layer_type)
+    chosen = None if tactic is None else str(tactic)
     from_meta = tuple(n for n in (_onnx_node(m, graph) for m in nodes_from_metadata(metadata)) if n)
     if from_meta:
-        return EngineLayer(name, from_meta, "metadata", layer_type and str(layer_type), tactic and str(tactic))
-    return EngineLayer(
-        name, nodes_from_name(name, graph), "name", layer_type and str(layer_type), tactic and str(tactic)
-    )
+        return EngineLayer(name, from_meta, "metadata", kind, chosen)
+    return EngineLayer(name, nodes_from_name(name, graph), "name", kind, chosen)
 
 
 def _onnx_node(token: str, graph: GraphInfo) -> str | None:

@@ -7,6 +7,9 @@ and changes memory reuse, so it can hide or create errors: NVIDIA/TensorRT #1961
 
 Names: the ONNX parser keeps each ONNX value name (adding `_N` on a clash) and names layers
 after ONNX nodes; `parser.get_layer_output_tensor(node, i)` is the authoritative map.
+
+Sizes: each marked tensor's bytes come from its ONNX value type, else TensorRT's static shape;
+slicing.py cuts the marks into slices that fit the mark budget, one engine each.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import onnx
 
 from trtdiff.errors import OptionError, param
@@ -41,6 +46,7 @@ REASON_NO_TENSOR = "no TensorRT tensor: the parser folded it into weights or con
 _REGION_START = ("TRIP_LIMIT", "ITERATOR", "RECURRENCE", "CONDITION", "CONDITIONAL_INPUT")
 _REGION_END = ("LOOP_OUTPUT", "CONDITIONAL_OUTPUT")
 RETURNABLE_TYPES = ("FLOAT", "HALF", "BF16", "INT8", "INT32", "INT64", "BOOL", "UINT8")
+_ITEMSIZE = {"FLOAT": 4, "HALF": 2, "BF16": 2, "INT8": 1, "INT32": 4, "INT64": 8, "BOOL": 1, "UINT8": 1}
 
 TRT_API = (
     "INetworkDefinition.num_layers",
@@ -58,6 +64,7 @@ TRT_API = (
     "ITensor.is_network_input",
     "ITensor.is_network_output",
     "ITensor.is_shape_tensor",
+    "ITensor.shape",
     "LayerType.CONSTANT",
     "LayerType.SHAPE",
     *(f"LayerType.{t}" for t in _REGION_START + _REGION_END),
@@ -86,10 +93,34 @@ class MarkPlan:
     onnx_to_trt: Mapping[str, str] = field(default_factory=dict)
     debug_unfused: bool = False
     notes: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()  # the network's own outputs among `marked` (every engine has them)
+    sizes: Mapping[str, int | None] = field(default_factory=dict)  # bytes per marked tensor, None: unknown
+    slices: tuple[tuple[str, ...], ...] = ()  # when split: the extra marks of each engine, in order
+    budget_bytes: int | None = None
+    tensor_names: frozenset[str] = frozenset()  # every tensor of the parsed network
 
-    @property
+    @cached_property
     def trt_to_onnx(self) -> dict[str, str]:
         return {trt_name: onnx_name for onnx_name, trt_name in self.onnx_to_trt.items()}
+
+    def extra_marks(self) -> tuple[str, ...]:
+        """Marked tensors that are not the network's own outputs (what marking added)."""
+        outputs = set(self.outputs)
+        return tuple(t for t in self.marked if t not in outputs)
+
+    def engine_marks(self) -> tuple[tuple[str, ...], ...]:
+        """The extra marks of each engine: the slices, or one engine marking them all."""
+        return self.slices or (self.extra_marks(),)
+
+    def owner_of(self) -> dict[str, int]:
+        """ONNX name -> the engine that returns it, for extra marks (network outputs: any engine)."""
+        reverse = self.trt_to_onnx
+        return {reverse[t]: index for index, part in enumerate(self.slices) for t in part if t in reverse}
+
+    def marked_bytes(self) -> int:
+        """Bytes of device memory the marked tensors take (unknown sizes count as the largest known)."""
+        sizes = _known_sizes(self)
+        return sum(sizes[t] for t in self.marked)
 
     def returned_onnx(self) -> tuple[str, ...]:
         """ONNX names whose tensors are marked outputs (what `all`/`none` engines return)."""
@@ -104,66 +135,120 @@ class MarkPlan:
             "onnx_to_trt": dict(self.onnx_to_trt),
             "debug_unfused": self.debug_unfused,
             "notes": list(self.notes),
+            "outputs": list(self.outputs),
+            "slices": [list(part) for part in self.slices],
+            "budget_bytes": self.budget_bytes,
+            "marked_bytes": self.marked_bytes(),
         }
 
 
 def mark_network(
-    trt: ModuleType, network: Any, parser: Any, model: onnx.ModelProto, mode: OutputsMode, *, mark_bool: bool = False
+    trt: ModuleType,
+    network: Any,
+    parser: Any,
+    model: onnx.ModelProto,
+    mode: OutputsMode,
+    *,
+    mark_bool: bool = False,
+    sizes: Mapping[str, int | None] | None = None,
 ) -> MarkPlan:
-    """Mark outputs on a parsed `network` according to `mode` and return the plan."""
+    """Mark outputs on a parsed `network` according to `mode` and return the plan.
+
+    `sizes`: bytes per ONNX value where the ONNX types tell (what the mark budget counts).
+    """
     if mode not in OUTPUT_MODES:
         raise OptionError(f"unknown; choose one of {', '.join(OUTPUT_MODES)}", parameter="outputs", value=mode)
     onnx_to_trt = map_onnx_names(parser, network, model)
     reverse = {t: o for o, t in onnx_to_trt.items()}
     sub_nodes, sub_values = subgraph_names(model)
     marked: list[str] = []
+    outputs: list[str] = []
     skipped: list[SkippedTensor] = []
+    returnable = {getattr(trt.DataType, t) for t in RETURNABLE_TYPES if hasattr(trt.DataType, t)}
+    tensor_sizes: dict[str, int | None] = {}
+    for layer, nested in _nested_layers(trt, network, sub_nodes):
+        for tensor in _outputs(layer):
+            reason = _skip_reason(trt, layer, tensor, nested, mark_bool, returnable)
+            if tensor.is_network_output and reason is None:
+                outputs.append(tensor.name)
+            elif mode != "all":
+                continue
+            elif reason is not None:
+                onnx_name = reverse.get(tensor.name) or (tensor.name if tensor.name in sub_values else None)
+                skipped.append(SkippedTensor(tensor.name, onnx_name, layer.name, reason))
+                continue
+            else:
+                network.mark_output(tensor)
+            marked.append(tensor.name)
+            tensor_sizes[tensor.name] = _tensor_bytes(tensor, (sizes or {}).get(reverse.get(tensor.name, "")))
     notes: list[str] = []
+    debug_unfused = _mark_unfused(network, notes) if mode == "unfused" else False
+    if mode == "all":
+        notes.append(
+            f"all: {len(marked)} tensors marked as outputs; marking disables fusion and changes memory reuse, "
+            "so a difference may hide or appear only in this mode"
+        )
+    names = frozenset(t.name for layer in _layers(network) for t in _outputs(layer))
+    return MarkPlan(
+        mode,
+        tuple(marked),
+        (*skipped, *_onnx_only_skips(network, model, onnx_to_trt)),
+        onnx_to_trt,
+        debug_unfused,
+        tuple(notes),
+        tuple(outputs),
+        tensor_sizes,
+        tensor_names=names,
+    )
+
+
+def _nested_layers(trt: ModuleType, network: Any, sub_nodes: frozenset[str]) -> Iterator[tuple[Any, bool]]:
+    """Each layer, and whether it lies inside a loop or conditional body (Polygraphy's rule, or ONNX's bodies)."""
     starts = {getattr(trt.LayerType, t) for t in _REGION_START if hasattr(trt.LayerType, t)}
     ends = {getattr(trt.LayerType, t) for t in _REGION_END if hasattr(trt.LayerType, t)}
-    returnable = {getattr(trt.DataType, t) for t in RETURNABLE_TYPES if hasattr(trt.DataType, t)}
     in_region = False
     for layer in _layers(network):
         if layer.type in starts:
             in_region = True
         elif layer.type in ends:
             in_region = False
-        nested = in_region or layer.name in sub_nodes or " | " in (layer.metadata or "")
-        for tensor in _outputs(layer):
-            reason = _skip_reason(trt, layer, tensor, nested, mark_bool, returnable)
-            if tensor.is_network_output and reason is None:
-                marked.append(tensor.name)
-            elif mode != "all":
-                continue
-            elif reason is not None:
-                onnx_name = reverse.get(tensor.name) or (tensor.name if tensor.name in sub_values else None)
-                skipped.append(SkippedTensor(tensor.name, onnx_name, layer.name, reason))
-            else:
-                network.mark_output(tensor)
-                marked.append(tensor.name)
-    skipped += _onnx_only_skips(network, model, onnx_to_trt)
-    debug_unfused = False
-    if mode == "unfused":
-        if not hasattr(network, "mark_unfused_tensors_as_debug_tensors"):
-            raise OptionError(
-                "needs network.mark_unfused_tensors_as_debug_tensors (TensorRT 10.12+ or TensorRT-RTX); "
-                f"use {param('outputs')} all",
-                parameter="outputs",
-                value="unfused",
-            )
-        debug_unfused = bool(network.mark_unfused_tensors_as_debug_tensors())
-        notes.append(
-            "unfused: fusion kept; tensors that survive fusion arrive as debug tensors under engine-internal "
-            "names, with no guarantee that every unfused tensor is reported"
-            if debug_unfused
-            else "unfused: TensorRT refused to mark unfused tensors as debug tensors; only final outputs are returned"
+        yield layer, in_region or layer.name in sub_nodes or " | " in (layer.metadata or "")
+
+
+def _mark_unfused(network: Any, notes: list[str]) -> bool:
+    """Ask TensorRT to report whatever survives fusion as debug tensors; whether it agreed."""
+    if not hasattr(network, "mark_unfused_tensors_as_debug_tensors"):
+        raise OptionError(
+            "needs network.mark_unfused_tensors_as_debug_tensors (TensorRT 10.12+ or TensorRT-RTX); "
+            f"use {param('outputs')} all",
+            parameter="outputs",
+            value="unfused",
         )
-    if mode == "all":
-        notes.append(
-            f"all: {len(marked)} tensors marked as outputs; marking disables fusion and changes memory reuse, "
-            "so a difference may hide or appear only in this mode"
-        )
-    return MarkPlan(mode, tuple(marked), tuple(skipped), onnx_to_trt, debug_unfused, tuple(notes))
+    debug_unfused = bool(network.mark_unfused_tensors_as_debug_tensors())
+    notes.append(
+        "unfused: fusion kept; tensors that survive fusion arrive as debug tensors under engine-internal "
+        "names, with no guarantee that every unfused tensor is reported"
+        if debug_unfused
+        else "unfused: TensorRT refused to mark unfused tensors as debug tensors; only final outputs are returned"
+    )
+    return debug_unfused
+
+
+def _tensor_bytes(tensor: Any, onnx_bytes: int | None) -> int | None:
+    """Bytes of a marked tensor: from its ONNX value type, else TensorRT's static shape; None when unknown."""
+    if onnx_bytes is not None:
+        return int(onnx_bytes)
+    dims = tuple(tensor.shape)
+    if any(d < 0 for d in dims):
+        return None
+    return int(np.prod(dims, dtype=np.int64)) * _ITEMSIZE.get(tensor.dtype.name, 4)
+
+
+def _known_sizes(plan: MarkPlan) -> dict[str, int]:
+    """Each marked tensor's size, unknown ones counted as the largest known (0 when none is known)."""
+    known = [size for size in plan.sizes.values() if size is not None]
+    largest = max(known, default=0)
+    return {t: largest if plan.sizes.get(t) is None else int(plan.sizes[t] or 0) for t in plan.marked}
 
 
 def _skip_reason(

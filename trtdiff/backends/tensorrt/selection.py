@@ -39,7 +39,7 @@ def tensorrt_runner(
     settings.validate()
     runner = TensorRTBackend(graph, settings, cache_dir=engine_cache)
     if engine_path is not None:
-        engine_path.write_bytes(runner.build.plan)
+        runner.build.write_engines(engine_path)
     return runner, None
 
 
@@ -78,4 +78,4 @@ def ran_summary(runners: Sequence[OnnxBackend]) -> TensorRTSummary | None:
     runner = next((r for r in runners if isinstance(r, TensorRTBackend)), None)
     if runner is None:
         return None
-    return summarize(runner.build, runner.fusion(), status="ran", gpu=runner.gpu.describe())
+    return summarize(runner.build, runner.fusion(), status="ran", gpu=runner.gpu.describe(), run_notes=runner.notes())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from trtdiff.report import EngineLayerInfo, NotReturned, TensorRTSummary
@@ -24,8 +25,13 @@ def summarize(
     status: TensorRTStatus,
     gpu: str | None,
     include_name_map: bool = False,
+    run_notes: Sequence[str] = (),
 ) -> TensorRTSummary:
-    """What a build (and, for status "ran", a run) did, with the fusions the engine made."""
+    """What a build (and, for status "ran", a run) did, with the fusions the engine made.
+
+    `run_notes`: what the runs found (`TensorRTBackend.notes()`). How many engines a build split
+    by the mark budget made, and why, is among the mark plan's notes.
+    """
     plan = build.mark_plan
     settings = build.settings
     not_returned = tuple(
@@ -50,5 +56,12 @@ def summarize(
         cache_key=build.cache_key,
         from_cache=build.from_cache,
         name_map=dict(plan.onnx_to_trt) if include_name_map else {},
-        notes=tuple(dict.fromkeys((*plan.notes, *build.notes))),
+        engines=max(1, len(build.engines)),
+        mark_budget_bytes=settings.mark_budget_bytes,
+        notes=tuple(dict.fromkeys((*plan.notes, *build.notes, *_fusion_notes(fusion), *run_notes))),
     )
+
+
+def _fusion_notes(fusion: FusionReport | None) -> tuple[str, ...]:
+    """Why the fusion information is not the engine inspector's, where it was asked first."""
+    return (f"fusion: {fusion.note}; read from {fusion.source}",) if fusion is not None and fusion.note else ()

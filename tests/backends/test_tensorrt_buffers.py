@@ -1,0 +1,107 @@
+"""Device and host memory for TensorRT (buffers.py) without TensorRT: what runs on any CUDA GPU too.
+
+These need no TensorRT module (the listener's and allocator's logic lives in plain classes),
+so on a GPU machine that TensorRT-RTX refuses (the H200) they still run on real device memory
+and real CUDA streams; the GPU tests skip with the reason where torch sees no CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from trtdiff.backends.tensorrt import buffers  # noqa: E402
+from trtdiff.errors import BackendError  # noqa: E402
+
+CPU = torch.device("cpu")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch sees none)")
+
+
+def test_inputs_are_staged_at_non_null_addresses() -> None:
+    """Defect 4: an empty input has data_ptr() 0 in torch; it is staged like an output instead."""
+    assert torch.from_numpy(np.zeros((0, 3), np.float32)).data_ptr() == 0  # why staging is needed
+    empty, address = buffers.stage_input(np.zeros((0, 3), np.float32), torch.float32, CPU)
+    assert address != 0 and tuple(empty.shape) == (0, 3)
+    values, address = buffers.stage_input(np.arange(6, dtype=np.float64).reshape(2, 3), torch.float32, CPU)
+    assert address == values.data_ptr() and values.dtype == torch.float32 and values.tolist()[1] == [3, 4, 5]
+    scalar, address = buffers.stage_input(np.array(7, np.int64), torch.int64, CPU)
+    assert address != 0 and scalar.shape == () and int(scalar) == 7
+    flags, _ = buffers.stage_input(np.array([True, False]), torch.bool, CPU)
+    assert flags.tolist() == [True, False]
+
+
+def test_host_debug_copy_without_cuda_and_unresolved_shapes() -> None:
+    """Defect 5 on the CPU: the wait before a host read is a no-op for stream 0 where there is no CUDA."""
+    buffers.synchronize(0)
+    host = np.arange(4, dtype=np.int64)
+    assert buffers.copy_debug_tensor(host.ctypes.data, "INT64", (4,), 0, on_host=True).tolist() == [0, 1, 2, 3]
+    with pytest.raises(BackendError, match="unresolved dimensions"):
+        buffers.copy_debug_tensor(host.ctypes.data, "INT64", (-1,), 0, on_host=True)
+    with pytest.raises(BackendError, match="type FP4: no torch equivalent"):
+        buffers.copy_debug_tensor(host.ctypes.data, "FP4", (4,), 0, on_host=True)
+
+
+def test_collector_and_output_buffers_never_raise() -> None:
+    """Defects 1 and 2: what TensorRT's callbacks do, recorded instead of raised (its wrapper would drop it)."""
+    collector = buffers.DebugCollector()
+    host = np.arange(3, dtype=np.float32)
+    assert collector.process(host.ctypes.data, True, "FLOAT", (3,), "ok", 0)
+    assert not collector.process(host.ctypes.data, True, "FLOAT", (-1,), "bad", 0)
+    assert collector.process(host.ctypes.data, True, "INT4", (3,), "int4", 0)
+    assert set(collector.tensors) == {"ok"} and len(collector.errors) == 1 and "int4" in collector.skipped
+    outputs = buffers.OutputBuffers(CPU)
+    assert outputs.reallocate("big", 1 << 62, 256) == 0 and outputs.errors[0].startswith("big: ")
+    address = outputs.reallocate("t", 12, 64)
+    assert address != 0 and address % 64 == 0
+    outputs.notify("t", (3,))
+    outputs.buffers["t"].view(torch.int32)[:] = torch.tensor([1, 2, 3], dtype=torch.int32)
+    assert outputs.result("t", torch.int32).tolist() == [1, 2, 3]
+    outputs.notify("t", (5,))  # more than TensorRT asked memory for: not read past the buffer
+    assert outputs.result("t", torch.int32) is None
+    outputs.release()
+    assert outputs.buffers == {}
+
+
+@needs_cuda
+def test_host_debug_copy_waits_for_the_stream_on_a_gpu() -> None:
+    """Defect 5 on a CUDA GPU: a host read sees what the stream wrote, not what was there before."""
+    count = 64 << 20
+    for _ in range(3):
+        host = torch.zeros(count, dtype=torch.float32, pin_memory=True)
+        device = torch.full((count,), 3.0, device="cuda")
+        stream = torch.cuda.Stream()
+        torch.cuda.synchronize()
+        with torch.cuda.stream(stream):
+            host.copy_(device, non_blocking=True)  # still in flight when the "callback" runs
+        copied = buffers.copy_debug_tensor(host.data_ptr(), "FLOAT", (count,), stream.cuda_stream, on_host=True)
+        assert bool((copied == 3.0).all())
+
+
+@needs_cuda
+def test_device_buffers_on_a_gpu() -> None:
+    """Defects 2, 4 and 11 on a CUDA GPU: staging, allocation and device debug copies on device memory."""
+    gpu = torch.device("cuda", 0)
+    stream = torch.cuda.Stream(gpu)
+    with torch.cuda.stream(stream):
+        empty, address = buffers.stage_input(np.zeros((0, 3), np.float32), torch.float32, gpu)
+        staged, _ = buffers.stage_input(np.arange(6, dtype=np.float32), torch.float16, gpu)
+    stream.synchronize()
+    assert address != 0 and empty.device.type == "cuda" and staged.cpu().tolist() == [0, 1, 2, 3, 4, 5]
+    outputs = buffers.OutputBuffers(gpu)
+    address = outputs.reallocate("nz", 24, 256)
+    assert address != 0 and address % 256 == 0 and outputs.buffers["nz"].device.type == "cuda"
+    source = torch.arange(6, dtype=torch.float32, device=gpu)
+    collector = buffers.DebugCollector()
+    for name, dtype in (("f", "FLOAT"), ("h", "HALF"), ("b", "BF16"), ("i", "INT32")):
+        typed = source.to(
+            {"FLOAT": torch.float32, "HALF": torch.float16, "BF16": torch.bfloat16, "INT32": torch.int32}[dtype]
+        )
+        assert collector.process(typed.data_ptr(), False, dtype, (2, 3), name, stream.cuda_stream)
+    copies = collector.take()
+    assert collector.tensors == {} and all(copies[n].float().cpu().tolist() == [[0, 1, 2], [3, 4, 5]] for n in copies)
+    before = torch.cuda.memory_reserved()
+    del copies, outputs
+    torch.cuda.empty_cache()  # what the backend does once a run's tensors are on the host
+    assert torch.cuda.memory_reserved() <= before
