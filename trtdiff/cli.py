@@ -293,6 +293,28 @@ def build(**options: Any) -> None:
 
 
 @main.command()
+@cloup.argument("model")
+@model_options
+@export_options
+@cloup.option_group(
+    "Reports",
+    cloup.option("--json", type=click.Path(dir_okay=False), default=None, help="Write the inspection as JSON here."),
+)
+@debug_option
+def inspect(**options: Any) -> None:
+    """List every Resize with its modes and PyTorch origin, and the thread's usual suspects, with advice.
+
+    No comparison runs: the model is exported (or the ONNX file read) and checked for Resize
+    coordinate modes the opset cannot express, align_corners, nearest rounding, Softmax axes
+    before opset 13, FP16 overflow, unfolded BatchNorm, unusual epsilons, GroupNorm patterns
+    and Shape chains a simplifier would fold. Exit code 0: nothing above info; 1: findings.
+    """
+    from trtdiff.commands import inspect_command
+
+    sys.exit(0 if inspect_command(options) else EXIT_DIVERGED)
+
+
+@main.command()
 @cloup.option(
     "--model",
     "example",

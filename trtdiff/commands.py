@@ -15,7 +15,14 @@ from trtdiff import __version__
 from trtdiff.errors import OptionError, param
 
 if TYPE_CHECKING:
-    from trtdiff.options import BackendOptions, CompareOptions, ExportOptions, GateOptions, LoadOptions
+    from trtdiff.options import (
+        BackendOptions,
+        BuildSettings,
+        CompareOptions,
+        ExportOptions,
+        GateOptions,
+        LoadOptions,
+    )
     from trtdiff.outputs import ReportFiles
     from trtdiff.report import Thresholds
     from trtdiff.run import Recording
@@ -104,6 +111,26 @@ def build_command(options: dict[str, Any]) -> None:
         Path(json_path).write_text(report.to_json() + "\n")
 
 
+def inspect_command(options: dict[str, Any]) -> bool:
+    """Inspect the model, print the view, write the JSON when asked; True when nothing is above info."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from trtdiff.cli import flag_for
+    from trtdiff.inspect import inspect_model
+    from trtdiff.outputs import check_json_path
+    from trtdiff.render.inspect_text import render_inspection
+
+    json_path, model = options.pop("json"), options.pop("model")
+    check_json_path(json_path, kind="inspection")
+    inspection = inspect_model(model, _compare_options(options)).named(flag_for)
+    render_inspection(inspection, Console(highlight=False))
+    if json_path:
+        Path(json_path).write_text(inspection.to_json() + "\n")
+    return inspection.clean
+
+
 def demo_command(example: str, input_shape: str, opsets: str, show_all: bool) -> bool:
     """The demo at each opset; True when it showed what it promises."""
     from rich.console import Console
@@ -114,7 +141,9 @@ def demo_command(example: str, input_shape: str, opsets: str, show_all: bool) ->
         wanted = [int(o) for o in opsets.split(",") if o.strip()]
     except ValueError:
         raise OptionError("expected comma-separated integers, e.g. 10,13", parameter="opsets", value=opsets) from None
-    return run_demo(example, input_shape, wanted, Console(highlight=False), show_all=show_all)
+    from trtdiff.cli import flag_for
+
+    return run_demo(example, input_shape, wanted, Console(highlight=False), show_all=show_all, name_of=flag_for)
 
 
 def version_text() -> str:
@@ -210,30 +239,37 @@ def exporter_list(text: str | None) -> list[str]:
 
 
 def _backend_options(options: dict[str, Any]) -> BackendOptions:
-    from trtdiff.options import BackendOptions, BuildSettings
+    """The backend part; a command without TensorRT flags (inspect) gets the defaults."""
+    from trtdiff.options import DEFAULT_PROVIDER, BackendOptions
 
-    workspace = options.pop("workspace_bytes")
-    settings = BuildSettings(
-        outputs=options.pop("outputs"),
-        precision="fp16" if options.pop("fp16") else "fp32",
-        precision_constraints=options.pop("precision_constraints"),
-        optimization_level=options.pop("optimization_level"),
-        workspace_bytes=parse_size(workspace, "workspace_bytes") if workspace else None,
-        compute_capabilities=tuple(options.pop("compute_capabilities")),
-        mark_budget_bytes=_size_or_none(options.pop("mark_budget_bytes", None), "mark_budget_bytes"),
-    )
     memory = options.pop("memory_bytes", None)
     return BackendOptions(
         backends=_names(options.pop("backends", None)),
         require=_names(options.pop("require", None)) or (),
-        ort_provider=options.pop("ort_provider", "CPUExecutionProvider"),
+        ort_provider=options.pop("ort_provider", DEFAULT_PROVIDER),
         torch_device=options.pop("torch_device", "cpu"),
-        tf32=options.pop("tf32"),
-        tensorrt=settings,
-        engine_cache=options.pop("engine_cache"),
-        save_engine=options.pop("save_engine"),
+        tf32=options.pop("tf32", False),
+        tensorrt=_build_settings(options),
+        engine_cache=options.pop("engine_cache", None),
+        save_engine=options.pop("save_engine", None),
         recordings=_recordings(options.pop("recordings", ())),
         **({"memory_bytes": parse_size(memory, "memory_bytes")} if memory else {}),
+    )
+
+
+def _build_settings(options: dict[str, Any]) -> BuildSettings:
+    from trtdiff.options import BuildSettings
+
+    if "outputs" not in options:
+        return BuildSettings()
+    return BuildSettings(
+        outputs=options.pop("outputs"),
+        precision="fp16" if options.pop("fp16") else "fp32",
+        precision_constraints=options.pop("precision_constraints"),
+        optimization_level=options.pop("optimization_level"),
+        workspace_bytes=_size_or_none(options.pop("workspace_bytes"), "workspace_bytes"),
+        compute_capabilities=tuple(options.pop("compute_capabilities")),
+        mark_budget_bytes=_size_or_none(options.pop("mark_budget_bytes", None), "mark_budget_bytes"),
     )
 
 

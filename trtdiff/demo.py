@@ -1,29 +1,34 @@
 """`trtdiff demo`: the seed's story on the embedded DeepLabV3+, offline, in seconds.
 
-Exports the same model at each opset, compares it with PyTorch, prints each report and a
-side-by-side summary. It succeeds when what it shows is what it promises: a divergence at
-a Resize at opsets below 11, none at 11 and above.
+A sweep over opsets (10 and 13 by default): one table, then for each failing opset the
+culprits (which node, export or runtime, what fixing it recovers) and what `inspect` says
+about the file. It succeeds when it shows what it promises: below opset 11 the bilinear
+Resizes are the culprits and inspect flags them; from 11 on everything agrees.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
-from trtdiff.api import compare
-from trtdiff.render.terminal import render_terminal
-from trtdiff.report import BackendPair, Report
+from trtdiff.render.format import culprit_brief, culprit_text, culprits_of
+from trtdiff.render.sweep_text import render_sweep
+from trtdiff.sweep import sweep
 
 if TYPE_CHECKING:
     import torch
+    from rich.console import Console
+
+    from trtdiff.inspect import Inspection
+    from trtdiff.report import Report
 
 EXAMPLES = {
     "resnet": ("trtdiff.examples.deeplabv3plus", "deeplabv3plus_resnet"),
     "mobilenetv2": ("trtdiff.examples.mobilenetv2", "deeplabv3plus_mobilenetv2"),
 }
+_RESIZE_FINDINGS = ("resize-no-coordinate-mode", "asymmetric-coordinates", "coordinate-mismatch")
 
 
 def build_example(name: str) -> torch.nn.Module:
@@ -36,42 +41,81 @@ def build_example(name: str) -> torch.nn.Module:
 
 
 def run_demo(
-    example: str, input_shape: str, opsets: Sequence[int], console: Console, *, show_all: bool = False
+    example: str,
+    input_shape: str,
+    opsets: Sequence[int],
+    console: Console,
+    *,
+    show_all: bool = False,
+    name_of: Callable[[str], str] = str,
 ) -> bool:
-    """Compare the example at each opset; True when each result is the one the demo expects."""
+    """Sweep the example over `opsets`; True when each result is the one the demo expects.
+
+    `show_all` also prints every failing opset's full layer table; `name_of` writes the
+    parameters inspect's advice names (the CLI passes its flags).
+    """
+    from trtdiff.inspect import inspect_model
+    from trtdiff.render.terminal import render_terminal
+
     model = build_example(example)
-    reports: list[Report] = []
-    for opset in opsets:
-        console.rule(f"opset {opset}")
-        report = compare(model, input_shapes=[input_shape], opset=opset)
-        render_terminal(report, console, show_all=show_all)
-        reports.append(report)
-    console.rule("summary")
-    table = Table(box=None, header_style="bold")
-    for column in ("opset", "result", "first divergence", "final output cosine", "max-abs"):
-        table.add_column(column)
+    result = sweep(model, opsets=list(opsets), input_shapes=[input_shape])
+    console.rule("sweep")
+    render_sweep(result, console)
     ok = True
-    for opset, report in zip(opsets, reports, strict=True):
-        output = report.outputs[0].pairs.get(BackendPair("torch", "onnxruntime")) if report.outputs else None
-        first = report.first_divergence
-        table.add_row(
-            str(report.opset),
-            "PASS" if report.passed else "DIVERGED",
-            f"{first.onnx_node} ({first.op_type})" if first else "-",
-            f"{output.cosine:.6f}" if output else "-",
-            f"{output.max_abs:.1e}" if output else "-",
+    for entry in result.entries:
+        report = entry.report
+        if report is None:
+            ok = False
+            continue
+        if report.passed:
+            ok &= entry.opset >= 11
+            continue
+        console.rule(f"opset {entry.opset}")
+        if show_all:
+            render_terminal(report, console, show_all=True)
+        _culprit_lines(report, console)
+        inspection = inspect_model(model, opset=entry.opset, input_shapes=[input_shape]).named(name_of)
+        _inspect_lines(inspection, console)
+        ok &= entry.opset < 11 and _resize_story(report, inspection)
+    _closing(ok, console)
+    return ok
+
+
+def _culprit_lines(report: Report, console: Console) -> None:
+    for number, culprit in enumerate(culprits_of(report), start=1):
+        text = culprit_text(report, culprit) if number == 1 else culprit_brief(report, culprit)
+        console.print(Text.assemble((f"CULPRIT{'' if number == 1 else f' {number}'}", "bold red"), f": {text}"))
+
+
+def _inspect_lines(inspection: Inspection, console: Console) -> None:
+    for finding in inspection.findings:
+        if finding.severity == "info":
+            continue
+        console.print(
+            Text.assemble(
+                ("inspect ", "bold"),
+                (finding.severity.upper(), "bold red"),
+                f" {finding.code}: {', '.join(finding.nodes)}",
+            )
         )
-        expected_divergence = opset < 11
-        if expected_divergence:
-            ok &= first is not None and first.op_type in ("Resize", "Upsample")
-        else:
-            ok &= report.passed
-    console.print(table)
+        console.print(Text(f"    fix: {finding.advice}"))
+
+
+def _resize_story(report: Report, inspection: Inspection) -> bool:
+    """The culprits are Resizes with an export verdict, and inspect flags those same nodes."""
+    culprits = culprits_of(report)
+    flagged = {node for f in inspection.findings if f.code in _RESIZE_FINDINGS for node in f.nodes}
+    return bool(culprits) and all(
+        c.op_type == "Resize" and c.verdict == "export" and c.onnx_node in flagged for c in culprits
+    )
+
+
+def _closing(ok: bool, console: Console) -> None:
     if ok:
         console.print(
-            "As expected: below opset 11 Resize has no coordinate_transformation_mode, so bilinear "
-            "upsampling no longer matches PyTorch; from opset 11 it exports as half_pixel and agrees."
+            "As expected: below opset 11 Resize has no coordinate_transformation_mode, so bilinear upsampling no "
+            "longer matches PyTorch; trtdiff names those Resizes as the culprits (an export problem: the ONNX spec "
+            "computes the same), and from opset 11 it exports as half_pixel and agrees."
         )
     else:
-        console.print("[bold red]The demo did not show what it should; please report this.[/bold red]")
-    return ok
+        console.print(Text("The demo did not show what it should; please report this.", style="bold red"))

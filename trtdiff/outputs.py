@@ -16,7 +16,7 @@ from trtdiff.errors import OptionError
 if TYPE_CHECKING:
     from trtdiff.report import Report
 
-JsonKind = Literal["report", "build"]
+JsonKind = Literal["report", "build", "inspection"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,15 @@ def check_output_path(path: str | None, parameter: str) -> None:
         raise OptionError("is a folder; give a file path", parameter=parameter, value=target)
 
 
+def _is_kind(earlier: dict, kind: JsonKind) -> bool:
+    """Whether an earlier JSON file is a trtdiff report of this kind (a sweep counts as a report)."""
+    if kind == "report":
+        return "sweep" in earlier or ("opset" in earlier and "layers" in earlier)
+    if kind == "inspection":
+        return "findings" in earlier and "resizes" in earlier
+    return "opset" in earlier and "tensorrt" in earlier and "layers" not in earlier
+
+
 def check_json_path(path: str | None, kind: JsonKind = "report") -> None:
     """Refuse to overwrite a file that is not an earlier trtdiff report of this kind."""
     if not path:
@@ -72,11 +81,7 @@ def check_json_path(path: str | None, kind: JsonKind = "report") -> None:
     if target.exists():
         try:
             earlier = json.loads(target.read_text())
-            ours = isinstance(earlier, dict) and "opset" in earlier
-            ours = ours and (
-                "layers" in earlier if kind == "report" else "tensorrt" in earlier and "layers" not in earlier
-            )
-            ours = ours or (kind == "report" and isinstance(earlier, dict) and "sweep" in earlier)  # an earlier sweep
+            ours = isinstance(earlier, dict) and _is_kind(earlier, kind)
         except (OSError, ValueError):
             ours = False
         if not ours:

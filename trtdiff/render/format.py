@@ -193,8 +193,10 @@ def limit_text(check: ThresholdCheck, thresholds: Thresholds, *, symbols: bool =
 
 
 def module_text(module: str | None, code: Callable[[str], str] = _same) -> str:
-    """ "module decoder", or "no PyTorch module"."""
-    return f"module {code(module)}" if module else "no PyTorch module"
+    """ "module decoder", "the model itself" (top level, module path ""), or "no PyTorch module"."""
+    if module is None:
+        return "no PyTorch module"
+    return f"module {code(module)}" if module else "the model itself"
 
 
 def node_text(
