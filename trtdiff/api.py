@@ -7,7 +7,6 @@ outputs of every later sample in one engine -> layers, first divergence, checks 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from trtdiff.prepare import Capture, Prepared, Progress, onnx_feeds, prepare, ti
 from trtdiff.report import Report, all_pairs
 from trtdiff.results import build_layers, environment, mark_failures, pairing_summary, sample_results
 from trtdiff.samples import Sample, SampleSource
+from trtdiff.simplify import with_simplified
 from trtdiff.store import TensorStore
 
 if TYPE_CHECKING:
@@ -88,17 +88,12 @@ def compare(
                 options.gate.ignore_index,
             )
         divergence = first_divergence(layers, prepared.graph, run.pairs)
-        with timed(timings, "culprits"):
-            findings = _culprits(run, layers, divergence, say)
-        if findings.culprits:
-            say("injecting the reference's values at each culprit (attribution)")
-            with timed(timings, "attribution"):
-                findings = _attribution(run, findings, results, segmentation, stack)
+        findings = _findings(run, layers, divergence, results, segmentation, stack, timings, say)
         checks = _checks(options, layers, results, segmentation, run, divergence)
         notes = (*prepared.notes, *_spill_note(store))
         report = _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings)
         if options.export.simplify:
-            report = _with_simplified(model, options, prepared, report, stack, say)
+            report = with_simplified(model, options, prepared.graph.model, report, stack, say)
         return report
 
 
@@ -260,6 +255,26 @@ def _spill_note(store: TensorStore) -> tuple[str, ...]:
     return (f"{store.spilled} reference tensors were spilled to disk (over the memory limit)",)
 
 
+def _findings(
+    run: _Run,
+    layers: list[Layer],
+    divergence: FirstDivergence | None,
+    results: list[SampleResult],
+    segmentation: SegmentationSummary | None,
+    stack: ExitStack,
+    timings: dict[str, float],
+    say: Progress,
+) -> Findings:
+    """Culprits (or drift), then what injecting the reference at each culprit recovers."""
+    with timed(timings, "culprits"):
+        findings = _culprits(run, layers, divergence, say)
+    if findings.culprits:
+        say("injecting the reference's values at each culprit (attribution)")
+        with timed(timings, "attribution"):
+            findings = _attribution(run, findings, results, segmentation, stack)
+    return findings
+
+
 def _culprits(run: _Run, layers: list[Layer], divergence: FirstDivergence | None, say: Progress) -> Findings:
     """Local errors, culprits and drift: when a divergence is found, or when asked either way."""
     wanted = run.options.analysis.culprit
@@ -267,33 +282,6 @@ def _culprits(run: _Run, layers: list[Layer], divergence: FirstDivergence | None
         return Findings(tuple(layers))
     say("running each node alone on the reference's inputs (local error)")
     return analyse(run.analysis_inputs(), layers, run.pairs)
-
-
-def _with_simplified(
-    model: str | Path | torch.nn.Module,
-    options: CompareOptions,
-    prepared: Prepared,
-    report: Report,
-    stack: ExitStack,
-    say: Progress,
-) -> Report:
-    """The same comparison on the simplified ONNX file, side by side (the report's `simplified`)."""
-    import tempfile
-
-    import onnx
-
-    from trtdiff.simplify import simplify_model
-
-    say("simplifying the ONNX file and comparing it too")
-    simplified, how = simplify_model(prepared.graph.model)
-    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-")))
-    onnx.save(simplified, folder / "simplified.onnx")
-    export = dataclasses.replace(
-        options.export, onnx=str(folder / "simplified.onnx"), simplify=False, save_onnx=None, opset=None
-    )
-    again = compare(model, dataclasses.replace(options, export=export, force=False))
-    again = dataclasses.replace(again, onnx_path=None, notes=(f"simplified with {how}", *again.notes))
-    return dataclasses.replace(report, simplified=again, passed=report.passed and again.passed)
 
 
 def _attribution(

@@ -286,8 +286,7 @@ def _thresholds(options: dict[str, Any]) -> Thresholds:
 
 
 def _gate_options(options: dict[str, Any]) -> GateOptions:
-    from trtdiff.datasets import parse_channel_values
-    from trtdiff.datasets import parse_size as parse_hw
+    from trtdiff.datasets import parse_channel_values, parse_size as parse_hw
     from trtdiff.options import GateOptions
 
     mean, std, size = options.pop("mean"), options.pop("std"), options.pop("size")

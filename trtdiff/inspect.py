@@ -21,8 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from trtdiff import __version__
-from trtdiff import inspect_findings as rules
+from trtdiff import __version__, inspect_findings as rules
 from trtdiff.errors import BackendError, ModelRunError, first_line, param, render_names
 from trtdiff.inspect_findings import Finding, ResizeInfo, Severity
 from trtdiff.onnx_graph import GraphInfo, NodeInfo

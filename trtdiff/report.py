@@ -11,6 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from trtdiff.report_tensorrt import (  # the report's TensorRT parts, re-exported
+    BuildReport as BuildReport,
+    EngineLayerInfo as EngineLayerInfo,
+    NotReturned as NotReturned,
+    OutputsMode as OutputsMode,
+    TensorRTStatus as TensorRTStatus,
+    TensorRTSummary as TensorRTSummary,
+)
 from trtdiff.serialization import from_jsonable, to_jsonable
 
 SCHEMA_VERSION = 2
@@ -19,10 +27,8 @@ ReasonMetric = Literal["cosine", "rel_err", "max_abs", "non_finite", "shape", "m
 CheckScope = Literal["outputs", "layers", "agreement", "labels"]
 CheckMetric = Literal["cosine", "rel_err", "max_abs", "divergence", "miou", "miou_drop"]
 Threshold = Literal["min_cosine", "rtol", "max_abs", "layers", "min_miou", "max_miou_drop"]
-PairingMethod = Literal["op", "scope", "folded", "module", "output"]
+PairingMethod = Literal["op", "scope", "folded", "module", "output", "derived"]
 Verdict = Literal["export", "runtime", "unknown"]
-TensorRTStatus = Literal["skipped", "built", "ran"]
-OutputsMode = Literal["all", "unfused", "none"]
 
 # The threshold names as they appear in check ids ("outputs/min-cosine/torch~onnxruntime").
 _THRESHOLD_IDS: dict[str, str] = {
@@ -252,54 +258,6 @@ class PairingSummary:
 
 
 @dataclass(frozen=True)
-class NotReturned:
-    """A tensor the TensorRT engine does not return, and why (from the mark plan)."""
-
-    tensor: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class EngineLayerInfo:
-    """An engine layer that computes several ONNX nodes (a fusion)."""
-
-    name: str
-    onnx_nodes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class TensorRTSummary:
-    """What TensorRT did: skipped (and why), built, or ran; how outputs were marked; what fused.
-
-    `outputs_mode` matters when reading the numbers: "all" marks every tensor, which disables
-    fusion and can hide the very error being chased; "unfused" keeps fusion and returns what
-    survives it as debug tensors; "none" returns the final outputs only.
-    """
-
-    status: TensorRTStatus
-    reason: str | None = None
-    version: str | None = None
-    gpu: str | None = None
-    outputs_mode: OutputsMode | None = None
-    precision: str | None = None
-    tf32: bool = False
-    flags: tuple[str, ...] = ()
-    marked: int = 0
-    not_returned: tuple[NotReturned, ...] = ()
-    fused_layers: tuple[EngineLayerInfo, ...] = ()
-    fusion_source: str | None = None
-    engine_layers: int = 0
-    plan_bytes: int = 0
-    build_seconds: float = 0.0
-    cache_key: str | None = None
-    from_cache: bool = False
-    name_map: dict[str, str] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    engines: int = 1
-    mark_budget_bytes: int | None = None
-
-
-@dataclass(frozen=True)
 class SampleResult:
     """One input sample: final-output metrics per backend pair, and segmentation figures.
 
@@ -431,26 +389,3 @@ class Report:
 
     def write_json(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json() + "\n")
-
-
-@dataclass(frozen=True)
-class BuildReport:
-    """What `trtdiff build` did: the ONNX file, the TensorRT mark plan and name map, the plan."""
-
-    model: str
-    onnx_path: str | None
-    opset: int
-    exporter: str
-    inputs: dict[str, tuple[int, ...]]
-    tensorrt: TensorRTSummary
-    saved_engine: str | None = None
-    notes: tuple[str, ...] = ()
-    timings: dict[str, float] = field(default_factory=dict)
-    trtdiff_version: str = "unknown"
-
-    def to_json(self) -> str:
-        return json.dumps(to_jsonable(self), indent=2, allow_nan=False)
-
-    @classmethod
-    def from_json(cls, text: str) -> BuildReport:
-        return from_jsonable(cls, json.loads(text))

@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto as TP
-from onnx import helper
+from onnx import TensorProto as TP, helper
 
 trt = pytest.importorskip(
     "tensorrt_rtx_bindings",

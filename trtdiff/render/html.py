@@ -19,6 +19,7 @@ from trtdiff.render.format import (
     divergence_figures,
     divergence_node,
     drift_text,
+    escape_html as esc,
     format_value,
     inherited_text,
     inputs_text,
@@ -36,7 +37,6 @@ from trtdiff.render.format import (
     thresholds_text,
     verdict_text,
 )
-from trtdiff.render.format import escape_html as esc
 from trtdiff.render.html_plots import depth_svg, samples_svg
 from trtdiff.report import BackendPair, Culprit, ErrorFigures, Layer, Report
 

@@ -19,12 +19,12 @@ from trtdiff.render.format import (
     cosine,
     culprit_marker,
     culprits_of,
+    escape_html as esc,
     format_value,
     layer_index,
     miou,
     thresholds_text,
 )
-from trtdiff.render.format import escape_html as esc
 from trtdiff.report import Layer, PairMetrics, Report, SampleResult
 
 FLOOR = 1e-12  # 1 - cosine and relative errors below this are float noise; drawn at the floor
