@@ -169,11 +169,6 @@ def test_no_spill_folder_without_spilling(spill_root: Path) -> None:
     assert list(spill_root.iterdir()) == []
 
 
-@pytest.mark.xfail(
-    reason="bug: spill files are named '<count of spilled>-<abs(hash(key))>.npy'; after a discard the count "
-    "repeats, so a later key with the same abs(hash) (e.g. 2 and -2) overwrites a live key's file",
-    strict=True,
-)
 def test_spill_files_of_live_keys_never_collide(spill_root: Path) -> None:
     with TensorStore(memory_bytes=0) as store:
         store.put(0, np.full(2, 0.0))

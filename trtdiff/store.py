@@ -26,6 +26,7 @@ class TensorStore:
         self._on_disk: dict[Hashable, Path] = {}
         self._held = 0
         self._folder: Path | None = None
+        self._files_written = 0  # spill files are numbered by this, never reused
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._in_memory or key in self._on_disk
@@ -45,7 +46,8 @@ class TensorStore:
             return
         if self._folder is None:
             self._folder = Path(tempfile.mkdtemp(prefix="trtdiff-store-"))
-        path = self._folder / f"{len(self._on_disk)}-{abs(hash(key))}.npy"
+        self._files_written += 1
+        path = self._folder / f"{self._files_written}.npy"
         np.save(path, value, allow_pickle=False)
         self._on_disk[key] = path
 
