@@ -97,7 +97,7 @@ def test_traced_torchscript_module_without_recovered_paths_pairs_by_kind_and_ali
 
 
 class _Activations(nn.Module):
-    """SiLU and GELU export as several ONNX ops: only their module outputs can be paired."""
+    """SiLU and GELU export as several ONNX ops: module outputs pair with the modules, the pieces are derived."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -110,20 +110,19 @@ class _Activations(nn.Module):
         return self.head(self.gelu(self.silu(self.conv(x))))
 
 
-def test_decomposed_activations_are_paired_at_module_outputs(tmp_path: Path) -> None:
+def test_decomposed_activations_pair_at_module_outputs_and_derive_their_pieces(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = _Activations().eval()
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}
     path = tmp_path / "act.onnx"
     export_onnx(from_module(model), feeds, opset=13, exporter="torchscript", path=path)
     graph = load_graph(path)
-    cap = capture(model, feeds)
-    result = pair(graph, cap, {n for n, _ in model.named_modules()})
-    by_module = {p.module_path: p.method for p in result.pairs.values()}
-    assert by_module["silu"] == "module" and by_module["gelu"] == "module"
-    values = _ort_values(path, feeds, list(result.pairs))
-    for tensor, torch_pair in result.pairs.items():
-        assert np.abs(values[tensor] - cap.value(torch_pair.key)).max() < 1e-5
+    methods = _check_all_floats_paired_and_equal(model, path, feeds)
+    # derived: SiLU's Sigmoid; GELU's Div, Erf, Add and first Mul (its last Mul is the module's output)
+    assert methods == {"op": 2, "module": 2, "derived": 5}
+    result = pair(graph, capture(model, feeds), {n for n, _ in model.named_modules()})
+    by_type = {graph.node_of(t).op_type: p.method for t, p in result.pairs.items() if p.method == "derived"}
+    assert set(by_type) == {"Sigmoid", "Div", "Erf", "Add", "Mul"}
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """A shared vocabulary of operation kinds, so an aten op and an ONNX node can be matched.
 
 Only kinds that produce a value worth comparing are listed: view and shape manipulation,
-casts and constants have no entry and are never paired by kind.
+casts and constants have no entry and are never paired by kind. Some kinds also depend on
+the op that feeds it (a Linear's bias add, attention's value product): pairing_kinds.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ ONNX_KINDS: dict[str, str] = {
     "Where": "where",
     "MatMul": "matmul",
     "Gemm": "gemm",
+    "Attention": "attention",
     "Concat": "concat",
     "Resize": "resize",
     "Upsample": "resize",
@@ -108,6 +110,13 @@ ATEN_KINDS: dict[str, str] = {
     "bmm": "matmul",
     "matmul": "matmul",
     "addmm": "gemm",
+    "linear": "gemm",  # TorchScript graphs call aten::linear (eager dispatch records addmm or mm + add)
+    "scaled_dot_product_attention": "attention",  # in TorchScript graphs; eager dispatch records a fused kernel
+    "_scaled_dot_product_flash_attention_for_cpu": "attention",
+    "_scaled_dot_product_flash_attention": "attention",
+    "_scaled_dot_product_efficient_attention": "attention",
+    "_scaled_dot_product_cudnn_attention": "attention",
+    "_scaled_dot_product_fused_attention_overrideable": "attention",
     "cat": "concat",
     "upsample_bilinear2d": "resize",
     "upsample_nearest2d": "resize",

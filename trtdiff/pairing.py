@@ -9,7 +9,15 @@ Pairing goes in passes, each only over what earlier passes left:
    graph (all there is for ExportedPrograms and for TorchScript modules whose module paths
    could not be read from their graph);
 3. module: a module's output paired with the last tensor its ONNX scope produces;
-4. outputs: the graph's outputs with the model's outputs, in the exporter's order.
+4. outputs: the graph's outputs with the model's outputs, in the exporter's order;
+5. derived: each float tensor still without a value (inside SiLU, GELU, LayerNorm below
+   opset 17, fused attention; the reshapes and transposes between ops) gets its node run in
+   PyTorch on PyTorch's values, kept only where a recorded value downstream vouches for it
+   (pairing_derive).
+Kinds come from op_kinds, with a Linear's bias add and attention's value product read from
+the op that feeds them (pairing_kinds). Shapes agree when equal, or when one only merges or
+splits adjacent dimensions of the other (a view: PyTorch's bmm 192x49x49 for ONNX's MatMul
+64x3x49x49), never through a transpose.
 Aligning (pairing_align) walks the ONNX nodes in topological order and the ops in execution
 order, with the pairs already made as anchors, and keeps only the pairs that every
 alignment of least cost makes, shapes permitting: an inserted, deleted or swapped node costs
@@ -32,9 +40,11 @@ from typing import Any
 import numpy as np
 
 from trtdiff.backends.torch_backend import TorchCapture, TorchRecord
+from trtdiff.metrics import view_compatible
 from trtdiff.onnx_graph import GraphInfo, NodeInfo, TensorType
-from trtdiff.op_kinds import onnx_kind
 from trtdiff.pairing_align import certain_pairs, segments
+from trtdiff.pairing_derive import Derivation, derive
+from trtdiff.pairing_kinds import computed_from_inputs, onnx_kinds, record_kind
 from trtdiff.report import PairingMethod
 
 _CALL_SUFFIX = re.compile(r"_\d+$")
@@ -56,6 +66,8 @@ class Pairing:
 
     pairs: dict[str, TorchPair]
     node_modules: dict[str, str | None]
+    derivation: Derivation | None = None
+    """Computes the derived values (method "derived"); kept here so that they stay computable."""
 
 
 @dataclass(frozen=True)
@@ -108,11 +120,10 @@ def node_module(node: NodeInfo, module_names: set[str]) -> str | None:
 def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pairing:
     """Pair ONNX tensors with recorded PyTorch values (see the module docstring)."""
     node_modules = {node.name: node_module(node, module_names) for node in graph.nodes}
-    candidates = [
-        n for n in graph.nodes if onnx_kind(n.op_type, n.domain) and n.outputs and n.outputs[0] in graph.data_tensors
-    ]
+    kinds = onnx_kinds(graph)
+    candidates = [n for n in graph.nodes if n.name in kinds and n.outputs and n.outputs[0] in graph.data_tensors]
     units = _units(graph, capture, candidates, node_modules)
-    state = _State(graph, capture, node_modules)
+    state = _State(graph, capture, node_modules, kinds)
     if capture.paths_known or capture.recovered_paths:
         _pair_scopes(state, candidates, units)
     onnx_left: dict[str, list[NodeInfo]] = defaultdict(list)
@@ -130,22 +141,31 @@ def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pai
     if capture.paths_known:
         _pair_module_outputs(graph, capture, node_modules, state.pairs, state.used)
     _pair_graph_outputs(graph, capture, state.pairs)
-    return Pairing(pairs=state.pairs, node_modules=node_modules)
+    derivation = derive(graph, capture, {t: p.key for t, p in state.pairs.items()})
+    keys = {t: derivation.keys[t] for t in derivation.compared} if derivation is not None else {}
+    for tensor, key in keys.items():
+        producer = graph.node_of(tensor)
+        assert producer is not None
+        state.pairs[tensor] = TorchPair(key, "derived", f"derived:{producer.op_type}", node_modules[producer.name])
+    return Pairing(pairs=state.pairs, node_modules=node_modules, derivation=derivation)
 
 
 class _State:
     """The pairs made so far, and the two ways of making more: in order, and by alignment."""
 
-    def __init__(self, graph: GraphInfo, capture: TorchCapture, node_modules: dict[str, str | None]) -> None:
+    def __init__(
+        self, graph: GraphInfo, capture: TorchCapture, node_modules: dict[str, str | None], kinds: dict[str, str]
+    ) -> None:
         self.graph = graph
         self.capture = capture
         self.node_modules = node_modules
+        self.kinds = kinds
         self.pairs: dict[str, TorchPair] = {}
         self.used: set[int] = set()
         self.partner: dict[str, int] = {}  # ONNX tensor -> index of the record it was paired with
 
     def kind(self, node: NodeInfo) -> str:
-        return onnx_kind(node.op_type, node.domain) or ""
+        return self.kinds.get(node.name, "")
 
     def free_node(self, node: NodeInfo) -> bool:
         return node.outputs[0] not in self.pairs
@@ -262,6 +282,7 @@ def _units(
         if not onnx_bn_scopes or (scoped and None not in onnx_bn_scopes and capture.path_of(bn) not in onnx_bn_scopes):
             folded_into[conv.index] = bn
     absorbed = {bn.index for bn in folded_into.values()}
+    from_inputs = computed_from_inputs(capture)
     units: list[_Unit] = []
     for record in capture.records:
         if record.index in absorbed:
@@ -271,7 +292,7 @@ def _units(
             scopes = (capture.path_of(record), capture.path_of(folded))
             units.append(_Unit(folded, "conv", scopes, "folded"))
         else:
-            units.append(_Unit(record, record.kind, (capture.path_of(record),), "op"))
+            units.append(_Unit(record, record_kind(capture, record, from_inputs), (capture.path_of(record),), "op"))
     return units
 
 
@@ -280,9 +301,21 @@ def _compatible(graph: GraphInfo, tensor: str, record: TorchRecord) -> bool:
 
 
 def _type_fits(onnx_type: TensorType, shape: tuple[int, ...], dtype: str) -> bool:
-    """Whether an ONNX tensor of this type can hold a PyTorch value of this shape and dtype."""
-    if onnx_type.shape is not None and None not in onnx_type.shape and tuple(onnx_type.shape) != shape:
-        return False
+    """Whether an ONNX tensor of this type can hold a PyTorch value of this shape and dtype.
+
+    Shapes that only merge or split adjacent dimensions of each other hold the same elements in
+    the same order (PyTorch's bmm 192x49x49 for ONNX's MatMul 64x3x49x49): they fit, and are
+    compared through the reshape. A transposed layout does not.
+    """
+    if onnx_type.shape is not None and tuple(onnx_type.shape) != shape:
+        known = tuple(d for d in onnx_type.shape if d is not None)
+        if len(known) == len(onnx_type.shape):
+            if not view_compatible(known, shape):
+                return False
+        elif len(shape) != len(onnx_type.shape) or any(
+            d not in (None, s) for d, s in zip(onnx_type.shape, shape, strict=True)
+        ):
+            return False  # partly unknown: the same rank, and the known sizes agree
     if onnx_type.dtype is not None:
         torch_float = dtype.startswith(("float", "bfloat", "half"))
         if onnx_type.is_float != torch_float:

@@ -5,16 +5,20 @@ TorchScript archives and ExportedPrograms alike. For eager modules, forward hook
 module path each op ran in, which is what lets pairing follow the exporter's scopes. Python
 hooks do not fire inside a TorchScript module, so there the paths are read from its graph
 instead (`script_paths`). Values are copied when recorded, because in-place ops
-(ReLU(inplace=True)) overwrite their input.
+(ReLU(inplace=True)) overwrite their input. Data flow is followed through the ops that are
+not recorded (views, reshapes, copies) so each record knows which records feed it
+(`TorchRecord.sources`). Pairing may add values derived from the recorded ones
+(`register_derived`); a capture computes them on demand, for every sample.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -23,7 +27,7 @@ from torch.utils._pytree import tree_flatten
 
 from trtdiff.errors import ModelRunError, OptionError, first_line, param
 from trtdiff.op_kinds import aten_kind
-from trtdiff.pairing_align import certain_pairs
+from trtdiff.pairing_script import script_paths
 from trtdiff.store import TensorStore
 
 
@@ -38,10 +42,35 @@ class TorchRecord:
     shape: tuple[int, ...]
     dtype: str
     inputs: tuple[int, ...]
+    sources: tuple[int | None, ...] = ()
+    """Per tensor argument, the record it flows from through unrecorded ops (views, copies):
+    a record index, INPUT for a model input, None for a parameter, buffer or constant."""
 
     @property
     def key(self) -> str:
         return f"torch:{self.index}"
+
+
+INPUT = -1
+"""`TorchRecord.sources` entry of a value computed from a model input by unrecorded ops only."""
+DERIVED_PREFIX = "torch:derived:"
+INPUT_PREFIX = "torch:input:"
+
+
+class DerivedSource(Protocol):
+    """Computes a derived value (see `register_derived`) from any capture of the same model."""
+
+    def compute(self, capture: TorchCapture, key: str) -> np.ndarray: ...
+
+
+_DERIVED: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
+def register_derived(key: str, source: DerivedSource) -> None:
+    """Let every capture compute `key` with `source` (held weakly: as long as its owner keeps it)."""
+    if not key.startswith(DERIVED_PREFIX):
+        raise ValueError(f"a derived key starts with {DERIVED_PREFIX!r}: {key!r}")
+    _DERIVED[key] = source
 
 
 @dataclass(frozen=True)
@@ -67,6 +96,12 @@ class TorchCapture:
     consumers: dict[int, list[int]] = field(default_factory=dict)
     recovered_paths: dict[int, str] = field(default_factory=dict)
     """Record index -> module path, read from a TorchScript module's graph (its records carry none)."""
+    inputs: list[np.ndarray] = field(default_factory=list)
+    """The model's inputs, in order (`value` of `input_keys`; kept beside the store)."""
+
+    @property
+    def input_keys(self) -> list[str]:
+        return [f"{INPUT_PREFIX}{i}" for i in range(len(self.inputs))]
 
     def __post_init__(self) -> None:
         for record in self.records:
@@ -74,6 +109,14 @@ class TorchCapture:
                 self.consumers.setdefault(parent, []).append(record.index)
 
     def value(self, key: str) -> np.ndarray:
+        """A recorded value, or a derived one (computed here on first use, see `register_derived`)."""
+        if key.startswith(INPUT_PREFIX):
+            return self.inputs[int(key.removeprefix(INPUT_PREFIX))]
+        if key not in self.store and key.startswith(DERIVED_PREFIX):
+            source = _DERIVED.get(key)
+            if source is None:
+                raise KeyError(f"{key}: no derivation is registered for it (its pairing is gone)")
+            self.store.put(key, source.compute(self, key))
         return self.store.get(key)
 
     def path_of(self, record: TorchRecord) -> str | None:
@@ -82,7 +125,7 @@ class TorchCapture:
 
 
 class _Recorder(TorchDispatchMode):
-    """Records computing aten ops (see op_kinds) with their inputs' producers."""
+    """Records computing aten ops (see op_kinds) with their inputs' producers and sources."""
 
     def __init__(self, store: TensorStore, path_stack: list[str] | None) -> None:
         super().__init__()
@@ -90,14 +133,22 @@ class _Recorder(TorchDispatchMode):
         self.path_stack = path_stack
         self.records: list[TorchRecord] = []
         self._producer: dict[int, tuple[weakref.ref, int]] = {}
+        self._source: dict[int, tuple[weakref.ref, int]] = {}
+        self._fresh: int | None = None  # the record the previous op made, if it made one
 
     def producer(self, tensor: Any) -> int | None:
-        if not isinstance(tensor, torch.Tensor):
-            return None
-        entry = self._producer.get(id(tensor))
-        if entry is None or entry[0]() is not tensor:
-            return None
-        return entry[1]
+        """The record whose output `tensor` is (the same tensor, not a view of it)."""
+        return _lookup(self._producer, tensor)
+
+    def source(self, tensor: Any) -> int | None:
+        """The record (or INPUT) `tensor` flows from through unrecorded ops such as views."""
+        return _lookup(self._source, tensor)
+
+    def mark(self, tensor: torch.Tensor, index: int, *, produced: bool) -> None:
+        entry = (weakref.ref(tensor), index)
+        self._source[id(tensor)] = entry
+        if produced:
+            self._producer[id(tensor)] = entry
 
     def record_module_output(self, tensor: torch.Tensor, path: str, type_name: str) -> int:
         """Record a module output no recorded op produced (e.g. SiLU, GELU: ops without a kind)."""
@@ -110,10 +161,11 @@ class _Recorder(TorchDispatchMode):
             tuple(tensor.shape),
             str(tensor.dtype).removeprefix("torch."),
             (),
+            (self.source(tensor),),
         )
         self.records.append(record)
         self.store.put(record.key, tensor.detach().to("cpu", copy=True).numpy())
-        self._producer[id(tensor)] = (weakref.ref(tensor), index)
+        self.mark(tensor, index, produced=True)
         return index
 
     def __torch_dispatch__(
@@ -123,14 +175,15 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         packet = func._overloadpacket.__name__
         kind = aten_kind(packet, args)
-        if kind is None:
-            return out
         first = out[0] if isinstance(out, (tuple, list)) else out
-        if not isinstance(first, torch.Tensor):
-            return out
         flat_args, _ = tree_flatten((args, kwargs))
-        inputs = tuple(p for p in (self.producer(a) for a in flat_args) if p is not None)
-        index = len(self.records)
+        tensors = [a for a in flat_args if isinstance(a, torch.Tensor)]
+        fresh, self._fresh = self._fresh, None
+        if kind is None or not isinstance(first, torch.Tensor):
+            if not (fresh is not None and packet in _UNFLATTEN and self._unflatten(fresh, tensors, first)):
+                self._pass_through(tensors, out)
+            return out
+        index = self._fresh = len(self.records)
         record = TorchRecord(
             index=index,
             op=str(func),
@@ -138,12 +191,52 @@ class _Recorder(TorchDispatchMode):
             module_path=self.path_stack[-1] if self.path_stack else ("" if self.path_stack is not None else None),
             shape=tuple(first.shape),
             dtype=str(first.dtype).removeprefix("torch."),
-            inputs=inputs,
+            inputs=tuple(p for p in (self.producer(a) for a in tensors) if p is not None),
+            sources=tuple(self.source(a) for a in tensors),
         )
         self.records.append(record)
         self.store.put(record.key, first.detach().to("cpu", copy=True).numpy())
-        self._producer[id(first)] = (weakref.ref(first), index)
+        self.mark(first, index, produced=True)
         return out
+
+    def _unflatten(self, index: int, tensors: list[torch.Tensor], out: Any) -> bool:
+        """A matrix product's output viewed right away (matmul and linear flatten, then unflatten): record that view.
+
+        The value is the one the model's code sees (bmm 6x49x49 is the 2x3x49x49 of the
+        matmul that called it), which is also how the exporter writes it.
+        """
+        record = self.records[index]
+        if record.kind not in ("matmul", "gemm") or not tensors or self.producer(tensors[0]) != index:
+            return False
+        if not isinstance(out, torch.Tensor) or out.numel() != tensors[0].numel():
+            return False
+        self.records[index] = dataclasses.replace(record, shape=tuple(out.shape))
+        self.store.put(record.key, self.store.get(record.key).reshape(tuple(out.shape)))
+        self.mark(out, index, produced=True)
+        return True
+
+    def _pass_through(self, tensors: list[torch.Tensor], out: Any) -> None:
+        """An unrecorded op's outputs flow from its one source (a view, a copy, a reshape)."""
+        found = {s for s in (self.source(t) for t in tensors) if s is not None}
+        if len(found) != 1:
+            return
+        (source,) = found
+        leaves, _ = tree_flatten(out)
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                self.mark(leaf, source, produced=False)
+
+
+_UNFLATTEN = frozenset({"view", "_unsafe_view", "reshape", "_reshape_alias"})
+
+
+def _lookup(table: dict[int, tuple[weakref.ref, int]], tensor: Any) -> int | None:
+    if not isinstance(tensor, torch.Tensor):
+        return None
+    entry = table.get(id(tensor))
+    if entry is None or entry[0]() is not tensor:
+        return None
+    return entry[1]
 
 
 def capture(
@@ -195,6 +288,8 @@ def _capture(
     calls: list[ModuleCall] = []
     handles = _install_hooks(module, recorder, calls) if eager else []
     tensors = [torch.from_numpy(np.array(value, copy=True, order="C")).to(device) for value in inputs.values()]
+    for tensor in tensors:
+        recorder.mark(tensor, INPUT, produced=False)
     try:
         with torch.no_grad(), recorder:
             result = module(*tensors)
@@ -227,6 +322,7 @@ def _capture(
         store=store,
         device=device,
         recovered_paths=script_paths(module, recorder.records) if isinstance(module, torch.jit.ScriptModule) else {},
+        inputs=[np.array(value, copy=True) for value in inputs.values()],
     )
 
 
@@ -270,107 +366,3 @@ def _install_hooks(module: torch.nn.Module, recorder: _Recorder, calls: list[Mod
         handles.append(sub.register_forward_pre_hook(pre))
         handles.append(sub.register_forward_hook(post))
     return handles
-
-
-_OPAQUE = frozenset({"prim::CallFunction", "prim::PythonOp"})
-
-
-class _Unreadable(Exception):
-    """The graph runs code whose ops cannot be listed in order from the graph alone."""
-
-
-@dataclass(frozen=True)
-class _ScriptOp:
-    """A computing aten node of a TorchScript graph, the module it runs in and the ops that feed it."""
-
-    kind: str
-    path: str
-    feeds: frozenset[int]
-
-
-def script_paths(module: torch.jit.ScriptModule, records: Sequence[TorchRecord]) -> dict[int, str]:
-    """Module paths for the records of a TorchScript module's forward: record index -> path.
-
-    A ScriptModule's submodules still call each other (`prim::CallMethod` on the attribute
-    chain from `self`), so walking the forward graph lists its computing aten nodes in
-    execution order with the module path each runs in. Those are aligned with the recorded
-    ops by kind (`certain_pairs`), and the alignment is checked against the data flow: a
-    record's inputs must be nodes that feed its node. Where the graph has control flow or
-    opaque calls, or the check fails, nothing is returned and pairing goes by kind alone.
-    """
-    ops: list[_ScriptOp] = []
-    try:
-        _walk_method(module, "", "forward", [], ops)
-    except (_Unreadable, AttributeError, KeyError, RuntimeError):
-        return {}
-    op_kinds, record_kinds = [op.kind for op in ops], [record.kind for record in records]
-    if op_kinds == record_kinds:
-        aligned = [(i, i) for i in range(len(ops))]
-    else:
-        aligned = certain_pairs(op_kinds, record_kinds, swaps=False)
-    op_of = {records[j].index: i for i, j in aligned}
-    for i, j in aligned:
-        if any(p in op_of and op_of[p] not in ops[i].feeds for p in records[j].inputs):
-            return {}
-    return {records[j].index: ops[i].path for i, j in aligned}
-
-
-def _walk_method(
-    module: Any, path: str, method: str, inputs: list[frozenset[int]], ops: list[_ScriptOp]
-) -> list[frozenset[int]]:
-    """Append the kinded aten nodes of `module.method` (`module` at `path`) to `ops`; return its outputs' feeds."""
-    graph = module._c._get_method(method).graph  # a traced submodule's Python forward only raises
-    params = list(graph.inputs())
-    modules: dict[int, tuple[Any, str]] = {params[0].unique(): (module, path)}
-    feeds: dict[int, frozenset[int]] = {v.unique(): f for v, f in zip(params[1:], inputs, strict=False)}
-    for node in graph.nodes():
-        kind, args = node.kind(), list(node.inputs())
-        fed = frozenset().union(*(feeds.get(v.unique(), frozenset()) for v in args))
-        if kind == "prim::GetAttr" and args[0].unique() in modules:
-            owner, owner_path = modules[args[0].unique()]
-            child = getattr(owner, node.s("name"))
-            if isinstance(child, torch.nn.Module):
-                child_path = f"{owner_path}.{node.s('name')}" if owner_path else node.s("name")
-                modules[node.output().unique()] = (child, child_path)
-            continue
-        outs: list[frozenset[int]] = [fed] * node.outputsSize()
-        if kind == "prim::CallMethod":
-            child, child_path = modules[args[0].unique()]
-            feeds_in = [feeds.get(v.unique(), frozenset()) for v in args[1:]]
-            outs = _walk_method(child, child_path, node.s("name"), feeds_in, ops)
-        elif kind in _OPAQUE or _calls_inside(node):
-            raise _Unreadable(kind)
-        elif (op_kind := _node_kind(node)) is not None:
-            ops.append(_ScriptOp(op_kind, path, fed))
-            outs = [frozenset({len(ops) - 1})] * node.outputsSize()
-        for value, out in zip(node.outputs(), outs, strict=False):
-            feeds[value.unique()] = out
-    return [feeds.get(v.unique(), frozenset()) for v in graph.outputs()]
-
-
-def _node_kind(node: Any) -> str | None:
-    kind = node.kind()
-    if not kind.startswith("aten::"):
-        return None
-    return aten_kind(kind.removeprefix("aten::"), tuple(_constant(v) for v in node.inputs()))
-
-
-def _constant(value: Any) -> Any:
-    """The value of a constant graph input (a list of constants too), else None."""
-    node = value.node()
-    if node.kind() == "prim::Constant":
-        return value.toIValue()
-    if node.kind() == "prim::ListConstruct":
-        items = [_constant(v) for v in node.inputs()]
-        return items if all(item is not None for item in items) else None
-    return None
-
-
-def _calls_inside(node: Any) -> bool:
-    """Whether a node's blocks (an If or a Loop) run calls or computing ops: their order is the data's."""
-    for block in node.blocks():
-        for inner in block.nodes():
-            kind = inner.kind()
-            if kind == "prim::CallMethod" or kind in _OPAQUE or _node_kind(inner) is not None or _calls_inside(inner):
-                return True
-    return False
