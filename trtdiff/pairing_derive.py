@@ -13,6 +13,11 @@ PyTorch computed, step for step, and each derived value is what PyTorch holds at
 a node whose computation differs from PyTorch's (an edit, a wrong attribute) breaks the
 vouching and leaves its tensors unpaired rather than compared with a wrong reference.
 
+A derived value that rounding alone could move past the thresholds (inputs moved by
+PERTURBATION move it by more than MAX_AMPLIFICATION times that: the mean of a LayerNorm's
+output, whose rows sum to zero, is rounding noise in every backend) is computed, since its
+consumers need it, but never compared.
+
 Derived values are computed again for each capture (each sample) from its recorded values
 (`Derivation.compute`, registered with the capture's `register_derived`).
 """
@@ -80,7 +85,8 @@ class Derivation:
                     value = array
                 elif self.keys[name] not in capture.store:
                     capture.store.put(self.keys[name], array)
-        assert value is not None
+        if value is None:
+            raise RuntimeError(f"{node.name} gave no value for {tensor} in PyTorch")
         return value
 
     def _input(self, capture: TorchCapture, name: str) -> torch.Tensor:
