@@ -156,3 +156,21 @@ def test_help_does_not_import_torch_or_tensorrt() -> None:
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class _Scripted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+def test_a_torchscript_interpreter_failure_shows_its_cause(tmp_path: Path) -> None:
+    path = tmp_path / "scripted.pt"
+    torch.jit.save(torch.jit.script(_Scripted().eval()), str(path))
+    code, _, stderr = _run("compare", str(path), "--input-shape", "1x8")
+    line = _one_error_line(stderr)
+    assert code == 2 and "Expected 3D (unbatched) or 4D (batched) input to conv2d" in line
+    assert "TorchScript interpreter" not in line

@@ -133,7 +133,7 @@ def test_cause_line_skips_the_torchscript_banner() -> None:
         '  File "code/__torch__.py", line 9, in forward\n'
         "RuntimeError: Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [1, 8]\n"
     )
-    assert cause_line(RuntimeError(text)).startswith("RuntimeError: Expected 3D (unbatched) or 4D")
+    assert cause_line(RuntimeError(text)).startswith("Expected 3D (unbatched) or 4D")
     assert cause_line(ValueError("plain first line\nmore")) == "plain first line"
 
 

@@ -99,13 +99,14 @@ _BANNERS = ("The following operation failed in the TorchScript interpreter",)
 
 def cause_line(error: BaseException, limit: int = 300) -> str:
     """The line that says what went wrong: the first line, or past a banner (TorchScript's
-    "The following operation failed...") the last "SomethingError: ..." line of the message."""
+    "The following operation failed...") the last "SomethingError: ..." line of the message,
+    without its "SomethingError: " prefix."""
     text = str(error)
     first = first_line(text, limit)
     if first and not first.startswith(_BANNERS):
         return first
     causes = [line.strip() for line in text.splitlines() if _ERROR_LINE.match(line)]
-    return first_line(causes[-1], limit) if causes else first
+    return first_line(causes[-1].split(": ", 1)[1], limit) if causes else first
 
 
 def describe_error(error: BaseException, limit: int = 200) -> str:

@@ -25,7 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from trtdiff.errors import ModelRunError, OptionError, first_line, param
+from trtdiff.errors import ModelRunError, OptionError, cause_line, param
 from trtdiff.op_kinds import aten_kind
 from trtdiff.pairing_script import script_paths
 from trtdiff.store import TensorStore
@@ -295,7 +295,7 @@ def _capture(
             result = module(*tensors)
     except Exception as error:
         shapes = ", ".join(f"{name}:{'x'.join(map(str, v.shape))}" for name, v in inputs.items())
-        message = first_line(error)
+        message = cause_line(error)
         raise ModelRunError(
             f"the model's forward raised {type(error).__name__}: {message} (inputs {shapes}); "
             f"check {param('input_shapes')} / {param('input_files')} against what the model expects"
@@ -335,7 +335,7 @@ def run_outputs(
         try:
             result = module(*tensors)
         except Exception as error:
-            message = first_line(error)
+            message = cause_line(error)
             raise ModelRunError(
                 f"the model's forward raised {type(error).__name__}: {message}; check the inputs"
             ) from error
