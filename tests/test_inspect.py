@@ -319,10 +319,7 @@ def test_pytorch_model_reports_the_module_of_each_resize(opset: int, exporter: s
 def test_json_round_trip_and_parameter_names(deeplab: dict[int, Inspection]) -> None:
     inspection = deeplab[10]
     assert Inspection.from_json(inspection.to_json()) == inspection
-    flags = inspection.named(lambda name: "--" + name.replace("_", "-"))
-    assert "(--opset 11)" in flags.findings[0].advice
-    plain = inspection.named()
-    assert "(opset 11)" in plain.findings[0].advice and "\\u001f" not in plain.to_json()
+    assert "(opset 11)" in inspection.findings[0].advice and "\\u001f" not in inspection.to_json()
 
 
 def test_terminal_view_fits_80_columns(deeplab: dict[int, Inspection]) -> None:
@@ -361,3 +358,13 @@ def test_cli_inspect_exit_codes_and_json(tmp_path: Path) -> None:
     precious.write_text('{"mine": true}')
     refused = CliRunner().invoke(main, [*args, "--json", str(precious)])
     assert refused.exit_code == 2 and precious.read_text() == '{"mine": true}'
+
+
+def test_advice_names_parameters_for_python_callers_and_flags_for_the_cli() -> None:
+    from trtdiff.cli import flag_for
+
+    python = inspect_model(FACTORY, input_shapes=[SHAPE], opset=10)
+    advice = next(f.advice for f in python.findings if f.code == "resize-no-coordinate-mode")
+    assert "\x1f" not in python.to_json() and "(opset 11)" in advice
+    cli = inspect_model(FACTORY, input_shapes=[SHAPE], opset=10, name_of=flag_for)
+    assert "(--opset 11)" in next(f.advice for f in cli.findings if f.code == "resize-no-coordinate-mode")

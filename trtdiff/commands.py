@@ -124,7 +124,7 @@ def inspect_command(options: dict[str, Any]) -> bool:
 
     json_path, model = options.pop("json"), options.pop("model")
     check_json_path(json_path, kind="inspection")
-    inspection = inspect_model(model, _compare_options(options)).named(flag_for)
+    inspection = inspect_model(model, _compare_options(options), name_of=flag_for)
     render_inspection(inspection, Console(highlight=False))
     if json_path:
         Path(json_path).write_text(inspection.to_json() + "\n")

@@ -74,7 +74,7 @@ def run_demo(
         if show_all:
             render_terminal(report, console, show_all=True)
         _culprit_lines(report, console)
-        inspection = inspect_model(model, opset=entry.opset, input_shapes=[input_shape]).named(name_of)
+        inspection = inspect_model(model, opset=entry.opset, input_shapes=[input_shape], name_of=name_of)
         _inspect_lines(inspection, console)
         ok &= entry.opset < 11 and _resize_story(report, inspection)
     _closing(ok, console)

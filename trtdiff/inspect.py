@@ -108,12 +108,17 @@ class Interpolation:
 
 
 def inspect_model(
-    model: str | Path | torch.nn.Module, options: CompareOptions | None = None, **fields: Any
+    model: str | Path | torch.nn.Module,
+    options: CompareOptions | None = None,
+    *,
+    name_of: Callable[[str], str] = str,
+    **fields: Any,
 ) -> Inspection:
     """Export `model` (or read the ONNX file) as `compare` would and report what may break its numbers.
 
     Options as for `compare` (the model, inputs, export and ONNX Runtime provider are read),
-    e.g. `inspect_model("model.pt", opset=10, input_shapes=["1x3x512x512"])`.
+    e.g. `inspect_model("model.pt", opset=10, input_shapes=["1x3x512x512"])`. Advice names
+    parameters as `name_of` writes them (the parameter itself; the CLI passes its flags).
     """
     options = (options or CompareOptions()).with_fields(**fields)
     options.export.validate()
@@ -138,7 +143,7 @@ def inspect_model(
             findings=tuple(findings),
             worst=rules.worst_severity(findings),
             notes=(*prepared.notes, *([note] if note else [])),
-        )
+        ).named(name_of)
 
 
 def inspect_graph(
