@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -142,13 +143,14 @@ class _Run:
             prepared.graph,
             prepared.feeds,
             prepared.backends,
-            self.captured(),
+            self.captured,
             self.options.runtime,
             self.options.thresholds,
         )
 
+    @cached_property
     def captured(self) -> CapturedValues | None:
-        """PyTorch's recorded values by ONNX tensor (sample 0)."""
+        """PyTorch's recorded values by ONNX tensor (sample 0; built once, its key map with it)."""
         reference = self.reference
         if reference.capture is None or reference.pairing is None:
             return None
@@ -163,7 +165,7 @@ class _Run:
             say(f"final outputs of sample {index + 1}{f'/{total}' if total else ''} ({sample.name})")
             sources: list[ValueSource] = []
             if index == 0:
-                captured = self.captured()
+                captured = self.captured
                 if captured is not None:
                     sources.append(captured)
                 feeds = self.prepared.feeds
@@ -325,7 +327,7 @@ class _Recapture:
             self.store.close()
 
     def __call__(self, index: int, sample: Sample) -> ValuesOf | None:
-        captured = self.run.captured()
+        captured = self.run.captured
         module = self.run.reference.module
         if captured is None or module is None:
             return None

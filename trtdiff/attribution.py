@@ -46,32 +46,23 @@ class AttributionInputs:
 
 
 def attribute(inputs: AttributionInputs, culprits: Sequence[Culprit]) -> tuple[Attribution, ...]:
-    """Per culprit, cumulative along each pair's culprits: the final error and mIoU after injecting."""
-    attribution: list[Attribution] = []
-    for pair in dict.fromkeys(c.pair for c in culprits):
-        chain = [c for c in culprits if c.pair == pair]
-        before = _before(inputs, pair)
-        for count in range(1, len(chain) + 1):
-            after = _after(inputs, pair, [c.tensor for c in chain[:count]])
-            if after is None:
-                break
-            culprit = chain[count - 1]
-            recovered = None if after.miou is None or before.miou is None else after.miou - before.miou
-            attribution.append(
-                Attribution(
-                    onnx_node=culprit.onnx_node,
-                    tensor=culprit.tensor,
-                    pair=pair,
-                    final_rel_err_before=before.rel_err,
-                    final_rel_err_after=after.rel_err,
-                    final_cosine_before=before.cosine,
-                    final_cosine_after=after.cosine,
-                    miou_before=before.miou,
-                    miou_after=after.miou,
-                    miou_recovered=recovered,
-                )
-            )
-    return tuple(attribution)
+    """Per culprit, cumulative along each pair's culprits: the final error and mIoU after injecting.
+
+    The samples (and the reference's values on each, a PyTorch recording per sample) are
+    read once; every injection runs on each sample as it comes.
+    """
+    injections = [
+        _Injection(pair, chain[:count], inputs)
+        for pair in dict.fromkeys(c.pair for c in culprits)
+        for chain in [[c for c in culprits if c.pair == pair]]
+        for count in range(1, len(chain) + 1)
+    ]
+    wanted = list(dict.fromkeys([*(c.tensor for c in culprits), *inputs.graph.graph_outputs]))
+    for sample, feeds, reference in inputs.samples():
+        values = reference(wanted)
+        for injection in injections:
+            injection.add(sample, feeds, values)
+    return tuple(a for injection in injections if (a := injection.result(_before(inputs, injection.pair))))
 
 
 @dataclass(frozen=True)
@@ -92,30 +83,62 @@ def _before(inputs: AttributionInputs, pair: BackendPair) -> _Figures:
     return _Figures(_worst_rel(metrics), _worst_cosine(metrics), miou)
 
 
-def _after(inputs: AttributionInputs, pair: BackendPair, tensors: list[str]) -> _Figures | None:
-    graph = inputs.graph
-    injected = graph_from_model(inject(graph, tensors), graph.path.with_suffix(".injected.onnx"))
-    outputs = list(graph.graph_outputs)
-    metrics: list[PairMetrics] = []
-    tally: SegmentationTally | None = None
-    runner: OnnxBackend | None = None
-    for sample, feeds, reference in inputs.samples():
-        values = reference([*tensors, *outputs])
-        if runner is None:
-            runner = inputs.open_like(pair.candidate, injected, {**feeds, **_pick(values, tensors)})
-            if runner is None:
-                return None
-        got = fetch(runner, {**feeds, **_pick(values, tensors)}, [o for o in outputs if o not in tensors])
-        got.update(_pick(values, [o for o in outputs if o in tensors]))  # an injected output is the reference's
+class _Injection:
+    """The candidate with the reference's values at some culprits' outputs, run sample by sample."""
+
+    def __init__(self, pair: BackendPair, culprits: Sequence[Culprit], inputs: AttributionInputs) -> None:
+        self.pair, self.culprit, self.inputs = pair, culprits[-1], inputs
+        self.tensors = [c.tensor for c in culprits]
+        graph = inputs.graph
+        self.graph = graph_from_model(inject(graph, self.tensors), graph.path.with_suffix(".injected.onnx"))
+        self.runner: OnnxBackend | None = None
+        self.unavailable = False
+        self.metrics: list[PairMetrics] = []
+        self.tally: SegmentationTally | None = None
+
+    def add(self, sample: Sample, feeds: Mapping[str, np.ndarray], values: Mapping[str, np.ndarray]) -> None:
+        """Run the injected graph on one sample and compare its outputs with the reference's."""
+        if self.unavailable:
+            return
+        fed = {**feeds, **_pick(values, self.tensors)}
+        if self.runner is None:
+            self.runner = self.inputs.open_like(self.pair.candidate, self.graph, fed)
+            if self.runner is None:
+                self.unavailable = True
+                return
+        outputs = list(self.inputs.graph.graph_outputs)
+        got = fetch(self.runner, fed, [o for o in outputs if o not in self.tensors])
+        got.update(_pick(values, [o for o in outputs if o in self.tensors]))  # an injected output is the reference's
         for output in outputs:
             if output in values and output in got:
-                metrics.append(compare_tensors(values[output], got[output], inputs.thresholds))
-        tally = _tally(tally, inputs, pair, values, got, sample)
-    miou = None
-    if tally is not None:
-        summary = tally.summary(pair.reference)
-        miou = summary.label_miou.get(pair.candidate) if summary.label_miou else summary.agreement_miou.get(pair)
-    return _Figures(_worst_rel(metrics), _worst_cosine(metrics), miou)
+                self.metrics.append(compare_tensors(values[output], got[output], self.inputs.thresholds))
+        self.tally = _tally(self.tally, self.inputs, self.pair, values, got, sample)
+
+    def result(self, before: _Figures) -> Attribution | None:
+        """What the injection left of the error, beside `before` (None where the candidate cannot be reopened)."""
+        if self.unavailable or self.runner is None:
+            return None
+        miou = None
+        if self.tally is not None:
+            summary = self.tally.summary(self.pair.reference)
+            miou = (
+                summary.label_miou.get(self.pair.candidate)
+                if summary.label_miou
+                else summary.agreement_miou.get(self.pair)
+            )
+        recovered = None if miou is None or before.miou is None else miou - before.miou
+        return Attribution(
+            onnx_node=self.culprit.onnx_node,
+            tensor=self.culprit.tensor,
+            pair=self.pair,
+            final_rel_err_before=before.rel_err,
+            final_rel_err_after=_worst_rel(self.metrics),
+            final_cosine_before=before.cosine,
+            final_cosine_after=_worst_cosine(self.metrics),
+            miou_before=before.miou,
+            miou_after=miou,
+            miou_recovered=recovered,
+        )
 
 
 def _tally(

@@ -8,9 +8,14 @@ is what lets trtdiff compare a model whose intermediates do not fit in memory tw
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import onnx
+
+    from trtdiff.onnx_graph import GraphInfo
 
 DEFAULT_CHUNK_BYTES = 1 << 30
 
@@ -66,3 +71,33 @@ def fetch(runner: OnnxBackend, feeds: Mapping[str, np.ndarray], names: list[str]
     for part in runner.run(feeds, names, max_bytes=1 << 62):
         values.update(part)
     return values
+
+
+def expose_node_outputs(
+    graph: GraphInfo, *, bfloat16_as_float32: bool = False
+) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """A copy of the model with every node output (but the graph inputs) as a graph output.
+
+    Returns the model and, per exposed tensor, the output that holds it: with
+    `bfloat16_as_float32` a bfloat16 tensor is read through a Cast to float32 (numpy, and so
+    ONNX Runtime's Python API, has no bfloat16).
+    """
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.ModelProto()
+    model.CopyFrom(graph.model)
+    inputs = set(graph.graph_inputs)
+    existing = {o.name for o in model.graph.output}
+    output_of: dict[str, str] = {}
+    for tensor in (t for t in graph.node_outputs if t not in inputs):
+        dtype = graph.tensor_type(tensor).dtype
+        if bfloat16_as_float32 and dtype is not None and dtype.name == "bfloat16":
+            output_of[tensor] = f"{tensor}/trtdiff.float32"
+            model.graph.node.append(helper.make_node("Cast", [tensor], [output_of[tensor]], to=TensorProto.FLOAT))
+            model.graph.output.append(onnx.ValueInfoProto(name=output_of[tensor]))
+            continue
+        output_of[tensor] = tensor
+        if tensor not in existing:
+            model.graph.output.append(onnx.ValueInfoProto(name=tensor))
+    return model, output_of

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names
+from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names, expose_node_outputs
 from trtdiff.errors import BackendError, first_line
 
 if TYPE_CHECKING:
@@ -32,15 +32,8 @@ class OnnxReferenceBackend:
         from onnx.reference import ReferenceEvaluator
 
         self.graph = graph
-        inputs = set(graph.graph_inputs)
-        self._exposed = [t for t in graph.node_outputs if t not in inputs]
-        self._exposed_set = frozenset(self._exposed)
-        model = onnx.ModelProto()
-        model.CopyFrom(graph.model)
-        existing = {o.name for o in model.graph.output}
-        for tensor in self._exposed:
-            if tensor not in existing:
-                model.graph.output.append(onnx.ValueInfoProto(name=tensor))
+        model, exposed = expose_node_outputs(graph)
+        self._exposed_set = frozenset(exposed)
         try:
             self._evaluator = ReferenceEvaluator(model, new_ops=_pre_11_resize() if graph.opset < 11 else None)
         except Exception as error:  # NotImplementedError for unknown ops, others for bad models

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
-from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names
+from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names, expose_node_outputs
 from trtdiff.errors import BackendError, OptionError, first_line
 from trtdiff.options import DEFAULT_PROVIDER
 
@@ -44,12 +44,8 @@ class OnnxRuntimeBackend:
             )
         self.graph = graph
         self.provider = provider
-        inputs = set(graph.graph_inputs)
-        self._exposed = [t for t in graph.node_outputs if t not in inputs]
-        self._exposed_set = frozenset(self._exposed)
-        model = onnx.ModelProto()
-        model.CopyFrom(graph.model)
-        self._output_of = _expose(model, self._exposed, graph)
+        model, self._output_of = expose_node_outputs(graph, bfloat16_as_float32=True)
+        self._exposed_set = frozenset(self._output_of)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         options.log_severity_level = 3
@@ -95,26 +91,6 @@ class OnnxRuntimeBackend:
                     f"{self.graph.path}: ONNX Runtime failed to run the model: {_ort_message(error, self.graph)}"
                 ) from error
             yield {name: np.asarray(value) for name, value in zip(group, values, strict=True)}
-
-
-def _expose(model: onnx.ModelProto, tensors: Sequence[str], graph: GraphInfo) -> dict[str, str]:
-    """Make every tensor a graph output; bfloat16 ones through a Cast to float32, which numpy can hold.
-
-    Returns the output name that holds each tensor.
-    """
-    existing = {o.name for o in model.graph.output}
-    output_of: dict[str, str] = {}
-    for tensor in tensors:
-        dtype = graph.tensor_type(tensor).dtype
-        if dtype is not None and dtype.name == "bfloat16":
-            output_of[tensor] = f"{tensor}/trtdiff.float32"
-            model.graph.node.append(helper.make_node("Cast", [tensor], [output_of[tensor]], to=TensorProto.FLOAT))
-            model.graph.output.append(onnx.ValueInfoProto(name=output_of[tensor]))
-            continue
-        output_of[tensor] = tensor
-        if tensor not in existing:
-            model.graph.output.append(onnx.ValueInfoProto(name=tensor))
-    return output_of
 
 
 def _ort_feeds(feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
