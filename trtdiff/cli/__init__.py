@@ -1,0 +1,1 @@
+"""The `trtdiff` command: flags parsed into typed options, one library call, one line per error."""
