@@ -14,7 +14,7 @@ import trtdiff
 from trtdiff.analysis.culprits import local_errors
 from trtdiff.analysis.shadow import build_shadow, embed
 from trtdiff.backends.base import fetch
-from trtdiff.cli.main import main
+from trtdiff.cli.app import main
 from trtdiff.report import BackendPair
 from trtdiff.source.onnx_graph import load_graph
 

@@ -17,7 +17,7 @@ from trtdiff.backends.onnx_reference import OnnxReferenceBackend
 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
 from trtdiff.backends.recorded import RecordedBackend, record
 from trtdiff.backends.registry import choose_backends, open_backends
-from trtdiff.cli.main import main
+from trtdiff.cli.app import main
 from trtdiff.errors import BackendError
 from trtdiff.options import DEFAULT_BACKENDS, KNOWN_BACKENDS, ONNX_BACKENDS, BackendOptions
 from trtdiff.report import BackendPair

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 import trtdiff
-from trtdiff.cli.main import main
+from trtdiff.cli.app import main
 from trtdiff.errors import OptionError
 from trtdiff.gate.checks import SegmentationTally
 from trtdiff.options import GateOptions

@@ -343,7 +343,7 @@ def test_bad_input_raises_an_error_naming_the_file(tmp_path: Path) -> None:
 def test_cli_inspect_exit_codes_and_json(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from trtdiff.cli.main import main
+    from trtdiff.cli.app import main
 
     out = tmp_path / "inspect.json"
     args = ["inspect", "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet", "--input-shape", "1x3x32x32"]
@@ -361,7 +361,7 @@ def test_cli_inspect_exit_codes_and_json(tmp_path: Path) -> None:
 
 
 def test_advice_names_parameters_for_python_callers_and_flags_for_the_cli() -> None:
-    from trtdiff.cli.main import flag_for
+    from trtdiff.cli.app import flag_for
 
     python = inspect_model(FACTORY, input_shapes=[SHAPE], opset=10)
     advice = next(f.advice for f in python.findings if f.code == "resize-no-coordinate-mode")

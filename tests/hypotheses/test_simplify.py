@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 import trtdiff
-from trtdiff.cli.main import main
+from trtdiff.cli.app import main
 from trtdiff.errors import OptionError
 from trtdiff.hypotheses.simplify import simplify_model
 

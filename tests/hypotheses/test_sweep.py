@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from trtdiff.cli.main import main
+from trtdiff.cli.app import main
 from trtdiff.errors import OptionError
 from trtdiff.hypotheses.sweep import Sweep, sweep, why_not
 from trtdiff.render.sweep_text import render_sweep

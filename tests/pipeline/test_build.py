@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import trtdiff
 from trtdiff.backends.tensorrt import probe
-from trtdiff.cli.main import main
+from trtdiff.cli.app import main
 from trtdiff.report import BuildReport
 
 FACTORY = "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet"

@@ -117,7 +117,7 @@ def inspect_command(options: dict[str, Any]) -> bool:
 
     from rich.console import Console
 
-    from trtdiff.cli.main import flag_for
+    from trtdiff.cli.app import flag_for
     from trtdiff.hypotheses.inspect import inspect_model
     from trtdiff.render.files import check_json_path
     from trtdiff.render.inspect_text import render_inspection
@@ -141,7 +141,7 @@ def demo_command(example: str, input_shape: str, opsets: str, show_all: bool) ->
         wanted = [int(o) for o in opsets.split(",") if o.strip()]
     except ValueError:
         raise OptionError("expected comma-separated integers, e.g. 10,13", parameter="opsets", value=opsets) from None
-    from trtdiff.cli.main import flag_for
+    from trtdiff.cli.app import flag_for
 
     return run_demo(example, input_shape, wanted, Console(highlight=False), show_all=show_all, name_of=flag_for)
 

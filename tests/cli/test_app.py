@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from torch import nn
 
 import trtdiff
-from trtdiff.cli.main import main
+from trtdiff.cli.app import main
 from trtdiff.report import Report
 
 FACTORY = "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet"
@@ -85,7 +85,7 @@ def build_raising() -> nn.Module:
         (("compare", FACTORY, "--input-shape", SHAPE, "--backends", "torch,foo"), "unknown backend"),
         (("compare", FACTORY, "--input-shape", SHAPE, "--min-cosine", "2"), "--min-cosine"),
         (("compare", FACTORY, "--input-shape", SHAPE, "--memory-limit", "lots"), "--memory-limit"),
-        (("compare", "tests.cli.test_main:build_raising", "--input-shape", SHAPE), "this model is broken"),
+        (("compare", "tests.cli.test_app:build_raising", "--input-shape", SHAPE), "this model is broken"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: tuple[str, ...], expected: str) -> None:
@@ -148,7 +148,7 @@ def test_version_names_tensorrt_and_the_gpu() -> None:
 
 def test_help_does_not_import_torch_or_tensorrt() -> None:
     code = (
-        "import sys; from click.testing import CliRunner; from trtdiff.cli.main import main;"
+        "import sys; from click.testing import CliRunner; from trtdiff.cli.app import main;"
         "r = CliRunner().invoke(main, ['--help']); assert r.exit_code == 0, r.output;"
         "r = CliRunner().invoke(main, ['compare', '--help']); assert r.exit_code == 0, r.output;"
         "r = CliRunner().invoke(main, ['build', '--help']); assert r.exit_code == 0, r.output;"
