@@ -174,3 +174,28 @@ def test_a_torchscript_interpreter_failure_shows_its_cause(tmp_path: Path) -> No
     line = _one_error_line(stderr)
     assert code == 2 and "Expected 3D (unbatched) or 4D (batched) input to conv2d" in line
     assert "TorchScript interpreter" not in line
+
+
+# Non-finite values: NaN/Inf outputs fail the gate, and the report names where they first appear.
+
+NONFINITE = "tests.nonfinite_models"
+
+
+def test_nan_outputs_exit_1_and_name_the_first_nan_tensor(tmp_path: Path) -> None:
+    from tests.nonfinite_models import IMAGE_SHAPE
+
+    out = tmp_path / "report.json"
+    code, stdout, _ = _run(
+        "compare", f"{NONFINITE}:nan_in_the_middle", "--input-shape", IMAGE_SHAPE, "--json", str(out)
+    )
+    assert code == 1, stdout
+    report = Report.from_json(out.read_text())
+    finite = next(c for c in report.checks if c.id == "outputs/finite/torch~onnxruntime")
+    assert not finite.passed and finite.worst == 2 * 2 * 8 * 8  # both sides, every element
+    assert [(e.backend, e.onnx_node, e.op_type, e.module) for e in report.non_finite] == [
+        ("torch", "/root/Sqrt", "Sqrt", "root"),
+        ("onnxruntime", "/root/Sqrt", "Sqrt", "root"),
+    ]
+    assert report.non_finite[0].nan == 4 * 8 * 8 and report.non_finite[0].inf == 0
+    assert "NON-FINITE" in stdout and "/root/Sqrt" in stdout
+    assert "FAIL" in stdout and "outputs/finite/torch~onnxruntime" in stdout
