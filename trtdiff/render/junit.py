@@ -82,9 +82,11 @@ def failure_message(check: ThresholdCheck, report: Report) -> str:
     message = check_message(check, report)
     first = report.first_divergence
     names_it = check.threshold == "layers" and check.failed > 0  # the layer check's message already names it
-    if check.threshold == "finite" and report.non_finite:
-        entry = report.non_finite[0]
-        message += f"; NaN/Inf first appear at {entry.onnx_node} ({entry.op_type}) in {entry.backend}"
+    if check.threshold == "finite" and check.pair is not None:
+        sides = (check.pair.reference, check.pair.candidate)
+        entry = next((e for e in report.non_finite if e.backend in sides), None)
+        if entry is not None:
+            message += f"; NaN/Inf first appear at {entry.onnx_node} ({entry.op_type}) in {entry.backend}"
     if first is not None and not names_it:
         message += f"; first divergence {first.onnx_node} ({first.op_type})"
     culprits = culprits_brief(report)

@@ -247,8 +247,11 @@ def _verdict(report: Report, console: Console) -> None:
     first = report.first_divergence
     if not failed and first is None:
         pairs = ", ".join(map(str, report.pairs)) or "no pairs"
+        allowed = " NaN/Inf allowed, at the same positions." if report.non_finite else ""
         console.print(
-            Text.assemble(("PASS", "bold green"), f": all {len(report.layers)} compared tensors agree ({pairs}).")
+            Text.assemble(
+                ("PASS", "bold green"), f": all {len(report.layers)} compared tensors agree ({pairs}).{allowed}"
+            )
         )
         return
     _findings(report, console, "bold red" if failed else "bold yellow")
