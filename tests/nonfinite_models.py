@@ -55,10 +55,11 @@ class LogOfInput(nn.Module):
 
 
 class LogThenMaxPool(nn.Module):
-    """log(x), then 2x2 max pooling: PyTorch's MaxPool propagates NaN, ONNX Runtime's skips it.
+    """log(x), then 2x2 max pooling: PyTorch's MaxPool propagates NaN, ONNX Runtime's mostly skips it.
 
     So the outputs hold NaN at different positions in the two backends (a real difference of
-    the runtimes, measured with torch 2.13 and onnxruntime 1.32).
+    the runtimes, measured with torch 2.13 and onnxruntime 1.32: ONNX Runtime's 2-D max pool
+    returns NaN only when the window's last value is NaN).
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -75,6 +76,18 @@ class RootOfInput(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.lin(self.root(x))
+
+
+class MaskThenRoot(nn.Module):
+    """Masked attention (a -inf mask, finite after the softmax), then sqrt(out - 100): NaN from the square root."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = MaskedAttention()
+        self.root = Root()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.root(self.attention(x) - 100.0)
 
 
 def nan_in_the_middle() -> nn.Module:
@@ -98,3 +111,8 @@ def log_then_max_pool() -> nn.Module:
 def root_of_input() -> nn.Module:
     torch.manual_seed(0)
     return RootOfInput()
+
+
+def mask_then_root() -> nn.Module:
+    torch.manual_seed(0)
+    return MaskThenRoot()
