@@ -19,7 +19,7 @@ CHILD = """
 import json, resource, sys, time
 start = time.perf_counter()
 import trtdiff
-from trtdiff.demo import build_example
+from trtdiff.cli.demo import build_example
 example, shape, opset, culprit = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
 model = build_example(example)
 started = time.perf_counter()

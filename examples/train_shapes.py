@@ -30,8 +30,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from trtdiff.analysis.segmentation import agreement, argmax_masks, changed_mask, edge_mask, score, share_at_edges
 from trtdiff.examples import shapes
-from trtdiff.segmentation import agreement, argmax_masks, changed_mask, edge_mask, score, share_at_edges
 
 
 def augment(

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from trtdiff.examples.deeplabv3plus import deeplabv3plus_resnet
-from trtdiff.export import export_onnx
-from trtdiff.inputs import make_inputs
-from trtdiff.loading import from_module
+from trtdiff.source.export import export_onnx
+from trtdiff.source.inputs import make_inputs
+from trtdiff.source.loading import from_module
 
 SHAPE = "1x3x64x64"
 

@@ -1,4 +1,4 @@
-"""Tiny models and ONNX hand edits for the culprit tests (tests/test_culprits.py)."""
+"""Tiny models and ONNX hand edits for the culprit tests (tests/analysis/test_culprits.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from onnx import helper, numpy_helper
 from torch import nn
 
-from trtdiff.export import export_onnx
-from trtdiff.inputs import make_inputs
-from trtdiff.loading import from_module
+from trtdiff.source.export import export_onnx
+from trtdiff.source.inputs import make_inputs
+from trtdiff.source.loading import from_module
 
 CNN_SHAPE = "1x3x64x64"
 BLOCK_SHAPE = "1x16x32"

@@ -138,7 +138,7 @@ def test_cause_line_skips_the_torchscript_banner() -> None:
 
 
 def test_export_failures_name_the_op_and_a_fix_that_works() -> None:
-    from trtdiff.export import export_failure
+    from trtdiff.source.export import export_failure
 
     unsupported = RuntimeError(
         "Unsupported: ONNX export of operator upsample_bilinear2d, align_corners == True. Please feel free to "

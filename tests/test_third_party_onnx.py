@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import trtdiff
 from trtdiff.backends import onnxruntime_backend
-from trtdiff.cli import main
+from trtdiff.cli.app import main
 from trtdiff.errors import BackendError
 
 BACKENDS = ["onnxruntime", "onnx-reference"]

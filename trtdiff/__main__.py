@@ -1,3 +1,3 @@
-from trtdiff.cli import main
+from trtdiff.cli.app import main
 
 main()

@@ -16,27 +16,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtdiff import __version__
-from trtdiff.analysis import Findings, Inputs, analyse, attribute_culprits
-from trtdiff.engine import BackendValues, CapturedValues, Engine, ForwardValues, Pass, ValueSource
+from trtdiff.analysis.diagnose import Findings, Inputs, analyse, attribute_culprits
+from trtdiff.analysis.engine import BackendValues, CapturedValues, Engine, ForwardValues, Pass, ValueSource
+from trtdiff.analysis.localize import first_divergence
+from trtdiff.analysis.results import build_layers, environment, mark_failures, pairing_summary, sample_results
+from trtdiff.backends.store import TensorStore
 from trtdiff.errors import OptionError, param
-from trtdiff.gate import layer_checks, miou_checks, output_checks
-from trtdiff.localize import first_divergence
+from trtdiff.gate.checks import layer_checks, miou_checks, output_checks
+from trtdiff.hypotheses.simplify import with_simplified
 from trtdiff.nonfinite import first_non_finite, non_finite_backends
 from trtdiff.options import CompareOptions
-from trtdiff.prepare import Capture, Prepared, Progress, onnx_feeds, prepare, timed
+from trtdiff.pipeline.prepare import Capture, Prepared, Progress, onnx_feeds, prepare, timed
 from trtdiff.report import Report, all_pairs
-from trtdiff.results import build_layers, environment, mark_failures, pairing_summary, sample_results
-from trtdiff.samples import Sample, SampleSource
-from trtdiff.simplify import with_simplified
-from trtdiff.store import TensorStore
+from trtdiff.source.samples import Sample, SampleSource
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from trtdiff.backends.torch_backend import TorchCapture
-    from trtdiff.culprits import ValuesOf
-    from trtdiff.pairing import Pairing
+    from trtdiff.analysis.culprits import ValuesOf
+    from trtdiff.backends.pytorch.capture import TorchCapture
+    from trtdiff.pairing.pairs import Pairing
     from trtdiff.report import (
         BackendPair,
         FirstDivergence,
@@ -203,7 +203,7 @@ def _recorded_inputs(options: CompareOptions) -> dict[str, Any] | None:
 
 def _recorder(options: CompareOptions, store: TensorStore) -> Capture:
     """Run PyTorch once on the inputs, recording every op's output into `store`."""
-    from trtdiff.backends.torch_backend import capture
+    from trtdiff.backends.pytorch.capture import capture
 
     def record(module: torch.nn.Module, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
         runtime = options.runtime
@@ -217,7 +217,7 @@ def _pair(prepared: Prepared, timings: dict[str, float]) -> _Reference:
     module = prepared.loaded.module
     if prepared.capture is None or module is None:
         return _Reference()
-    from trtdiff.pairing import pair
+    from trtdiff.pairing.pairs import pair
 
     with timed(timings, "pairing"):
         pairing = pair(prepared.graph, prepared.capture, {name for name, _ in module.named_modules()})
@@ -292,7 +292,7 @@ def _layers_of(run: _Run, index: int, stack: ExitStack) -> list[Layer]:
     sources: list[ValueSource] = []
     recorded = None
     if reference.module is not None and reference.pairing is not None:
-        from trtdiff.backends.torch_backend import capture
+        from trtdiff.backends.pytorch.capture import capture
 
         store = stack.enter_context(TensorStore(runtime.memory_bytes))
         feeds = dict(zip(prepared.input_names, sample.values, strict=False))
@@ -386,7 +386,7 @@ class _Recapture:
             return None
         if index == 0:
             return captured.values
-        from trtdiff.backends.torch_backend import capture
+        from trtdiff.backends.pytorch.capture import capture
 
         if self.store is not None:
             self.store.close()

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from trtdiff.report import NonFinite
 
 if TYPE_CHECKING:
-    from trtdiff.onnx_graph import GraphInfo
     from trtdiff.report import BackendPair, Layer, PairMetrics
+    from trtdiff.source.onnx_graph import GraphInfo
 
 
 def backend_counts(pairs: Mapping[BackendPair, PairMetrics], backend: str) -> tuple[int, int] | None:

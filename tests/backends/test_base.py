@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 from trtdiff.backends.base import chunk_names, fetch
 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
-from trtdiff.onnx_graph import load_graph
+from trtdiff.source.onnx_graph import load_graph
 
 
 def test_chunks_keep_order_and_stay_under_the_budget() -> None:

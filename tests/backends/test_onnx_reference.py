@@ -13,15 +13,15 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import trtdiff
-from trtdiff.backends.factory import choose_backends, open_backends
 from trtdiff.backends.onnx_reference import OnnxReferenceBackend
 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
 from trtdiff.backends.recorded import RecordedBackend, record
-from trtdiff.cli import main
+from trtdiff.backends.registry import choose_backends, open_backends
+from trtdiff.cli.app import main
 from trtdiff.errors import BackendError
-from trtdiff.onnx_graph import GraphInfo, load_graph
 from trtdiff.options import DEFAULT_BACKENDS, KNOWN_BACKENDS, ONNX_BACKENDS, BackendOptions
 from trtdiff.report import BackendPair
+from trtdiff.source.onnx_graph import GraphInfo, load_graph
 
 FACTORY = "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet"
 TENSORS = ["/conv/Conv_output_0", "/act/Relu_output_0", "y"]

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
 from trtdiff.errors import BackendError, OptionError
-from trtdiff.onnx_graph import GraphInfo, load_graph
+from trtdiff.source.onnx_graph import GraphInfo, load_graph
 
 WEIGHT = np.array([[0.5, -2.0, 4.0], [1.5, 0.25, -1.0]], dtype=np.float32)
 

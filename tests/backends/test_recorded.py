@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
 from trtdiff.backends.recorded import INPUT_PREFIX, META, RecordedBackend, onnx_digest, record, recorded_inputs
 from trtdiff.errors import InputError
-from trtdiff.onnx_graph import GraphInfo, load_graph
+from trtdiff.source.onnx_graph import GraphInfo, load_graph
 
 TENSORS = ["/enc/Relu_output_0", "/enc/Mul_output_0", "out", "idx"]
 

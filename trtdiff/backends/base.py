@@ -15,7 +15,7 @@ import numpy as np
 if TYPE_CHECKING:
     import onnx
 
-    from trtdiff.onnx_graph import GraphInfo
+    from trtdiff.source.onnx_graph import GraphInfo
 
 DEFAULT_CHUNK_BYTES = 1 << 30
 

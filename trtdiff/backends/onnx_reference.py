@@ -20,7 +20,7 @@ from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names, expose_node_
 from trtdiff.errors import BackendError, first_line
 
 if TYPE_CHECKING:
-    from trtdiff.onnx_graph import GraphInfo
+    from trtdiff.source.onnx_graph import GraphInfo
 
 
 class OnnxReferenceBackend:

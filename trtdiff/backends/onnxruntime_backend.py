@@ -20,7 +20,7 @@ from trtdiff.errors import BackendError, OptionError, first_line
 from trtdiff.options import DEFAULT_PROVIDER
 
 if TYPE_CHECKING:
-    from trtdiff.onnx_graph import GraphInfo
+    from trtdiff.source.onnx_graph import GraphInfo
 
 
 # Protobuf cannot serialize a message of 2 GB or more; a margin below it for the exposed outputs.

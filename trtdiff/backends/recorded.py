@@ -22,7 +22,7 @@ from trtdiff.errors import InputError, param
 
 if TYPE_CHECKING:
     from trtdiff.backends.base import OnnxBackend
-    from trtdiff.onnx_graph import GraphInfo
+    from trtdiff.source.onnx_graph import GraphInfo
 
 INPUT_PREFIX = "__input__/"
 META = "__meta__"

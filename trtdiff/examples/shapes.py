@@ -188,7 +188,7 @@ def write_eval_set(folder: str | Path, images: np.ndarray, labels: np.ndarray, p
 
 def read_eval_set(folder: str | Path = EVAL_DIR) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(names, images (N,3,H,W) float32 in [0,1], labels (N,H,W) int64) from write_eval_set's layout."""
-    from trtdiff.datasets import iter_samples
+    from trtdiff.source.datasets import iter_samples
 
     samples = list(iter_samples(Path(folder) / "images", labels=Path(folder) / "labels"))
     names = [s.name for s in samples]

@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from trtdiff.inspect import Finding, Inspection, ResizeInfo
+from trtdiff.hypotheses.inspect import Finding, Inspection, ResizeInfo
 from trtdiff.render.format import module_text, plural
 
 _STYLES = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}

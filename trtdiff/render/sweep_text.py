@@ -12,8 +12,8 @@ from trtdiff.render.format import cosine, miou, sci
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from trtdiff.hypotheses.sweep import Sweep, SweepEntry
     from trtdiff.report import Report
-    from trtdiff.sweep import Sweep, SweepEntry
 
 
 def render_sweep(sweep: Sweep, console: Console) -> None:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from trtdiff.backends.tensorrt.importing import GpuInfo, TensorRTInfo
     from trtdiff.backends.tensorrt.marking import MarkPlan
-    from trtdiff.onnx_graph import GraphInfo
+    from trtdiff.source.onnx_graph import GraphInfo
 
 _CONSTRAINT_FLAGS = {"obey": "OBEY_PRECISION_CONSTRAINTS", "prefer": "PREFER_PRECISION_CONSTRAINTS"}
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from trtdiff.errors import describe_error
 
 if TYPE_CHECKING:
-    from trtdiff.onnx_graph import GraphInfo
+    from trtdiff.source.onnx_graph import GraphInfo
 
 SOURCE_INSPECTOR = "engine-inspector"
 SOURCE_PLAN = "plan-scan (undocumented plan layout; best effort)"

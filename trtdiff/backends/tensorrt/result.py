@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     from trtdiff.backends.tensorrt.fusion import FusionReport
     from trtdiff.backends.tensorrt.importing import TensorRTInfo
     from trtdiff.backends.tensorrt.marking import MarkPlan
-    from trtdiff.onnx_graph import GraphInfo
     from trtdiff.options import BuildSettings
+    from trtdiff.source.onnx_graph import GraphInfo
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from trtdiff.backends.tensorrt.builder import BuildResult, BuildSettings
     from trtdiff.backends.tensorrt.fusion import FusionReport
-    from trtdiff.onnx_graph import GraphInfo
+    from trtdiff.source.onnx_graph import GraphInfo
 
 __all__ = ["NO_EXECUTION", "TensorRTBackend", "plan_runs"]
 

@@ -10,9 +10,9 @@ from trtdiff.errors import BackendError
 
 if TYPE_CHECKING:
     from trtdiff.backends.base import OnnxBackend
-    from trtdiff.onnx_graph import GraphInfo
     from trtdiff.options import BuildSettings
     from trtdiff.report import TensorRTSummary
+    from trtdiff.source.onnx_graph import GraphInfo
 
 
 def tensorrt_runner(

@@ -1,0 +1,129 @@
+"""The culprit step on the pipeline: verdicts, attribution on the trained example, the TensorRT shadow engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+import trtdiff
+from trtdiff.analysis.culprits import local_errors
+from trtdiff.analysis.shadow import build_shadow, embed
+from trtdiff.backends.base import fetch
+from trtdiff.cli.app import main
+from trtdiff.report import BackendPair
+from trtdiff.source.onnx_graph import load_graph
+
+FACTORY = "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet"
+ORT = BackendPair("torch", "onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def shapes_opset10() -> trtdiff.Report:
+    from trtdiff.examples.shapes import EVAL_DIR, deeplabv3plus_shapes
+
+    return trtdiff.compare(
+        deeplabv3plus_shapes(), opset=10, inputs_dir=str(EVAL_DIR / "images"), labels_dir=str(EVAL_DIR / "labels")
+    )
+
+
+def test_trained_example_names_both_resizes_and_what_fixing_them_recovers(shapes_opset10: trtdiff.Report) -> None:
+    report = shapes_opset10
+    assert [(c.onnx_node, c.module, c.verdict) for c in report.culprits] == [
+        ("/decoder/Resize", "decoder", "export"),
+        ("/Resize", "", "export"),
+    ]  # "": the model itself
+    assert report.culprit == report.culprits[0]
+    decoder, final = report.attribution
+    seg = report.segmentation
+    assert seg is not None
+    # Before: ONNX Runtime's mIoU on the 24 labelled images; after both injections: PyTorch's exactly.
+    assert decoder.miou_before == pytest.approx(seg.label_miou["onnxruntime"])
+    assert 0.0 < decoder.miou_recovered < final.miou_recovered
+    assert final.miou_after == pytest.approx(seg.label_miou["torch"])
+    assert final.miou_recovered == pytest.approx(seg.miou_drop["onnxruntime"])
+    assert final.final_rel_err_after == 0.0 and decoder.final_rel_err_after < decoder.final_rel_err_before
+
+
+def test_the_aspp_pooling_resize_is_not_a_culprit_and_its_local_error_is_tiny(shapes_opset10: trtdiff.Report) -> None:
+    by_node = {layer.onnx_node: layer for layer in shapes_opset10.layers}
+    aspp = by_node["/aspp/branches.4/Resize"]
+    assert aspp.local is not None and aspp.local[ORT].rel_err < 1e-5
+    decoder = by_node["/decoder/Resize"]
+    assert decoder.local is not None and decoder.local[ORT].diverged
+
+
+def test_no_culprit_skips_the_step_and_culprit_forces_it() -> None:
+    skipped = trtdiff.compare(FACTORY, input_shapes=["1x3x32x32"], opset=10, culprit=False)
+    assert skipped.culprits == () and all(layer.local is None for layer in skipped.layers)
+    assert skipped.first_divergence is not None
+    forced = trtdiff.compare(FACTORY, input_shapes=["1x3x32x32"], opset=13, culprit=True)
+    assert forced.passed and forced.culprits == () and forced.drift is None
+    assert all(layer.local is not None and not layer.local[ORT].diverged for layer in forced.layers)
+
+
+def test_cli_culprit_flags_reach_the_library(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(
+        main,
+        ["compare", FACTORY, "--input-shape", "1x3x32x32", "--opset", "10", "--no-culprit", "--json", str(out), "-q"],
+    )
+    assert result.exit_code == 1, result.output
+    assert trtdiff.Report.from_json(out.read_text()).culprits == ()
+    result = CliRunner().invoke(
+        main, ["compare", FACTORY, "--input-shape", "1x3x32x32", "--opset", "10", "--json", str(out), "-q"]
+    )
+    report = trtdiff.Report.from_json(out.read_text())
+    assert result.exit_code == 1 and [c.onnx_node for c in report.culprits] == ["/decoder/Resize", "/Resize"]
+
+
+def test_onnx_runtime_is_a_reference_for_the_spec_evaluator(export_example: Callable[..., Path]) -> None:
+    # onnxruntime~onnx-reference: ONNX Runtime follows the spec at opset 10, so nothing is a culprit there.
+    report = trtdiff.compare(
+        FACTORY,
+        onnx=export_example(10),
+        input_shapes=["1x3x64x64"],
+        backends=["torch", "onnxruntime", "onnx-reference"],
+    )
+    pairs = {c.pair for c in report.culprits}
+    assert pairs == {ORT, BackendPair("torch", "onnx-reference")}
+    assert all(c.verdict == "export" for c in report.culprits)
+
+
+def test_tensorrt_shadow_model_builds_with_the_comparison_settings(
+    export_example: Callable[..., Path], example_feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX is not installed (the tensorrt-rtx extra)")
+    from trtdiff.analysis.diagnose import tensorrt_settings
+    from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+    from trtdiff.backends.tensorrt.builder import build_engine
+    from trtdiff.options import BackendOptions, BuildSettings
+
+    graph = load_graph(export_example(13))
+    tensors = [t for t in graph.node_outputs if graph.tensor_type(t).is_float and t in graph.data_tensors]
+    shadow = build_shadow(graph, tensors, lambda tensor: True)
+    wanted = [*shadow.reference_inputs, *shadow.exact_inputs]
+    values = {**example_feeds, **fetch(OnnxRuntimeBackend(graph), example_feeds, wanted)}
+    shadow = embed(shadow, values)  # shape arithmetic as constants, as the culprit step does
+    onnx.save(shadow.model, tmp_path / "shadow.onnx")
+    shadow_graph = load_graph(tmp_path / "shadow.onnx")
+    runtime = BackendOptions(tensorrt=BuildSettings(precision="fp32"), tf32=False)
+    settings = tensorrt_settings(shadow_graph, values, runtime)
+    assert settings.outputs == "none" and {name for name, _ in settings.input_shapes} == set(shadow_graph.graph_inputs)
+    result = build_engine(shadow_graph, settings)
+    assert result.plan_nbytes > 100_000
+    assert set(result.mark_plan.returned_onnx()) == set(shadow.outputs.values())
+    assert len(shadow.outputs) == len(tensors) and all(len(s) == 1 for s in shadow.subgraphs.values())
+
+
+def test_local_errors_skip_a_candidate_that_cannot_be_reopened(export_example: Callable[..., Path]) -> None:
+    report = trtdiff.compare(FACTORY, onnx=export_example(10), input_shapes=["1x3x64x64"], culprit=False)
+    graph = load_graph(export_example(10))
+    runs = local_errors(
+        graph, report.layers, [ORT], {}, lambda names: {}, lambda *args: None, report.thresholds, 1 << 30
+    )
+    assert runs == []

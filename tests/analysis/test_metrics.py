@@ -1,0 +1,142 @@
+"""Metrics and the default divergence rule, on hand-made arrays with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from trtdiff.analysis.metrics import compare_tensors
+from trtdiff.report import Thresholds
+
+DEFAULT = Thresholds()
+
+
+def test_identical_tensors_agree_exactly() -> None:
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    m = compare_tensors(x, x.copy(), DEFAULT)
+    assert m.cosine == pytest.approx(1.0)
+    assert m.max_abs == 0.0 and m.mean_abs == 0.0 and m.rel_err == 0.0
+    assert not m.diverged and m.reasons == ()
+
+
+def test_fp32_rounding_noise_does_not_diverge() -> None:
+    x = np.random.default_rng(1).standard_normal(10_000).astype(np.float32)
+    noisy = x + np.float32(1e-7) * np.sign(x)
+    assert not compare_tensors(x, noisy, DEFAULT).diverged
+
+
+def test_pure_scale_error_is_caught_although_cosine_is_one() -> None:
+    x = np.random.default_rng(2).standard_normal(1000).astype(np.float32)
+    m = compare_tensors(x, x * 1.03, DEFAULT)
+    assert m.cosine == pytest.approx(1.0, abs=1e-9)
+    assert m.diverged
+    assert m.rel_err == pytest.approx(0.03, rel=1e-3)
+    assert [r.metric for r in m.reasons] == ["rel_err"]
+
+
+def test_direction_change_is_caught_by_cosine() -> None:
+    x = np.array([1.0, 0.0], dtype=np.float32)
+    y = np.array([1.0, 0.1], dtype=np.float32)
+    m = compare_tensors(x, y, Thresholds(min_cosine=0.999, rtol=1.0))
+    assert m.cosine == pytest.approx(1 / math.sqrt(1.01))
+    assert m.diverged and m.reasons[0].metric == "cosine" and m.reasons[0].limit == pytest.approx(0.999)
+
+
+def test_thresholds_are_strict_inequalities_at_the_boundary() -> None:
+    x = np.array([1.0, 2.0, 4.0])
+    y = x + np.array([0.0, 0.0, 0.004])  # rel-err exactly 1e-3
+    assert not compare_tensors(x, y, Thresholds(min_cosine=0.0, rtol=1e-3)).diverged
+    assert compare_tensors(x, y, Thresholds(min_cosine=0.0, rtol=0.99e-3)).diverged
+    assert compare_tensors(x, y, Thresholds(min_cosine=0.0, rtol=1.0, max_abs=0.003)).diverged
+    assert not compare_tensors(x, y, Thresholds(min_cosine=0.0, rtol=1.0, max_abs=0.004)).diverged
+
+
+def test_nan_and_inf_are_counted_and_diverge() -> None:
+    x = np.ones(4, dtype=np.float32)
+    y = np.array([1.0, np.nan, np.inf, 1.0], dtype=np.float32)
+    m = compare_tensors(x, y, DEFAULT)
+    assert (m.nan_ref, m.nan_cand, m.inf_ref, m.inf_cand) == (0, 1, 0, 1)
+    assert m.diverged and m.reasons[-1].metric == "non_finite"
+
+
+def test_zero_tensors() -> None:
+    zeros = np.zeros(3, dtype=np.float32)
+    assert not compare_tensors(zeros, zeros, DEFAULT).diverged
+    m = compare_tensors(zeros, np.array([0, 0, 1e-3], dtype=np.float32), DEFAULT)
+    assert m.diverged and math.isinf(m.rel_err)
+
+
+def test_integer_and_bool_tensors_compare_exactly() -> None:
+    a = np.array([1, 2, 3, 4], dtype=np.int64)
+    assert not compare_tensors(a, a.copy(), DEFAULT).diverged
+    m = compare_tensors(a, np.array([1, 2, 3, 5], dtype=np.int64), DEFAULT)
+    assert m.diverged and m.mismatches == 1 and m.max_abs == 1.0
+    b = np.array([True, False])
+    assert compare_tensors(b, ~b, DEFAULT).mismatches == 2
+
+
+def test_shape_mismatch_is_a_divergence_with_both_shapes() -> None:
+    m = compare_tensors(np.zeros((1, 2, 4)), np.zeros((1, 2, 5)), DEFAULT)
+    assert m.diverged and m.shape_mismatch == "1x2x4 vs 1x2x5"
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "compatible"),
+    [
+        ((192, 49, 49), (64, 3, 49, 49), True),  # bmm against the attention MatMul
+        ((784, 192), (1, 28, 28, 192), True),  # mm against a 4-D Linear input
+        ((1, 3, 8, 8), (3, 8, 8), True),
+        ((1, 192, 28, 28), (784, 192), False),  # same count, transposed layout
+        ((2, 3), (3, 2), False),
+        ((4,), (5,), False),
+    ],
+)
+def test_view_compatible_shapes(a: tuple[int, ...], b: tuple[int, ...], compatible: bool) -> None:
+    from trtdiff.analysis.metrics import view_compatible
+
+    assert view_compatible(a, b) is compatible and view_compatible(b, a) is compatible
+
+
+def test_a_view_of_the_same_values_agrees_and_a_transpose_is_a_shape_mismatch() -> None:
+    x = np.random.default_rng(3).standard_normal((6, 4, 5)).astype(np.float32)
+    assert not compare_tensors(x, x.reshape(2, 3, 4, 5), DEFAULT).diverged
+    swapped = compare_tensors(x.reshape(6, 20), np.ascontiguousarray(x.reshape(6, 20).T), DEFAULT)
+    assert swapped.diverged and swapped.shape_mismatch == "6x20 vs 20x6"
+
+
+def test_nan_and_inf_at_the_same_positions_agree() -> None:
+    scores = np.random.default_rng(4).standard_normal((4, 4)).astype(np.float32)
+    masked = scores + np.triu(np.full((4, 4), -np.inf, dtype=np.float32), 1)  # a causal attention mask
+    m = compare_tensors(masked, masked + np.float32(1e-8), DEFAULT)
+    assert (m.inf_ref, m.inf_cand, m.non_finite_mismatches) == (6, 6, 0)
+    assert not m.diverged and m.cosine == pytest.approx(1.0)
+    nan = np.full(8, np.nan, dtype=np.float32)
+    all_nan = compare_tensors(nan, nan.copy(), DEFAULT)
+    assert (all_nan.nan_ref, all_nan.nan_cand, all_nan.non_finite_mismatches) == (8, 8, 0)
+    assert not all_nan.diverged  # agreeing; whether outputs may be NaN is the gate's question
+
+
+def test_nan_and_inf_at_different_positions_diverge_though_the_counts_agree() -> None:
+    x = np.array([np.nan, 1.0, 2.0, np.inf, 3.0])
+    y = np.array([1.0, np.nan, 2.0, -np.inf, 3.0])  # one NaN, one Inf on each side, elsewhere
+    m = compare_tensors(x, y, DEFAULT)
+    assert (m.nan_ref, m.nan_cand, m.inf_ref, m.inf_cand) == (1, 1, 1, 1)
+    assert m.non_finite_mismatches == 3 and m.diverged
+    (reason,) = m.reasons
+    assert (reason.metric, reason.value, reason.limit, reason.detail) == ("non_finite", 2.0, 2.0, "3 of 5 positions")
+    kind = compare_tensors(np.array([np.nan, 1.0]), np.array([np.inf, 1.0]), DEFAULT)  # NaN against +Inf
+    assert kind.non_finite_mismatches == 1 and kind.diverged
+
+
+def test_shape_mismatch_still_counts_non_finite_values() -> None:
+    m = compare_tensors(np.array([np.nan, 1.0]), np.array([np.inf, np.inf, 1.0]), DEFAULT)
+    assert m.shape_mismatch == "2 vs 3" and (m.nan_ref, m.inf_cand) == (1, 2)
+
+
+def test_non_finite_counts() -> None:
+    from trtdiff.analysis.metrics import non_finite_counts
+
+    assert non_finite_counts(np.array([np.nan, np.inf, -np.inf, 0.0], dtype=np.float16)) == (1, 2)
+    assert non_finite_counts(np.arange(3)) == (0, 0) and non_finite_counts(np.array([True])) == (0, 0)

@@ -1,0 +1,101 @@
+"""`trtdiff build` and TensorRT in `compare`, for real with TensorRT-RTX where it is installed.
+
+On this project's machines TensorRT-RTX builds on the CPU but no engine can run (see
+notes/tensorrt.md), so `compare` must skip TensorRT with the reason and `--require tensorrt`
+must exit 2. Tests that need TensorRT skip when it is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import trtdiff
+from trtdiff.backends.tensorrt import probe
+from trtdiff.cli.app import main
+from trtdiff.report import BuildReport
+
+FACTORY = "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet"
+SHAPE = "1x3x64x64"
+FOUND = probe()
+needs_builder = pytest.mark.skipif(not FOUND.can_build, reason=f"TensorRT cannot build here: {FOUND.reason}")
+cannot_run = pytest.mark.skipif(FOUND.can_run, reason="checks the skip path; TensorRT can run here")
+
+
+@cannot_run
+def test_compare_skips_tensorrt_with_the_reason(resnet_model) -> None:
+    report = trtdiff.compare(resnet_model, input_shapes=[SHAPE], opset=13)
+    assert report.backends == ("torch", "onnxruntime") and report.passed
+    assert report.tensorrt is not None and report.tensorrt.status == "skipped"
+    assert report.tensorrt.reason == FOUND.reason
+    assert any(note.startswith("TensorRT skipped: ") for note in report.notes)
+
+
+@cannot_run
+def test_require_tensorrt_exits_2_with_one_line() -> None:
+    result = CliRunner().invoke(main, ["compare", FACTORY, "--input-shape", SHAPE, "--require", "tensorrt"])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: --require tensorrt: TensorRT cannot run here")
+
+
+@cannot_run
+def test_onnx_model_needs_a_second_onnx_backend(tmp_path: Path, export_example) -> None:
+    result = CliRunner().invoke(main, ["compare", str(export_example(13))])
+    assert result.exit_code == 2 and "comparing needs two" in result.stderr
+
+
+@needs_builder
+def test_build_reports_the_mark_plan_and_name_map(tmp_path: Path) -> None:
+    out = tmp_path / "build.json"
+    engine = tmp_path / "model.engine"
+    result = CliRunner().invoke(
+        main,
+        ["build", FACTORY, "--input-shape", SHAPE, "--opset", "13", "--json", str(out), "--save-engine", str(engine)],
+    )
+    assert result.exit_code == 0, result.output
+    assert "51 marked" in result.stdout and "not returned" in result.stdout
+    report = BuildReport.from_json(out.read_text())
+    trt = report.tensorrt
+    assert trt.status == "built" and trt.outputs_mode == "all" and trt.marked == 51
+    assert {"network input", "shape tensor", "constant/weights"} <= {r.reason.split(":")[0] for r in trt.not_returned}
+    assert trt.name_map["/decoder/Resize_output_0"] == "/decoder/Resize_output_0"
+    assert engine.stat().st_size == trt.plan_bytes > 0
+    assert "TF32" not in trt.flags
+    again = CliRunner().invoke(main, ["build", FACTORY, "--input-shape", SHAPE, "--save-engine", str(engine)])
+    assert again.exit_code == 2 and "exists" in again.stderr
+
+
+@needs_builder
+def test_build_modes_precision_and_engine_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = trtdiff.pipeline.build.build(FACTORY, input_shapes=[SHAPE], opset=13, engine_cache=cache)
+    second = trtdiff.pipeline.build.build(FACTORY, input_shapes=[SHAPE], opset=13, engine_cache=cache)
+    assert not first.tensorrt.from_cache and second.tensorrt.from_cache
+    assert first.tensorrt.cache_key == second.tensorrt.cache_key
+    tf32 = trtdiff.pipeline.build.build(FACTORY, input_shapes=[SHAPE], opset=13, engine_cache=cache, tf32=True)
+    assert tf32.tensorrt.cache_key != first.tensorrt.cache_key and tf32.tensorrt.tf32
+    from trtdiff.backends.tensorrt.builder import BuildSettings
+
+    none = trtdiff.pipeline.build.build(FACTORY, input_shapes=[SHAPE], opset=13, tensorrt=BuildSettings(outputs="none"))
+    assert none.tensorrt.marked == 1
+    unfused = trtdiff.pipeline.build.build(
+        FACTORY, input_shapes=[SHAPE], opset=13, tensorrt=BuildSettings(outputs="unfused")
+    )
+    assert unfused.tensorrt.outputs_mode == "unfused"
+    pytest.importorskip("onnxconverter_common")
+    fp16 = trtdiff.pipeline.build.build(
+        FACTORY, input_shapes=[SHAPE], opset=13, tensorrt=BuildSettings(precision="fp16")
+    )
+    assert fp16.tensorrt.precision == "fp16" and any("FP16" in note or "fp16" in note for note in fp16.tensorrt.notes)
+
+
+@needs_builder
+def test_build_json_never_overwrites_other_files(tmp_path: Path) -> None:
+    precious = tmp_path / "mine.json"
+    precious.write_text(json.dumps({"layers": []}))
+    result = CliRunner().invoke(main, ["build", FACTORY, "--input-shape", SHAPE, "--json", str(precious)])
+    assert result.exit_code == 2 and "not a trtdiff build" in result.stderr

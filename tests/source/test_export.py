@@ -1,0 +1,164 @@
+"""trtdiff.source.export on a tiny eager model: each exporter, the opset read back, and the errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+from trtdiff.errors import ExportError, OptionError
+from trtdiff.source.export import DYNAMO_NATIVE_OPSET, TORCHSCRIPT_MAX_OPSET, ExportResult, choose_exporter, export_onnx
+from trtdiff.source.loading import LoadedModel, from_module
+
+
+class _Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3, padding=1)
+        self.act = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.conv(x)) * 2.0
+
+
+@pytest.fixture(scope="module")
+def tiny() -> nn.Module:
+    torch.manual_seed(0)
+    return _Tiny().eval()
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny: nn.Module) -> LoadedModel:
+    return from_module(tiny)
+
+
+@pytest.fixture(scope="module")
+def feeds() -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(0).standard_normal((1, 2, 5, 5)).astype(np.float32)}
+
+
+@pytest.fixture(scope="module")
+def traced(tiny: nn.Module, feeds: dict[str, np.ndarray]) -> LoadedModel:
+    return from_module(torch.jit.trace(tiny, torch.from_numpy(feeds["x"])))
+
+
+def _ort_output(path: Path, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+def _expected(tiny: nn.Module, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    with torch.no_grad():
+        return tiny(torch.from_numpy(feeds["x"])).numpy()
+
+
+def test_torchscript_export_at_opset_13(
+    tiny: nn.Module, loaded: LoadedModel, feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    path = tmp_path / "ts13.onnx"
+    result = export_onnx(loaded, feeds, opset=13, exporter="torchscript", path=path)
+    assert result == ExportResult(path=path, exporter="torchscript", opset=13)
+    model = onnx.load(str(path))
+    assert [(e.domain, e.version) for e in model.opset_import if e.domain in ("", "ai.onnx")] == [("", 13)]
+    assert [i.name for i in model.graph.input] == ["x"]
+    np.testing.assert_allclose(_ort_output(path, feeds), _expected(tiny, feeds), rtol=1e-5, atol=1e-6)
+
+
+def test_dynamo_export_at_opset_18(
+    tiny: nn.Module, loaded: LoadedModel, feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    path = tmp_path / "dyn18.onnx"
+    result = export_onnx(loaded, feeds, opset=18, exporter="dynamo", path=path)
+    assert result == ExportResult(path=path, exporter="dynamo", opset=18)
+    model = onnx.load(str(path))
+    assert {e.version for e in model.opset_import if e.domain in ("", "ai.onnx")} == {18}
+    assert [i.name for i in model.graph.input] == ["x"]
+    np.testing.assert_allclose(_ort_output(path, feeds), _expected(tiny, feeds), rtol=1e-5, atol=1e-6)
+
+
+def test_auto_export_below_18_uses_torchscript(
+    loaded: LoadedModel, feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    result = export_onnx(loaded, feeds, opset=11, exporter="auto", path=tmp_path / "auto11.onnx")
+    assert (result.exporter, result.opset) == ("torchscript", 11)
+
+
+@pytest.mark.parametrize(
+    ("opset", "expected"),
+    [(7, "torchscript"), (13, "torchscript"), (17, "torchscript"), (18, "dynamo"), (21, "dynamo")],
+)
+def test_choose_exporter_auto_for_an_eager_model(loaded: LoadedModel, opset: int, expected: str) -> None:
+    assert loaded.kind == "eager"
+    assert choose_exporter("auto", opset, loaded) == expected
+
+
+@pytest.mark.parametrize("opset", [13, 18, 20])
+def test_choose_exporter_auto_for_torchscript_is_always_torchscript(traced: LoadedModel, opset: int) -> None:
+    assert traced.kind == "torchscript"
+    assert choose_exporter("auto", opset, traced) == "torchscript"
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+@pytest.mark.parametrize("opset", [13, 18])
+def test_choose_exporter_keeps_an_explicit_choice(loaded: LoadedModel, exporter: str, opset: int) -> None:
+    assert choose_exporter(exporter, opset, loaded) == exporter
+
+
+def test_choose_exporter_rejects_an_unknown_exporter(loaded: LoadedModel) -> None:
+    with pytest.raises(OptionError, match="tensorflow"):
+        choose_exporter("tensorflow", 13, loaded)
+
+
+def test_dynamo_exporter_asked_for_opset_13_writes_18_and_is_refused(
+    loaded: LoadedModel, feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    # torch 2.13's dynamo exporter fails to convert down and silently writes its native opset.
+    with pytest.raises(ExportError) as caught:
+        export_onnx(loaded, feeds, opset=13, exporter="dynamo", path=tmp_path / "dyn13.onnx")
+    assert "13" in str(caught.value) and str(DYNAMO_NATIVE_OPSET) in str(caught.value)
+
+
+@pytest.mark.parametrize("opset", [0, -1])
+def test_torchscript_exporter_cannot_write_a_non_opset(
+    loaded: LoadedModel, feeds: dict[str, np.ndarray], tmp_path: Path, opset: int
+) -> None:
+    with pytest.raises(OptionError, match=f"opset {opset}: the TorchScript exporter writes opsets 7-20"):
+        export_onnx(loaded, feeds, opset=opset, exporter="torchscript", path=tmp_path / "ts.onnx")
+
+
+def test_torchscript_exporter_below_its_first_opset_is_refused(
+    loaded: LoadedModel, feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    with pytest.raises((OptionError, ExportError), match=r"\b5\b"):
+        export_onnx(loaded, feeds, opset=5, exporter="torchscript", path=tmp_path / "ts5.onnx")
+
+
+def test_torchscript_exporter_above_its_last_opset_is_refused(
+    loaded: LoadedModel, feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    opset = TORCHSCRIPT_MAX_OPSET + 1
+    path = tmp_path / "ts_too_new.onnx"
+    with pytest.raises(OptionError, match=str(opset)):
+        export_onnx(loaded, feeds, opset=opset, exporter="torchscript", path=path)
+    assert not path.exists()
+
+
+def test_torchscript_archive_cannot_use_the_dynamo_exporter(
+    traced: LoadedModel, feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    with pytest.raises(OptionError, match="dynamo"):
+        export_onnx(traced, feeds, opset=DYNAMO_NATIVE_OPSET, exporter="dynamo", path=tmp_path / "x.onnx")
+
+
+def test_export_of_a_model_that_fails_raises_export_error(feeds: dict[str, np.ndarray], tmp_path: Path) -> None:
+    class _Broken(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(7, -1)  # 50 elements do not split into 7 rows
+
+    with pytest.raises(ExportError, match="torchscript"):
+        export_onnx(from_module(_Broken()), feeds, opset=13, exporter="torchscript", path=tmp_path / "b.onnx")

@@ -1,0 +1,226 @@
+"""The culprit step of `compare`: local errors, culprits or drift, and what fixing each recovers.
+
+Wires the pipeline's values into culprits.py and attribution.py: the references (PyTorch's
+recorded values, or an ONNX backend's own), the exact values of shape arithmetic (ONNX
+Runtime on the original graph), and candidates reopened on rewritten models with the
+settings they ran with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from trtdiff.analysis.attribution import AttributionInputs, attribute
+from trtdiff.analysis.culprits import OpenLike, Reference, ValuesOf, find_culprits, local_errors, with_local
+from trtdiff.backends.base import fetch
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from trtdiff.analysis.engine import CapturedValues
+    from trtdiff.backends.base import OnnxBackend
+    from trtdiff.options import BackendOptions, BuildSettings
+    from trtdiff.report import (
+        Attribution,
+        BackendPair,
+        Culprit,
+        Drift,
+        Layer,
+        SampleResult,
+        SegmentationSummary,
+        Thresholds,
+    )
+    from trtdiff.source.onnx_graph import GraphInfo
+    from trtdiff.source.samples import Sample
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Layers with local errors, the culprits (or drift), and the attribution of each culprit."""
+
+    layers: tuple[Layer, ...]
+    culprits: tuple[Culprit, ...] = ()
+    drift: Drift | None = None
+    attribution: tuple[Attribution, ...] = ()
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the culprit step reads from the comparison that ran."""
+
+    graph: GraphInfo
+    feeds: Mapping[str, np.ndarray]
+    backends: tuple[OnnxBackend, ...]
+    captured: CapturedValues | None
+    runtime: BackendOptions
+    thresholds: Thresholds
+
+
+def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair]) -> Findings:
+    """Local error of every compared node, then the culprits in topological order, or drift."""
+    references = _references(inputs, pairs)
+    runs = local_errors(
+        inputs.graph,
+        layers,
+        pairs,
+        references,
+        _exact_values(inputs),
+        _opener(inputs),
+        inputs.thresholds,
+        inputs.runtime.chunk_bytes,
+    )
+    updated = with_local(layers, runs)
+    culprits, drift = find_culprits(updated, runs, inputs.graph, inputs.thresholds)
+    return Findings(tuple(updated), tuple(culprits), drift)
+
+
+def attribute_culprits(
+    inputs: Inputs,
+    findings: Findings,
+    samples: Callable[[], Iterable[tuple[Sample, Mapping[str, np.ndarray]]]],
+    torch_values: Callable[[int, Sample], ValuesOf | None],
+    results: Sequence[SampleResult],
+    segmentation: SegmentationSummary | None,
+) -> Findings:
+    """The findings with what injecting the reference at each culprit recovers, over the same samples."""
+    if not findings.culprits:
+        return findings
+    live = {backend.name: backend for backend in inputs.backends if _is_live(backend)}
+
+    def with_reference() -> Iterator[tuple[Sample, Mapping[str, np.ndarray], ValuesOf]]:
+        for index, (sample, feeds) in enumerate(samples()):
+            yield sample, feeds, _sample_reference(index, sample, feeds, torch_values, live, inputs)
+
+    attribution_inputs = AttributionInputs(
+        inputs.graph, with_reference, _opener(inputs), results, segmentation, inputs.thresholds
+    )
+    return dataclasses.replace(findings, attribution=attribute(attribution_inputs, findings.culprits))
+
+
+def _sample_reference(
+    index: int,
+    sample: Sample,
+    feeds: Mapping[str, np.ndarray],
+    torch_values: Callable[[int, Sample], ValuesOf | None],
+    live: Mapping[str, OnnxBackend],
+    inputs: Inputs,
+) -> ValuesOf:
+    """One sample's reference values: PyTorch's (recorded again for that sample), else ONNX Runtime's."""
+    recorded = torch_values(index, sample)
+    graph_inputs = {name: feeds[name] for name in inputs.graph.graph_inputs if name in feeds}
+    if recorded is not None:
+        return lambda names: {**_pick(graph_inputs, names), **recorded(names)}
+    backend = live.get("onnxruntime")
+    if backend is None:
+        return lambda names: _pick(graph_inputs, names)
+    return lambda names: {**_pick(graph_inputs, names), **fetch(backend, feeds, list(names))}
+
+
+def _references(inputs: Inputs, pairs: Sequence[BackendPair]) -> dict[str, Reference]:
+    """Each pair's reference as a source of values: PyTorch's recording, or a live ONNX backend."""
+    graph_inputs = {name: inputs.feeds[name] for name in inputs.graph.graph_inputs if name in inputs.feeds}
+    live = {backend.name: backend for backend in inputs.backends if _is_live(backend)}
+    references: dict[str, Reference] = {}
+    for name in dict.fromkeys(pair.reference for pair in pairs):
+        if name == "torch" and inputs.captured is not None:
+            references[name] = _torch_reference(inputs.captured, graph_inputs)
+        elif name in live:
+            references[name] = _backend_reference(live[name], inputs.feeds, graph_inputs)
+    return references
+
+
+def _torch_reference(captured: CapturedValues, graph_inputs: Mapping[str, np.ndarray]) -> Reference:
+    def values(names: Sequence[str]) -> dict[str, np.ndarray]:
+        return {**_pick(graph_inputs, names), **captured.values(names)}
+
+    return Reference("torch", values, lambda tensor: tensor in captured.keys)
+
+
+def _backend_reference(
+    backend: OnnxBackend, feeds: Mapping[str, np.ndarray], graph_inputs: Mapping[str, np.ndarray]
+) -> Reference:
+    available = backend.available()
+
+    def values(names: Sequence[str]) -> dict[str, np.ndarray]:
+        return {**_pick(graph_inputs, names), **fetch(backend, feeds, [n for n in names if n in available])}
+
+    return Reference(backend.name, values, lambda tensor: tensor in available)
+
+
+def _pick(values: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
+    return {name: values[name] for name in names if name in values}
+
+
+def _exact_values(inputs: Inputs) -> ValuesOf:
+    """Shape arithmetic and other non-float tensors, as ONNX Runtime computes them on the original graph."""
+
+    def exact(names: Sequence[str]) -> dict[str, np.ndarray]:
+        if not names:
+            return {}
+        runner = next((b for b in inputs.backends if b.name == "onnxruntime" and _is_live(b)), None)
+        if runner is None:
+            from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+
+            runner = OnnxRuntimeBackend(inputs.graph)
+        return fetch(runner, inputs.feeds, list(names))
+
+    return exact
+
+
+def _opener(inputs: Inputs) -> OpenLike:
+    """Open a candidate of the same kind and settings on another model (None for recordings)."""
+    live = {backend.name for backend in inputs.backends if _is_live(backend)}
+    runtime = inputs.runtime
+
+    def open_like(name: str, graph: GraphInfo, feeds: Mapping[str, np.ndarray]) -> OnnxBackend | None:
+        if name not in live:
+            return None
+        if name == "onnxruntime":
+            from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+
+            return OnnxRuntimeBackend(graph, provider=runtime.ort_provider)
+        if name == "onnx-reference":
+            from trtdiff.backends.onnx_reference import OnnxReferenceBackend
+
+            return OnnxReferenceBackend(graph)
+        if name == "tensorrt":
+            return _tensorrt_like(graph, feeds, runtime)
+        return None
+
+    return open_like
+
+
+def _tensorrt_like(graph: GraphInfo, feeds: Mapping[str, np.ndarray], runtime: BackendOptions) -> OnnxBackend:
+    """TensorRT on a rewritten model, with the settings of the comparison (its outputs are the network's)."""
+    import tempfile
+    from pathlib import Path
+
+    import onnx
+
+    from trtdiff.backends.tensorrt import TensorRTBackend
+
+    cache = Path(runtime.engine_cache) if runtime.engine_cache else None
+    with tempfile.TemporaryDirectory(prefix="trtdiff-") as folder:  # TensorRT's parser reads a file
+        path = Path(folder) / graph.path.name
+        onnx.save(graph.model, path)
+        return TensorRTBackend(
+            dataclasses.replace(graph, path=path), tensorrt_settings(graph, feeds, runtime), cache_dir=cache
+        )
+
+
+def tensorrt_settings(graph: GraphInfo, feeds: Mapping[str, np.ndarray], runtime: BackendOptions) -> BuildSettings:
+    """The comparison's TensorRT settings for a rewritten model: same precision, its own outputs and shapes."""
+    from trtdiff.backends.tensorrt.builder import input_shapes_from
+
+    shapes = input_shapes_from({name: feeds[name] for name in graph.graph_inputs if name in feeds})
+    return dataclasses.replace(runtime.tensorrt, tf32=runtime.tf32, outputs="none", input_shapes=shapes)
+
+
+def _is_live(backend: OnnxBackend) -> bool:
+    """Whether the backend runs here (a recording replays what ran elsewhere)."""
+    from trtdiff.backends.recorded import RecordedBackend
+
+    return not isinstance(backend, RecordedBackend)

@@ -1,0 +1,198 @@
+"""Rewrite an ONNX graph so each compared node can run alone on the reference's values.
+
+A *shadow* model holds one copy of every compared node whose inputs are fed from outside:
+the reference's value where the reference has one, the exact value (from the original
+graph's run) for shape arithmetic and other non-float tensors, the initializers and
+Constant nodes as they are. Where a float input has no reference value (inside a
+decomposed op), the node that makes it is copied too, recursively: the smallest subgraph
+whose float inputs all have a reference value. Run once, the shadow model gives every
+node's *local* output; the same rewriting injects the reference's values into the full
+graph (`inject`), for attribution.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from trtdiff.source.onnx_graph import GraphInfo
+
+PREFIX = "trtdiff.local/"
+
+
+def local_name(tensor: str) -> str:
+    """The shadow model's output that holds `tensor` computed from the reference's inputs."""
+    return PREFIX + tensor
+
+
+@dataclass(frozen=True)
+class ShadowModel:
+    """The rewritten model, what it must be fed, and which nodes each local output ran.
+
+    `reference_inputs` take the reference's values, `exact_inputs` the original graph's own
+    (shape arithmetic, integer tensors); `outputs` maps each compared tensor to its shadow
+    output; `subgraphs` to the ONNX node names run for it (the node itself first).
+    """
+
+    model: onnx.ModelProto
+    reference_inputs: tuple[str, ...]
+    exact_inputs: tuple[str, ...]
+    outputs: dict[str, str]
+    subgraphs: dict[str, tuple[str, ...]]
+
+
+def build_shadow(graph: GraphInfo, tensors: Iterable[str], has_reference: Callable[[str], bool]) -> ShadowModel:
+    """A shadow model computing each of `tensors` from the reference's values of its node's inputs."""
+    builder = _Builder(graph, has_reference)
+    outputs: dict[str, str] = {}
+    subgraphs: dict[str, tuple[str, ...]] = {}
+    for tensor in tensors:
+        index = graph.producer_of.get(tensor)
+        if index is None:
+            continue
+        subgraphs[tensor] = builder.shadow(index)
+        outputs[tensor] = local_name(tensor)
+    return ShadowModel(
+        builder.model(outputs.values()), tuple(builder.reference), tuple(builder.exact), outputs, subgraphs
+    )
+
+
+def embed(shadow: ShadowModel, values: Mapping[str, np.ndarray]) -> ShadowModel:
+    """`shadow` with its exact inputs (shape arithmetic, integer tensors) written in as constants.
+
+    They are the same for every backend, and TensorRT takes a shape tensor as a constant
+    where it would need an optimization profile of values as an input.
+    """
+    model = onnx.ModelProto()
+    model.CopyFrom(shadow.model)
+    exact = set(shadow.exact_inputs)
+    kept = [value for value in model.graph.input if value.name not in exact]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    model.graph.initializer.extend(
+        numpy_helper.from_array(np.asarray(values[name]), name) for name in shadow.exact_inputs
+    )
+    return dataclasses.replace(shadow, model=model, exact_inputs=())
+
+
+def submodel(shadow: ShadowModel, tensor: str, graph: GraphInfo) -> onnx.ModelProto:
+    """The part of `shadow` that computes `tensor` alone (its subgraph), for the spec evaluator."""
+    names = set(shadow.subgraphs[tensor])
+    wanted = [n for n in shadow.model.graph.node if n.name.removeprefix(PREFIX) in names or n.op_type == "Constant"]
+    used = {t for node in wanted for t in node.input}
+    model = onnx.ModelProto()
+    model.CopyFrom(shadow.model)
+    del model.graph.node[:]
+    model.graph.node.extend(n for n in wanted if n.op_type != "Constant" or set(n.output) & used)
+    inputs = [value for value in shadow.model.graph.input if value.name in used]
+    del model.graph.input[:]
+    model.graph.input.extend(inputs)
+    initializers = [init for init in shadow.model.graph.initializer if init.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(initializers)
+    del model.graph.output[:]
+    model.graph.output.extend([_value_info(graph, tensor, shadow.outputs[tensor])])
+    return model
+
+
+def inject(graph: GraphInfo, tensors: Sequence[str]) -> onnx.ModelProto:
+    """The full model with `tensors` fed from outside (as graph inputs) instead of computed."""
+    model = onnx.ModelProto()
+    model.CopyFrom(graph.model)
+    replaced = set(tensors)
+    for node in model.graph.node:
+        for i, output in enumerate(node.output):
+            if output in replaced:
+                node.output[i] = output + "/trtdiff.replaced"
+    model.graph.input.extend(_value_info(graph, t, t) for t in tensors)
+    kept = [v for v in model.graph.value_info if v.name not in replaced]
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(kept)
+    return model
+
+
+class _Builder:
+    """Collects shadow nodes, their inputs and the initializers they use."""
+
+    def __init__(self, graph: GraphInfo, has_reference: Callable[[str], bool]) -> None:
+        self.graph = graph
+        self.has_reference = has_reference
+        self.nodes: dict[int, onnx.NodeProto] = {}
+        self.constants: dict[int, onnx.NodeProto] = {}
+        self.subgraph: dict[int, tuple[str, ...]] = {}
+        self.reference: list[str] = []
+        self.exact: list[str] = []
+        self.initializers: set[str] = set()
+
+    def shadow(self, index: int) -> tuple[str, ...]:
+        """Copy node `index` (and the unreferenced float producers it needs); the node names run."""
+        if index in self.subgraph:
+            return self.subgraph[index]
+        original = self.graph.model.graph.node[index]
+        copy = onnx.NodeProto()
+        copy.CopyFrom(original)
+        name = self.graph.nodes[index].name
+        copy.name = PREFIX + name
+        del copy.output[:]
+        copy.output.extend(local_name(o) if o else "" for o in original.output)
+        del copy.input[:]
+        names: list[str] = [name]
+        for tensor in original.input:
+            source, pulled = self._source(tensor)
+            copy.input.append(source)
+            names += [n for n in pulled if n not in names]
+        self.nodes[index] = copy
+        self.subgraph[index] = tuple(names)
+        return self.subgraph[index]
+
+    def _source(self, tensor: str) -> tuple[str, tuple[str, ...]]:
+        """Where a shadow node reads `tensor` from, and the extra nodes that costs."""
+        graph = self.graph
+        if not tensor or tensor in graph.initializers:
+            self.initializers.add(tensor)
+            return tensor, ()
+        producer = graph.producer_of.get(tensor)
+        if producer is not None and graph.nodes[producer].op_type == "Constant":
+            self.constants[producer] = graph.model.graph.node[producer]
+            return tensor, ()
+        is_data = tensor in graph.data_tensors
+        if tensor in graph.graph_inputs or (is_data and self.has_reference(tensor)):
+            _add(self.reference, tensor)
+            return tensor, ()
+        if not is_data or not graph.tensor_type(tensor).is_float or producer is None:
+            _add(self.exact, tensor)  # shape arithmetic and integer tensors: the same on every backend
+            return tensor, ()
+        return local_name(tensor), self.shadow(producer)
+
+    def model(self, outputs: Iterable[str]) -> onnx.ModelProto:
+        source = self.graph.model
+        graph = helper.make_graph(
+            [*self.constants.values(), *(self.nodes[i] for i in sorted(self.nodes))],
+            f"{source.graph.name or 'model'}-shadow",
+            [_value_info(self.graph, t, t) for t in (*self.reference, *self.exact)],
+            [_value_info(self.graph, t.removeprefix(PREFIX), t) for t in outputs],
+            initializer=[init for init in source.graph.initializer if init.name in self.initializers],
+        )
+        model = helper.make_model(graph, opset_imports=list(source.opset_import), producer_name="trtdiff")
+        model.ir_version = source.ir_version
+        return model
+
+
+def _value_info(graph: GraphInfo, tensor: str, name: str) -> onnx.ValueInfoProto:
+    """A value info for `name` with `tensor`'s element type and shape where known."""
+    tensor_type = graph.tensor_type(tensor)
+    if tensor_type.dtype is None:
+        return onnx.ValueInfoProto(name=name)
+    elem = helper.np_dtype_to_tensor_dtype(tensor_type.dtype)
+    shape = None if tensor_type.shape is None else [d if d is not None else None for d in tensor_type.shape]
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _add(items: list[str], item: str) -> None:
+    if item not in items:
+        items.append(item)

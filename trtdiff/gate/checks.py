@@ -1,0 +1,271 @@
+"""The CI gate: thresholds over many samples, on final outputs, every layer, and mIoU.
+
+A single comparison gates every layer (the first divergence fails it). Over several samples
+(an inputs folder, N random samples) the first sample is still compared layer by layer, for
+localization, and every sample's final outputs are gated; `per_layer` gates the layers too.
+Final outputs must be finite on both sides: cosine and errors are computed over the finite
+positions, so a NaN output would otherwise pass with cosine 1. Each (threshold, backend
+pair) is one `ThresholdCheck`; renderers word it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from trtdiff.report import BackendPair, ThresholdCheck
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from trtdiff.options import GateOptions
+    from trtdiff.report import CheckMetric, Layer, PairMetrics, SampleResult, SegmentationSummary, Threshold, Thresholds
+
+Figure = tuple[str, float]
+
+
+def segmentation_output(shape: Sequence[int]) -> bool:
+    """Whether an output of this shape is per-pixel class scores (N, C, H, W) with C > 1."""
+    return len(shape) == 4 and shape[1] > 1
+
+
+class SegmentationTally:
+    """Confusion matrices accumulated over samples: agreement per pair, against labels per backend."""
+
+    def __init__(self, num_classes: int, ignore_index: int | None) -> None:
+        self.num_classes = num_classes
+        self.ignore_index = ignore_index
+        self.agreement: dict[BackendPair, np.ndarray] = {}
+        self.labels: dict[str, np.ndarray] = {}
+        self.changed: dict[BackendPair, list[int]] = {}
+
+    def add(
+        self, logits: Mapping[str, np.ndarray], pairs: Sequence[BackendPair], label: np.ndarray | None
+    ) -> tuple[dict[BackendPair, float], dict[BackendPair, float], dict[str, float]]:
+        """Add one sample's logits per backend; returns its (agreement mIoU, changed share, label mIoU)."""
+        from trtdiff.analysis.segmentation import SegmentationScore, argmax_masks, confusion_matrix
+
+        masks = {backend: argmax_masks(value) for backend, value in logits.items()}
+        agreement: dict[BackendPair, float] = {}
+        changed: dict[BackendPair, float] = {}
+        for pair in pairs:
+            if pair.reference not in masks or pair.candidate not in masks:
+                continue
+            reference, candidate = masks[pair.reference], masks[pair.candidate]
+            confusion = confusion_matrix(candidate, reference, self.num_classes)
+            self.agreement[pair] = self.agreement.get(pair, 0) + confusion
+            differ = int((candidate != reference).sum())
+            total = self.changed.setdefault(pair, [0, 0])
+            total[0] += differ
+            total[1] += reference.size
+            agreement[pair] = SegmentationScore.from_confusion(confusion).miou
+            changed[pair] = differ / reference.size if reference.size else 0.0
+        against: dict[str, float] = {}
+        if label is not None:
+            for backend, mask in masks.items():
+                confusion = confusion_matrix(mask, label, self.num_classes, self.ignore_index)
+                self.labels[backend] = self.labels.get(backend, 0) + confusion
+                against[backend] = SegmentationScore.from_confusion(confusion).miou
+        return agreement, changed, against
+
+    def summary(self, reference: str) -> SegmentationSummary:
+        from trtdiff.analysis.segmentation import SegmentationScore
+        from trtdiff.report import SegmentationSummary
+
+        agreement = {k: SegmentationScore.from_confusion(c) for k, c in self.agreement.items()}
+        labels = {k: SegmentationScore.from_confusion(c) for k, c in self.labels.items()}
+        drop = {b: labels[reference].miou - s.miou for b, s in labels.items() if b != reference and reference in labels}
+        return SegmentationSummary(
+            num_classes=self.num_classes,
+            ignore_index=self.ignore_index,
+            agreement_miou={k: s.miou for k, s in agreement.items()},
+            agreement_per_class={k: s.per_class for k, s in agreement.items()},
+            changed_pixels={k: (d / n if n else 0.0) for k, (d, n) in self.changed.items()},
+            label_miou={k: s.miou for k, s in labels.items()},
+            label_per_class={k: s.per_class for k, s in labels.items()},
+            miou_drop=drop,
+        )
+
+
+_OUTPUT_RULES: tuple[tuple[Threshold, CheckMetric, bool], ...] = (
+    ("min_cosine", "cosine", True),
+    ("rtol", "rel_err", False),
+    ("max_abs", "max_abs", False),
+)
+
+
+def output_checks(
+    samples: Sequence[SampleResult], thresholds: Thresholds, pairs: Sequence[BackendPair]
+) -> list[ThresholdCheck]:
+    """Cosine, relative and (if set) absolute error of every sample's final outputs, and their finiteness, per pair."""
+    checks: list[ThresholdCheck] = []
+    for pair in pairs:
+        figures = [
+            (s.name, m) for s in samples for per_pair in s.outputs.values() if (m := per_pair.get(pair)) is not None
+        ]
+        if not figures:
+            continue
+        for threshold, metric, is_minimum in _OUTPUT_RULES:
+            limit = getattr(thresholds, threshold)
+            if limit is None:
+                continue
+            values = [(name, _value(m, metric)) for name, m in figures]
+            failing = tuple(dict.fromkeys(name for name, v in values if _breaks(v, limit, is_minimum)))
+            worst_name, worst = _worst(values, min if is_minimum else max)
+            checks.append(
+                ThresholdCheck(
+                    id=ThresholdCheck.make_id("outputs", threshold, pair),
+                    scope="outputs",
+                    threshold=threshold,
+                    metric=metric,
+                    pair=pair,
+                    backend=None,
+                    limit=float(limit),
+                    worst=worst,
+                    worst_sample=worst_name,
+                    passed=not failing,
+                    failing_samples=failing,
+                    compared=len(samples),
+                    failed=len(failing),
+                )
+            )
+        checks.append(_finite_check(samples, figures, thresholds.allow_nonfinite, pair))
+    return checks
+
+
+def _finite_check(
+    samples: Sequence[SampleResult], figures: Sequence[tuple[str, PairMetrics]], allow: bool, pair: BackendPair
+) -> ThresholdCheck:
+    """No NaN/Inf in final outputs on either side; with `allow`, only at the same positions on both sides."""
+    values: list[Figure] = [
+        (name, float(m.non_finite_mismatches if allow else m.nan_ref + m.inf_ref + m.nan_cand + m.inf_cand))
+        for name, m in figures
+    ]
+    failing = tuple(dict.fromkeys(name for name, v in values if v > 0))
+    worst_name, worst = _worst(values, max)
+    return ThresholdCheck(
+        id=ThresholdCheck.make_id("outputs", "finite", pair),
+        scope="outputs",
+        threshold="finite",
+        metric="non_finite_mismatches" if allow else "non_finite",
+        pair=pair,
+        backend=None,
+        limit=0.0,
+        worst=worst,
+        worst_sample=worst_name,
+        passed=not failing,
+        failing_samples=failing,
+        compared=len(samples),
+        failed=len(failing),
+    )
+
+
+def layer_checks(layers: Sequence[Layer], sample: str, pairs: Sequence[BackendPair]) -> list[ThresholdCheck]:
+    """Every compared layer of `sample` agrees, per pair (the single-comparison gate)."""
+    checks: list[ThresholdCheck] = []
+    for pair in pairs:
+        metrics = [m for layer in layers if (m := layer.pairs.get(pair)) is not None]
+        if not metrics:
+            continue
+        diverged = sum(m.diverged for m in metrics)
+        worst = min((m.cosine for m in metrics), key=lambda v: -math.inf if math.isnan(v) else v)
+        checks.append(
+            ThresholdCheck(
+                id=ThresholdCheck.make_id("layers", "layers", pair),
+                scope="layers",
+                threshold="layers",
+                metric="divergence",
+                pair=pair,
+                backend=None,
+                limit=0.0,
+                worst=worst,
+                worst_sample=sample,
+                passed=not diverged,
+                failing_samples=(sample,) if diverged else (),
+                compared=len(metrics),
+                failed=diverged,
+            )
+        )
+    return checks
+
+
+def miou_checks(
+    samples: Sequence[SampleResult],
+    summary: SegmentationSummary,
+    options: GateOptions,
+    pairs: Sequence[BackendPair],
+    reference: str,
+) -> list[ThresholdCheck]:
+    """The minimum mIoU against labels (or agreement without them) and the maximum drop, per candidate."""
+    checks: list[ThresholdCheck | None] = []
+    candidates = [pair for pair in pairs if pair.reference == reference]
+    if options.min_miou is not None:
+        checks += [_min_miou_check(samples, summary, pair, options.min_miou) for pair in candidates]
+    if options.max_miou_drop is not None:
+        for backend, drop in summary.miou_drop.items():
+            checks.append(
+                ThresholdCheck(
+                    id=ThresholdCheck.make_id("labels", "max_miou_drop", backend),
+                    scope="labels",
+                    threshold="max_miou_drop",
+                    metric="miou_drop",
+                    pair=None,
+                    backend=backend,
+                    limit=options.max_miou_drop,
+                    worst=drop,
+                    worst_sample=None,
+                    passed=not drop > options.max_miou_drop,
+                    compared=len(samples),
+                )
+            )
+    return [check for check in checks if check is not None]
+
+
+def _min_miou_check(
+    samples: Sequence[SampleResult], summary: SegmentationSummary, pair: BackendPair, limit: float
+) -> ThresholdCheck | None:
+    labelled = bool(summary.label_miou)
+    backend = pair.candidate
+    figure = summary.label_miou.get(backend) if labelled else summary.agreement_miou.get(pair)
+    if figure is None:
+        return None
+    per_sample = [(s.name, s.label_miou.get(backend) if labelled else s.agreement_miou.get(pair)) for s in samples]
+    known = [(name, v) for name, v in per_sample if v is not None]
+    failing = tuple(name for name, v in known if v < limit)
+    worst_name, worst_value = _worst(known, min)
+    return ThresholdCheck(
+        id=ThresholdCheck.make_id("labels" if labelled else "agreement", "min_miou", backend if labelled else pair),
+        scope="labels" if labelled else "agreement",
+        threshold="min_miou",
+        metric="miou",
+        pair=None if labelled else pair,
+        backend=backend if labelled else None,
+        limit=limit,
+        worst=figure,
+        worst_sample=worst_name,
+        passed=not figure < limit,
+        failing_samples=failing,
+        compared=len(samples),
+        failed=len(failing),
+        worst_sample_value=worst_value,
+    )
+
+
+def _value(metrics: PairMetrics, metric: CheckMetric) -> float:
+    return float(getattr(metrics, metric))
+
+
+def _breaks(value: float, limit: float, is_minimum: bool) -> bool:
+    if math.isnan(value):
+        return True
+    return value < limit if is_minimum else value > limit
+
+
+def _worst(values: Sequence[Figure], pick: Callable[..., Figure]) -> tuple[str | None, float]:
+    if not values:
+        return None, float("nan")
+    nan = [(n, v) for n, v in values if math.isnan(v)]
+    if nan:
+        return nan[0]
+    return pick(values, key=lambda item: item[1])

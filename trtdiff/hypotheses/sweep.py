@@ -1,0 +1,144 @@
+"""One comparison per opset and exporter: is it the opset? is it the exporter? in one run.
+
+The thread's advice ("raise the opset to 13", "lower it to 11", "try the dynamo exporter")
+becomes a table: each combination that can exist is compared with the same options, and
+the sweep fails when any of them does. Combinations no exporter can write are listed as
+skipped, with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trtdiff.errors import ExportError, OptionError
+from trtdiff.options import CompareOptions
+from trtdiff.report import Report
+from trtdiff.report.serialization import from_jsonable, to_jsonable
+from trtdiff.source.export import DYNAMO_NATIVE_OPSET, TORCHSCRIPT_MAX_OPSET, TORCHSCRIPT_MIN_OPSET
+
+if TYPE_CHECKING:
+    import torch
+
+    from trtdiff.pipeline.prepare import Progress
+
+
+@dataclass(frozen=True)
+class SweepEntry:
+    """One combination: the opset and exporter asked for, and its report.
+
+    `skipped` says why no exporter writes the combination; `failed` why its export failed
+    (a failing combination, as a divergence is).
+    """
+
+    opset: int
+    exporter: str
+    report: Report | None = None
+    skipped: str | None = None
+    failed: str | None = None
+    precision: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.report.passed if self.report is not None else self.failed is None
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Every combination compared, in the order asked for."""
+
+    entries: tuple[SweepEntry, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(entry.passed for entry in self.entries)
+
+    @property
+    def passing(self) -> tuple[SweepEntry, ...]:
+        return tuple(e for e in self.entries if e.report is not None and e.report.passed)
+
+    def to_json(self) -> str:
+        return json.dumps({"sweep": to_jsonable(list(self.entries))}, indent=2, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Sweep:
+        return cls(tuple(from_jsonable(list[SweepEntry], json.loads(text)["sweep"])))
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n")
+
+
+def sweep(
+    model: str | Path | torch.nn.Module,
+    options: CompareOptions | None = None,
+    *,
+    opsets: Sequence[int],
+    exporters: Sequence[str] = ("auto",),
+    precisions: Sequence[str] = (),
+    progress: Progress | None = None,
+    **fields: Any,
+) -> Sweep:
+    """Compare `model` at each opset with each exporter (every combination that can exist).
+
+    `precisions` adds TensorRT precision as an axis: "fp32" (TF32 off), "tf32", "fp16".
+    """
+    options = (options or CompareOptions()).with_fields(**fields)
+    if not opsets:
+        raise OptionError("give at least one opset", parameter="opset")
+    if options.export.onnx is not None:
+        raise OptionError("a given ONNX file has one opset; drop it to sweep opsets and exporters", parameter="onnx")
+    unknown = [p for p in precisions if p not in PRECISION_AXIS]
+    if unknown:
+        raise OptionError(
+            f"unknown precision {unknown[0]!r}; choose from {', '.join(PRECISION_AXIS)}",
+            parameter="sweep_precision",
+            value=",".join(precisions),
+        )
+    entries = []
+    for opset in opsets:
+        for exporter in exporters:
+            for precision in precisions or (None,):
+                entries.append(_entry(model, options, opset, exporter, precision, progress))
+    return Sweep(tuple(entries))
+
+
+PRECISION_AXIS = ("fp32", "tf32", "fp16")
+
+
+def _entry(
+    model: str | Path | torch.nn.Module,
+    options: CompareOptions,
+    opset: int,
+    exporter: str,
+    precision: str | None,
+    progress: Progress | None,
+) -> SweepEntry:
+    """One combination compared, or why it was skipped or failed to export."""
+    from trtdiff.api import compare
+
+    reason = why_not(opset, exporter)
+    if reason is not None:
+        return SweepEntry(opset, exporter, skipped=reason, precision=precision)
+    export = dataclasses.replace(options.export, opset=opset, exporter=exporter)  # type: ignore[arg-type]
+    runtime = options.runtime
+    if precision is not None:
+        settings = dataclasses.replace(runtime.tensorrt, precision="fp16" if precision == "fp16" else "fp32")
+        runtime = dataclasses.replace(runtime, tensorrt=settings, tf32=precision == "tf32")
+    try:
+        report = compare(model, dataclasses.replace(options, export=export, runtime=runtime), progress=progress)
+    except ExportError as error:
+        return SweepEntry(opset, exporter, failed=str(error), precision=precision)
+    return SweepEntry(opset, exporter, report=report, precision=precision)
+
+
+def why_not(opset: int, exporter: str) -> str | None:
+    """Why no exporter writes this combination, or None when one can."""
+    if exporter == "dynamo" and opset < DYNAMO_NATIVE_OPSET:
+        return f"the dynamo exporter writes opsets from {DYNAMO_NATIVE_OPSET}"
+    if exporter == "torchscript" and not TORCHSCRIPT_MIN_OPSET <= opset <= TORCHSCRIPT_MAX_OPSET:
+        return f"the TorchScript exporter writes opsets {TORCHSCRIPT_MIN_OPSET}-{TORCHSCRIPT_MAX_OPSET}"
+    return None

@@ -1,0 +1,65 @@
+"""`trtdiff.pipeline.build`: build the TensorRT engine trtdiff would compare, without running it.
+
+Useful on a machine without a GPU TensorRT supports (TensorRT-RTX builds on the CPU), to see
+what would be marked, what could not be and why, how ONNX names map to TensorRT's, and to
+prepare an engine for another machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trtdiff import __version__
+from trtdiff.options import CompareOptions
+from trtdiff.pipeline.prepare import prepare, timed
+from trtdiff.report import BuildReport
+
+if TYPE_CHECKING:
+    import torch
+
+
+def build(model: str | Path | torch.nn.Module, options: CompareOptions | None = None, **fields: Any) -> BuildReport:
+    """Export (or take the given ONNX file) and build its TensorRT engine with the options' settings.
+
+    Options as for `compare` (the model, export and backend parts are read).
+    """
+    from trtdiff.backends.tensorrt.builder import build_engine, input_shapes_from
+    from trtdiff.backends.tensorrt.importing import gpu_info
+    from trtdiff.backends.tensorrt.summary import summarize
+
+    options = (options or CompareOptions()).with_fields(**fields)
+    options.export.validate()
+    options.runtime.validate()
+    timings: dict[str, float] = {}
+    with prepare(model, options, backends=(), timings=timings) as prepared:
+        runtime = options.runtime
+        settings = dataclasses.replace(
+            runtime.tensorrt, tf32=runtime.tf32, input_shapes=input_shapes_from(prepared.feeds)
+        )
+        gpu = gpu_info()
+        with timed(timings, "build"):
+            cache = Path(runtime.engine_cache) if runtime.engine_cache else None
+            result = build_engine(prepared.graph, settings, cache_dir=cache, gpu=gpu)
+        if prepared.engine_path is not None:
+            result.write_engines(prepared.engine_path)
+        summary = summarize(
+            result,
+            result.fusion_hint(prepared.graph),
+            status="built",
+            gpu=gpu.describe() if gpu else None,
+            include_name_map=True,
+        )
+        return BuildReport(
+            model=prepared.loaded.source,
+            onnx_path=prepared.onnx_path,
+            opset=prepared.graph.opset,
+            exporter=prepared.exporter,
+            inputs=prepared.inputs,
+            tensorrt=summary,
+            saved_engine=str(prepared.engine_path) if prepared.engine_path else None,
+            notes=prepared.notes,
+            timings={k: round(v, 4) for k, v in timings.items()},
+            trtdiff_version=__version__,
+        )

@@ -1,0 +1,279 @@
+"""The step `compare`, `build` and `run` share: load -> inputs -> export or read ONNX -> open backends.
+
+`prepare` takes the same `CompareOptions` for all three commands and yields one `Prepared`
+value that the rest of the pipeline reads; the exported file lives in a temporary folder
+until the `with` block ends.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trtdiff.backends.registry import choose_backends, open_backends
+from trtdiff.errors import InputError, OptionError, param
+from trtdiff.options import DEFAULT_OPSET, CompareOptions, ExportOptions, LoadOptions
+from trtdiff.source.inputs import make_inputs
+from trtdiff.source.loading import LoadedModel, from_module, load_model
+from trtdiff.source.onnx_graph import GraphInfo, load_graph
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from trtdiff.backends.base import OnnxBackend
+    from trtdiff.backends.pytorch.capture import TorchCapture
+    from trtdiff.report import TensorRTSummary
+
+Progress = Callable[[str], None]
+# Records the PyTorch reference on the inputs, before export (so a forward that fails says so).
+Capture = Callable[["torch.nn.Module", "Mapping[str, np.ndarray]"], "TorchCapture"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """The loaded model, the ONNX file the user gave (if any), and the inputs, in input order."""
+
+    loaded: LoadedModel
+    given_graph: GraphInfo | None
+    feeds: dict[str, np.ndarray]
+    input_names: tuple[str, ...] = ()
+    dtypes: dict[str, np.dtype] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def has_torch(self) -> bool:
+        return self.loaded.kind != "onnx"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The model, its inputs, the ONNX graph compared and the backends opened on it."""
+
+    loaded: LoadedModel
+    graph: GraphInfo
+    exporter: str
+    onnx_path: str | None
+    model_feeds: dict[str, np.ndarray]
+    feeds: dict[str, np.ndarray]
+    input_names: tuple[str, ...]
+    dtypes: dict[str, np.dtype]
+    chosen: tuple[str, ...]
+    capture: TorchCapture | None
+    backends: tuple[OnnxBackend, ...]
+    tensorrt: TensorRTSummary | None
+    engine_path: Path | None
+    notes: tuple[str, ...]
+
+    @property
+    def has_torch(self) -> bool:
+        return self.loaded.kind != "onnx"
+
+    @property
+    def inputs(self) -> dict[str, tuple[int, ...]]:
+        """Each model input's shape, as the report states it."""
+        return {name: tuple(int(d) for d in value.shape) for name, value in self.model_feeds.items()}
+
+
+@contextmanager
+def prepare(
+    model: str | Path | torch.nn.Module,
+    options: CompareOptions,
+    *,
+    backends: Sequence[str] | None = None,
+    first_feeds: Mapping[str, np.ndarray] | None = None,
+    capture: Capture | None = None,
+    timings: dict[str, float] | None = None,
+    say: Progress | None = None,
+) -> Iterator[Prepared]:
+    """Load `model`, build its inputs, export it (or read the given file) and open the backends.
+
+    `backends` names the ONNX backends to open (default: those the options choose; "torch" is
+    not opened here). `first_feeds` replaces the inputs built from shapes and files (a data
+    set's first sample). `capture` records the PyTorch reference when "torch" is chosen.
+    """
+    timings = {} if timings is None else timings
+    say = say or (lambda _text: None)
+    save_path = check_new_file(options.export.save_onnx, options.force, "save_onnx")
+    engine_path = check_new_file(options.runtime.save_engine, options.force, "save_engine")
+    say("loading the model")
+    with timed(timings, "load"):
+        source = load_source(model, options.load, options.export.onnx, first_feeds)
+    if backends is None:
+        backends, chosen_notes = choose_backends(options.runtime, source.loaded.kind != "onnx")
+    else:
+        chosen_notes = ()
+    notes: list[str] = [*source.notes, *chosen_notes]
+    recorded = None
+    if capture is not None and "torch" in backends and source.loaded.module is not None:
+        say("running PyTorch, recording every op")
+        with timed(timings, "torch"):
+            recorded = capture(source.loaded.module, source.feeds)
+    with tempfile.TemporaryDirectory(prefix="trtdiff-") as tmp:
+        say("exporting to ONNX" if source.given_graph is None else "reading the ONNX file")
+        with timed(timings, "export"):
+            graph, exporter = onnx_graph_for(source, options.export, save_path, Path(tmp), notes)
+        feeds = onnx_feeds(graph, source.feeds)
+        say("preparing backends (a TensorRT engine build can take minutes)")
+        with timed(timings, "backends"):
+            opened = open_backends(graph, feeds, options.runtime, backends, engine_path)
+        given = source.given_graph.path if source.given_graph is not None else None
+        yield Prepared(
+            loaded=source.loaded,
+            graph=graph,
+            exporter=exporter,
+            onnx_path=str(save_path or given) if save_path or given else None,
+            model_feeds=source.feeds,
+            feeds=feeds,
+            input_names=source.input_names,
+            dtypes=source.dtypes,
+            chosen=tuple(backends),
+            capture=recorded,
+            backends=opened.backends,
+            tensorrt=opened.tensorrt,
+            engine_path=engine_path,
+            notes=(*notes, *opened.notes),
+        )
+
+
+def load_source(
+    model: str | Path | torch.nn.Module,
+    options: LoadOptions,
+    onnx: str | Path | None,
+    first_feeds: Mapping[str, np.ndarray] | None = None,
+) -> Source:
+    """Load MODEL (a file, a factory spec or an nn.Module), the given ONNX file, and the inputs.
+
+    `first_feeds` replaces the inputs built from shapes and files (a data set's first sample).
+    """
+    if isinstance(model, (str, Path)):
+        loaded = load_model(str(model), model_class=options.model_class, trust=options.trust)
+    else:
+        loaded = from_module(model)
+    if loaded.kind == "onnx":
+        if onnx is not None:
+            raise OptionError(
+                "MODEL is already an ONNX file; give the PyTorch model as MODEL", parameter="onnx", value=onnx
+            )
+        onnx = loaded.onnx_path
+    given = load_graph(onnx) if onnx is not None else None
+    names = given.graph_inputs if given is not None else loaded.input_names
+    dtypes = {} if given is None else {n: dtype for n in names if (dtype := given.tensor_type(n).dtype) is not None}
+    if first_feeds is not None:
+        values = list(first_feeds.values())
+        feeds = dict(zip(names, values, strict=True)) if len(names) == len(values) else dict(first_feeds)
+        return Source(loaded, given, feeds, tuple(names), dtypes)
+    shapes, notes = list(options.input_shapes), list(loaded.notes)
+    if given is not None and not options.input_files:
+        derived, dynamic = _file_shapes(given, shapes)
+        shapes += derived
+        if dynamic:
+            notes.append(
+                f"dynamic dimensions set to 1 (give {', '.join(dynamic)} a shape to choose): " + ", ".join(derived)
+            )
+    feeds = make_inputs(list(names), shapes=shapes, files=list(options.input_files), seed=options.seed, dtypes=dtypes)
+    return Source(loaded, given, feeds, tuple(names), dtypes, tuple(notes))
+
+
+def _file_shapes(graph: GraphInfo, given: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Shapes for the inputs `given` does not name, read from the ONNX file (dynamic dimensions 1).
+
+    Returns the shapes and the inputs that had a dynamic dimension. Positional shapes (no
+    name) leave the file's shapes unused; an input of unknown rank gets none.
+    """
+    from trtdiff.source.inputs import parse_input_shape
+
+    named = [parse_input_shape(text)[0] for text in given]
+    if given and None in named:
+        return [], []
+    shapes, dynamic = [], []
+    for name in graph.graph_inputs:
+        shape = graph.tensor_type(name).shape
+        if name in named or shape is None:
+            continue
+        if any(d is None or d <= 0 for d in shape):
+            dynamic.append(name)
+        dims = "x".join(str(d) if d is not None and d > 0 else "1" for d in shape)
+        shapes.append(f"{name}:{dims or 'scalar'}")
+    return shapes, dynamic
+
+
+def onnx_graph_for(
+    source: Source, options: ExportOptions, save_path: Path | None, folder: Path, notes: list[str]
+) -> tuple[GraphInfo, str]:
+    """The ONNX graph to compare (given, or exported now) and the name of the exporter used."""
+    from trtdiff.source.export import export_onnx
+
+    given, opset = source.given_graph, options.opset
+    if given is not None:
+        if opset is not None and given.opset != opset:
+            notes.append(f"opset {opset} ignored: the given ONNX file declares opset {given.opset}")
+        return given, "given"
+    target = save_path if save_path is not None else folder / "model.onnx"
+    result = export_onnx(
+        source.loaded, source.feeds, opset=opset or DEFAULT_OPSET, exporter=options.exporter, path=target
+    )
+    notes.append(f"exported with the {result.exporter} exporter at opset {result.opset}")
+    return load_graph(result.path), result.exporter
+
+
+def check_new_file(path: str | Path | None, force: bool, parameter: str) -> Path | None:
+    """A path trtdiff may write: never an existing file unless `force`, and its folder must exist."""
+    if path is None:
+        return None
+    path = Path(path)
+    if path.is_dir():
+        raise OptionError("is a folder; give a file path", parameter=parameter, value=path)
+    if path.exists() and not force:
+        raise OptionError(
+            f"the file exists; choose another path or pass {param('force')} to overwrite it",
+            parameter=parameter,
+            value=path,
+        )
+    if not path.parent.is_dir():
+        raise OptionError(f"folder {path.parent} does not exist; create it first", parameter=parameter, value=path)
+    return path
+
+
+def onnx_feeds(graph: GraphInfo, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Inputs keyed by the ONNX file's input names, checked against its static dimensions."""
+    values = list(feeds.values())
+    if set(graph.graph_inputs) <= set(feeds):
+        named = {name: feeds[name] for name in graph.graph_inputs}
+    elif len(graph.graph_inputs) == len(values):
+        named = dict(zip(graph.graph_inputs, values, strict=True))
+    else:
+        raise InputError(
+            f"{graph.path}: the ONNX file has inputs {', '.join(graph.graph_inputs)} but the model was given "
+            f"{', '.join(feeds)}; check that {param('onnx')} belongs to this model"
+        )
+    for name, value in named.items():
+        expected = graph.tensor_type(name)
+        if expected.shape is None:
+            continue
+        fits = len(expected.shape) == value.ndim and all(
+            d is None or d == v for d, v in zip(expected.shape, value.shape, strict=False)
+        )
+        if not fits:
+            want = "x".join("?" if d is None else str(d) for d in expected.shape)
+            got = "x".join(map(str, value.shape))
+            raise InputError(
+                f"input {name}: shape {got} does not fit {graph.path.name}, which expects {want}; "
+                f"use {param('input_shapes')} {name}:{want.replace('?', '1')}"
+            )
+    return named
+
+
+@contextmanager
+def timed(timings: dict[str, float], step: str) -> Iterator[None]:
+    """Add the seconds the block took to `timings[step]`."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[step] = timings.get(step, 0.0) + time.perf_counter() - start

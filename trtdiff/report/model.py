@@ -1,0 +1,427 @@
+"""The result of a comparison: frozen dataclasses that round-trip through JSON.
+
+Renderers read a `Report` and nothing else. The JSON layout is documented in the README
+(section "JSON report") and versioned by `SCHEMA_VERSION`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from trtdiff.report.serialization import from_jsonable, to_jsonable
+from trtdiff.report.tensorrt import (  # the report's TensorRT parts, re-exported
+    BuildReport as BuildReport,
+    EngineLayerInfo as EngineLayerInfo,
+    NotReturned as NotReturned,
+    OutputsMode as OutputsMode,
+    TensorRTStatus as TensorRTStatus,
+    TensorRTSummary as TensorRTSummary,
+)
+
+SCHEMA_VERSION = 2
+
+ReasonMetric = Literal["cosine", "rel_err", "max_abs", "non_finite", "shape", "mismatches"]
+CheckScope = Literal["outputs", "layers", "agreement", "labels"]
+CheckMetric = Literal[
+    "cosine", "rel_err", "max_abs", "divergence", "miou", "miou_drop", "non_finite", "non_finite_mismatches"
+]
+Threshold = Literal["min_cosine", "rtol", "max_abs", "layers", "min_miou", "max_miou_drop", "finite"]
+PairingMethod = Literal["op", "scope", "folded", "module", "output", "derived"]
+Verdict = Literal["export", "runtime", "unknown"]
+
+# The threshold names as they appear in check ids ("outputs/min-cosine/torch~onnxruntime").
+_THRESHOLD_IDS: dict[str, str] = {
+    "min_cosine": "min-cosine",
+    "rtol": "rtol",
+    "max_abs": "max-abs",
+    "min_miou": "min-miou",
+    "max_miou_drop": "max-miou-drop",
+    "finite": "finite",
+}
+
+
+@dataclass(frozen=True, order=True)
+class BackendPair:
+    """A reference backend and a candidate compared against it; JSON writes it as "torch~onnxruntime"."""
+
+    reference: str
+    candidate: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.reference}~{self.candidate}"
+
+    def __str__(self) -> str:
+        return self.key
+
+    def json_text(self) -> str:
+        return self.key
+
+    @classmethod
+    def parse(cls, key: str) -> BackendPair:
+        """The pair written as "reference~candidate"."""
+        reference, sep, candidate = key.partition("~")
+        if not sep or not reference or not candidate or "~" in candidate:
+            raise ValueError(f"not a backend pair: {key!r} (expected reference~candidate)")
+        return cls(reference, candidate)
+
+    @classmethod
+    def from_json_text(cls, text: str) -> BackendPair:
+        return cls.parse(text)
+
+
+def all_pairs(backends: tuple[str, ...] | list[str]) -> tuple[BackendPair, ...]:
+    """Every pair of `backends`, earlier ones as reference: (a, b, c) -> a~b, a~c, b~c."""
+    return tuple(BackendPair(a, b) for i, a in enumerate(backends) for b in backends[i + 1 :])
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a tensor counts as diverged: direction (cosine) and magnitude (relative, absolute).
+
+    Final outputs must also be finite: a NaN or Inf on either side fails the gate, unless
+    `allow_nonfinite`, which asks only that NaN, +Inf and -Inf sit at the same positions on
+    both sides.
+    """
+
+    min_cosine: float = 0.9999
+    rtol: float = 1e-3
+    max_abs: float | None = None
+    allow_nonfinite: bool = False
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One reason a tensor counts as diverged: `metric` came out at `value` against `limit`.
+
+    For "non_finite", `value` and `limit` count the candidate's and the reference's NaN/Inf
+    and `detail` says at how many positions they differ ("3 of 64 positions");
+    for "mismatches" (integer tensors), `value` counts differing elements and `limit` all;
+    for "shape", `detail` holds "2x3 vs 3x2".
+    """
+
+    metric: ReasonMetric
+    value: float
+    limit: float | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class PairMetrics:
+    """How far a candidate tensor is from the reference tensor it is paired with.
+
+    `rel_err` is max-abs error divided by the reference's largest magnitude; the figures
+    are computed over the positions finite on both sides. `nan_*`/`inf_*` count each side's
+    NaN and Inf, and `non_finite_mismatches` the positions where the two sides are not the
+    same kind of non-finite value (NaN against a number, +Inf against -Inf, ...): NaN or Inf
+    at the same positions on both sides agree. For integer and bool tensors `cosine` is 1.0
+    exactly when all elements are equal, and `mismatches` counts the elements that differ.
+    """
+
+    cosine: float
+    max_abs: float
+    mean_abs: float
+    rel_err: float
+    ref_max_abs: float
+    nan_ref: int = 0
+    nan_cand: int = 0
+    inf_ref: int = 0
+    inf_cand: int = 0
+    mismatches: int | None = None
+    shape_mismatch: str | None = None
+    diverged: bool = False
+    reasons: tuple[Reason, ...] = ()
+    non_finite_mismatches: int = 0
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One ONNX tensor, in topological order, with the metrics of every backend pair that has it."""
+
+    tensor: str
+    onnx_node: str
+    op_type: str
+    module: str | None
+    shape: tuple[int, ...]
+    dtype: str
+    pairs: dict[BackendPair, PairMetrics]
+    is_output: bool = False
+    torch_op: str | None = None
+    pairing: PairingMethod | None = None
+    local: dict[BackendPair, PairMetrics] | None = None
+
+    @property
+    def diverged(self) -> bool:
+        return any(m.diverged for m in self.pairs.values())
+
+
+@dataclass(frozen=True)
+class ErrorFigures:
+    """Cosine, max-abs and relative error of one tensor against its reference."""
+
+    cosine: float
+    max_abs: float
+    rel_err: float
+
+    @classmethod
+    def of(cls, metrics: PairMetrics) -> ErrorFigures:
+        return cls(metrics.cosine, metrics.max_abs, metrics.rel_err)
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """A node whose own (local) error breaks the thresholds: the error is introduced here.
+
+    `local` is the node run on the candidate with the reference's values for its inputs;
+    `accumulated` the tensor as the whole candidate run produced it. `subgraph` names the
+    ONNX nodes run for the local error (one, or the smallest group whose float inputs all
+    have a reference value). `verdict`: "export" when the ONNX reference evaluator agrees
+    with the candidate (the ONNX graph computes something else), "runtime" when it agrees
+    with the reference (the runtime deviates from the ONNX spec), else "unknown".
+    """
+
+    tensor: str
+    onnx_node: str
+    op_type: str
+    module: str | None
+    pair: BackendPair
+    local: ErrorFigures
+    accumulated: ErrorFigures
+    verdict: Verdict
+    subgraph: tuple[str, ...]
+    spec: ErrorFigures | None = None
+
+
+@dataclass(frozen=True)
+class Contributor:
+    """A node's local error, for accumulated drift that no single node explains."""
+
+    tensor: str
+    onnx_node: str
+    op_type: str
+    module: str | None
+    local: ErrorFigures
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Accumulated divergence with no culprit: the largest local contributors on `pair`, largest first."""
+
+    pair: BackendPair
+    contributors: tuple[Contributor, ...]
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """What injecting the reference's value at a culprit (and every earlier one) recovers.
+
+    The candidate runs the rest of the graph with the reference's value in place of the
+    culprit's output (and of the culprits before it), over the same samples: the final
+    output's error `before` and `after`, and with segmentation the candidate's mIoU before
+    and after the injection and the points that recovers.
+    """
+
+    onnx_node: str
+    tensor: str
+    pair: BackendPair
+    final_rel_err_before: float
+    final_rel_err_after: float
+    final_cosine_before: float
+    final_cosine_after: float
+    miou_before: float | None = None
+    miou_after: float | None = None
+    miou_recovered: float | None = None
+
+
+@dataclass(frozen=True)
+class FirstDivergence:
+    """The first diverging tensor in topological order and the ONNX nodes that may have caused it."""
+
+    tensor: str
+    onnx_node: str
+    op_type: str
+    module: str | None
+    pair: BackendPair
+    cosine: float
+    max_abs: float
+    rel_err: float
+    reasons: tuple[Reason, ...]
+    suspects: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """Where NaN or Inf first appear in one backend whose final outputs hold them.
+
+    The first compared tensor, in topological order, that holds NaN/Inf in `backend` and
+    from which they reach a non-finite output through non-finite (or uncompared) tensors,
+    so that a legitimate -inf mask feeding a finite softmax is not named. `sample` is the
+    sample whose layers were searched; `nan` and `inf` count that tensor's values.
+    """
+
+    backend: str
+    tensor: str
+    onnx_node: str
+    op_type: str
+    module: str | None
+    nan: int
+    inf: int
+    sample: str
+
+
+@dataclass(frozen=True)
+class PairingSummary:
+    """How many ONNX tensors got a PyTorch counterpart, and how.
+
+    `float_tensors` counts float tensors computed from the inputs' values (not constants and
+    not shape arithmetic): the ones worth pairing; `float_paired` how many of them got a
+    PyTorch value. `other_tensors` counts the rest by kind: "identity" (Identity outputs),
+    "constant" (computed from constants alone), "shape" (shape arithmetic), "integer"
+    (integer or bool tensors computed from the inputs' values).
+    """
+
+    onnx_tensors: int
+    float_tensors: int
+    paired_with_torch: int
+    by_method: dict[PairingMethod, int] = field(default_factory=dict)
+    float_paired: int = 0
+    other_tensors: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    """One input sample: final-output metrics per backend pair, and segmentation figures.
+
+    `agreement_miou` / `changed_pixels` are keyed by pair (candidate argmax vs reference
+    argmax); `label_miou` by backend (against ground truth, with a labels folder).
+    """
+
+    name: str
+    outputs: dict[str, dict[BackendPair, PairMetrics]]
+    agreement_miou: dict[BackendPair, float] = field(default_factory=dict)
+    changed_pixels: dict[BackendPair, float] = field(default_factory=dict)
+    label_miou: dict[str, float] = field(default_factory=dict)
+    failed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ThresholdCheck:
+    """One threshold on one backend pair (or one backend, against labels), over every sample.
+
+    The CI gate's unit: a JUnit test case, a line in the Markdown summary. `scope` is
+    "outputs" (final outputs), "layers" (every compared layer), "agreement" (mIoU against the
+    reference's argmax) or "labels" (mIoU against ground truth). The "finite" threshold counts
+    NaN/Inf in final outputs (allowed: the positions where they differ), limit 0. `worst` is the worst figure
+    (for mIoU: over all samples) and `worst_sample` where, with `worst_sample_value` its own
+    figure; `compared`/`failed` count samples (layers for the "layers" scope). `id` is the
+    stable name CI systems track, e.g. "outputs/min-cosine/torch~onnxruntime".
+    """
+
+    id: str
+    scope: CheckScope
+    threshold: Threshold
+    metric: CheckMetric
+    pair: BackendPair | None
+    backend: str | None
+    limit: float
+    worst: float
+    worst_sample: str | None
+    passed: bool
+    failing_samples: tuple[str, ...] = ()
+    compared: int = 0
+    failed: int = 0
+    worst_sample_value: float | None = None
+
+    @staticmethod
+    def make_id(scope: CheckScope, threshold: Threshold, subject: BackendPair | str) -> str:
+        """The check's stable id: scope, threshold and pair (or backend)."""
+        if threshold == "layers":
+            return f"{scope}/{subject}"
+        return f"{scope}/{_THRESHOLD_IDS[threshold]}/{subject}"
+
+    @property
+    def subject(self) -> str:
+        """The pair key, or the backend for checks against labels."""
+        return str(self.pair) if self.pair is not None else (self.backend or "")
+
+
+@dataclass(frozen=True)
+class SegmentationSummary:
+    """mIoU over all samples: agreement with the reference and, with labels, against ground truth."""
+
+    num_classes: int
+    ignore_index: int | None
+    agreement_miou: dict[BackendPair, float]
+    agreement_per_class: dict[BackendPair, tuple[float, ...]]
+    changed_pixels: dict[BackendPair, float]
+    label_miou: dict[str, float] = field(default_factory=dict)
+    label_per_class: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    miou_drop: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything `trtdiff.compare` found, in the order a reader needs it."""
+
+    passed: bool
+    model: str
+    onnx_path: str | None
+    opset: int
+    exporter: str
+    backends: tuple[str, ...]
+    reference: str
+    inputs: dict[str, tuple[int, ...]]
+    thresholds: Thresholds
+    first_divergence: FirstDivergence | None
+    layers: tuple[Layer, ...]
+    not_compared: tuple[str, ...]
+    pairing: PairingSummary
+    environment: dict[str, str]
+    notes: tuple[str, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)
+    tensorrt: TensorRTSummary | None = None
+    samples: tuple[SampleResult, ...] = ()
+    checks: tuple[ThresholdCheck, ...] = ()
+    segmentation: SegmentationSummary | None = None
+    culprit: Culprit | None = None
+    culprits: tuple[Culprit, ...] = ()
+    drift: Drift | None = None
+    attribution: tuple[Attribution, ...] = ()
+    non_finite: tuple[NonFinite, ...] = ()
+    simplified: Report | None = None
+    trtdiff_version: str = "unknown"
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def pairs(self) -> tuple[BackendPair, ...]:
+        """Every backend pair compared on some layer, in the order first seen (reference pairs first)."""
+        return tuple(dict.fromkeys(pair for layer in self.layers for pair in layer.pairs))
+
+    @property
+    def failed_checks(self) -> tuple[ThresholdCheck, ...]:
+        return tuple(check for check in self.checks if not check.passed)
+
+    @property
+    def outputs(self) -> tuple[Layer, ...]:
+        """The model's final outputs among the compared layers."""
+        return tuple(layer for layer in self.layers if layer.is_output)
+
+    def to_dict(self) -> dict:
+        return to_jsonable(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Report:
+        return from_jsonable(cls, data)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Report:
+        return cls.from_dict(json.loads(text))
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n")
