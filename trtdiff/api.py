@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from trtdiff import __version__
 from trtdiff.analysis.diagnose import Findings, Inputs, analyse, attribute_culprits
 from trtdiff.analysis.engine import BackendValues, CapturedValues, Engine, ForwardValues, Pass, ValueSource
 from trtdiff.analysis.localize import first_divergence
+from trtdiff.analysis.nonfinite import first_non_finite, non_finite_backends
 from trtdiff.analysis.results import build_layers, environment, mark_failures, pairing_summary, sample_results
 from trtdiff.backends.store import TensorStore
 from trtdiff.errors import OptionError, param
@@ -36,7 +37,15 @@ if TYPE_CHECKING:
     from trtdiff.analysis.culprits import ValuesOf
     from trtdiff.backends.pytorch.capture import TorchCapture
     from trtdiff.pairing.pairs import Pairing
-    from trtdiff.report import BackendPair, FirstDivergence, Layer, SampleResult, SegmentationSummary, ThresholdCheck
+    from trtdiff.report import (
+        BackendPair,
+        FirstDivergence,
+        Layer,
+        NonFinite,
+        SampleResult,
+        SegmentationSummary,
+        ThresholdCheck,
+    )
 
 
 def compare(
@@ -89,10 +98,11 @@ def compare(
                 options.gate.ignore_index,
             )
         divergence = first_divergence(layers, prepared.graph, run.pairs)
+        non_finite = _non_finite(run, layers, results, stack, timings)
         findings = _findings(run, layers, divergence, results, segmentation, stack, timings, say)
         checks = _checks(options, layers, results, segmentation, run, divergence)
-        notes = (*prepared.notes, *_spill_note(store))
-        report = _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings)
+        notes = (*prepared.notes, *samples.notes(), *_spill_note(store))
+        report = _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings, non_finite)
         if options.export.simplify:
             report = with_simplified(model, options, prepared.graph.model, report, stack, say)
         return report
@@ -251,6 +261,49 @@ def _checks(
     return checks
 
 
+def _non_finite(
+    run: _Run, layers: Sequence[Layer], results: Sequence[SampleResult], stack: ExitStack, timings: dict[str, float]
+) -> tuple[NonFinite, ...]:
+    """Where NaN/Inf first appear, per backend whose final outputs hold them.
+
+    Searched in sample 0's layers; a backend whose outputs turn non-finite only on a later
+    sample is searched in that sample's layers, compared in one more pass (the first such sample).
+    """
+    graph = run.prepared.graph
+    found = first_non_finite(layers, graph, run.backends, results[0].name if results else "input")
+    named = {entry.backend for entry in found}
+    for index, result in enumerate(results[1:], start=1):
+        later = [b for b in non_finite_backends(result.outputs, run.backends) if b not in named]
+        if later:
+            with timed(timings, "non_finite"):
+                found += first_non_finite(_layers_of(run, index, stack), graph, later, result.name)
+            break
+    return found
+
+
+def _layers_of(run: _Run, index: int, stack: ExitStack) -> list[Layer]:
+    """Sample `index` compared layer by layer, as sample 0 is: PyTorch recorded anew, every ONNX backend run."""
+    prepared, options, reference = run.prepared, run.options, run.reference
+    graph, runtime = prepared.graph, options.runtime
+    stream = SampleSource.open(options, _recorded_inputs(options)).stream(
+        prepared.model_feeds, prepared.input_names, prepared.dtypes
+    )
+    sample = next(islice(stream, index, None))
+    sources: list[ValueSource] = []
+    recorded = None
+    if reference.module is not None and reference.pairing is not None:
+        from trtdiff.backends.pytorch.capture import capture
+
+        store = stack.enter_context(TensorStore(runtime.memory_bytes))
+        feeds = dict(zip(prepared.input_names, sample.values, strict=False))
+        recorded = capture(reference.module, feeds, device=runtime.torch_device, tf32=runtime.tf32, store=store)
+        sources.append(CapturedValues(recorded, reference.pairing, tuple(graph.graph_outputs)))
+    feeds = onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values, strict=False)))
+    sources += [BackendValues(backend, feeds) for backend in prepared.backends]
+    compared = next(run.engine().run([Pass(sample, tuple(sources), run.layer_tensors())]))
+    return build_layers(graph, compared.metrics, reference.pairing, recorded)
+
+
 def _spill_note(store: TensorStore) -> tuple[str, ...]:
     if not store.spilled:
         return ()
@@ -354,6 +407,7 @@ def _report(
     segmentation: SegmentationSummary | None,
     notes: tuple[str, ...],
     timings: dict[str, float],
+    non_finite: tuple[NonFinite, ...] = (),
 ) -> Report:
     from trtdiff.backends.tensorrt.selection import ran_summary
 
@@ -386,5 +440,6 @@ def _report(
         culprits=findings.culprits,
         drift=findings.drift,
         attribution=findings.attribution,
+        non_finite=non_finite,
         trtdiff_version=__version__,
     )

@@ -209,6 +209,8 @@ def validate_thresholds(thresholds: Thresholds) -> None:
         raise OptionError("must not be negative, e.g. 1e-3", parameter="rtol", value=thresholds.rtol)
     if thresholds.max_abs is not None and thresholds.max_abs < 0:
         raise OptionError("must not be negative, e.g. 1e-4", parameter="max_abs", value=thresholds.max_abs)
+    if not isinstance(thresholds.allow_nonfinite, bool):
+        raise OptionError("must be True or False", parameter="allow_nonfinite", value=repr(thresholds.allow_nonfinite))
 
 
 @dataclass(frozen=True)

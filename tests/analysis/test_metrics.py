@@ -104,3 +104,39 @@ def test_a_view_of_the_same_values_agrees_and_a_transpose_is_a_shape_mismatch() 
     assert not compare_tensors(x, x.reshape(2, 3, 4, 5), DEFAULT).diverged
     swapped = compare_tensors(x.reshape(6, 20), np.ascontiguousarray(x.reshape(6, 20).T), DEFAULT)
     assert swapped.diverged and swapped.shape_mismatch == "6x20 vs 20x6"
+
+
+def test_nan_and_inf_at_the_same_positions_agree() -> None:
+    scores = np.random.default_rng(4).standard_normal((4, 4)).astype(np.float32)
+    masked = scores + np.triu(np.full((4, 4), -np.inf, dtype=np.float32), 1)  # a causal attention mask
+    m = compare_tensors(masked, masked + np.float32(1e-8), DEFAULT)
+    assert (m.inf_ref, m.inf_cand, m.non_finite_mismatches) == (6, 6, 0)
+    assert not m.diverged and m.cosine == pytest.approx(1.0)
+    nan = np.full(8, np.nan, dtype=np.float32)
+    all_nan = compare_tensors(nan, nan.copy(), DEFAULT)
+    assert (all_nan.nan_ref, all_nan.nan_cand, all_nan.non_finite_mismatches) == (8, 8, 0)
+    assert not all_nan.diverged  # agreeing; whether outputs may be NaN is the gate's question
+
+
+def test_nan_and_inf_at_different_positions_diverge_though_the_counts_agree() -> None:
+    x = np.array([np.nan, 1.0, 2.0, np.inf, 3.0])
+    y = np.array([1.0, np.nan, 2.0, -np.inf, 3.0])  # one NaN, one Inf on each side, elsewhere
+    m = compare_tensors(x, y, DEFAULT)
+    assert (m.nan_ref, m.nan_cand, m.inf_ref, m.inf_cand) == (1, 1, 1, 1)
+    assert m.non_finite_mismatches == 3 and m.diverged
+    (reason,) = m.reasons
+    assert (reason.metric, reason.value, reason.limit, reason.detail) == ("non_finite", 2.0, 2.0, "3 of 5 positions")
+    kind = compare_tensors(np.array([np.nan, 1.0]), np.array([np.inf, 1.0]), DEFAULT)  # NaN against +Inf
+    assert kind.non_finite_mismatches == 1 and kind.diverged
+
+
+def test_shape_mismatch_still_counts_non_finite_values() -> None:
+    m = compare_tensors(np.array([np.nan, 1.0]), np.array([np.inf, np.inf, 1.0]), DEFAULT)
+    assert m.shape_mismatch == "2 vs 3" and (m.nan_ref, m.inf_cand) == (1, 2)
+
+
+def test_non_finite_counts() -> None:
+    from trtdiff.analysis.metrics import non_finite_counts
+
+    assert non_finite_counts(np.array([np.nan, np.inf, -np.inf, 0.0], dtype=np.float16)) == (1, 2)
+    assert non_finite_counts(np.arange(3)) == (0, 0) and non_finite_counts(np.array([True])) == (0, 0)

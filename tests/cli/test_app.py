@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
@@ -174,3 +175,119 @@ def test_a_torchscript_interpreter_failure_shows_its_cause(tmp_path: Path) -> No
     line = _one_error_line(stderr)
     assert code == 2 and "Expected 3D (unbatched) or 4D (batched) input to conv2d" in line
     assert "TorchScript interpreter" not in line
+
+
+# Non-finite values: NaN/Inf outputs fail the gate, and the report names where they first appear.
+
+NONFINITE = "tests.nonfinite_models"
+
+
+def test_nan_outputs_exit_1_and_name_the_first_nan_tensor(tmp_path: Path) -> None:
+    from tests.nonfinite_models import IMAGE_SHAPE
+
+    out = tmp_path / "report.json"
+    code, stdout, _ = _run(
+        "compare", f"{NONFINITE}:nan_in_the_middle", "--input-shape", IMAGE_SHAPE, "--json", str(out)
+    )
+    assert code == 1, stdout
+    report = Report.from_json(out.read_text())
+    finite = next(c for c in report.checks if c.id == "outputs/finite/torch~onnxruntime")
+    assert not finite.passed and finite.worst == 2 * 2 * 8 * 8  # both sides, every element
+    assert [(e.backend, e.onnx_node, e.op_type, e.module) for e in report.non_finite] == [
+        ("torch", "/root/Sqrt", "Sqrt", "root"),
+        ("onnxruntime", "/root/Sqrt", "Sqrt", "root"),
+    ]
+    assert report.non_finite[0].nan == 4 * 8 * 8 and report.non_finite[0].inf == 0
+    assert "NON-FINITE" in stdout and "/root/Sqrt" in stdout
+    assert "FAIL" in stdout and "outputs/finite/torch~onnxruntime" in stdout
+
+
+def test_a_correct_model_with_a_minus_inf_mask_passes(tmp_path: Path) -> None:
+    from tests.nonfinite_models import SEQUENCE_SHAPE
+
+    out = tmp_path / "report.json"
+    code, stdout, _ = _run(
+        "compare", f"{NONFINITE}:masked_attention", "--input-shape", SEQUENCE_SHAPE, "--json", str(out)
+    )
+    assert code == 0, stdout
+    report = Report.from_json(out.read_text())
+    masked = [layer for layer in report.layers if any(m.inf_ref for m in layer.pairs.values())]
+    assert masked and all(not layer.diverged for layer in masked)  # -inf at the same positions in both backends
+    (pairs,) = {tuple(layer.pairs) for layer in masked}
+    assert all(layer.pairs[pairs[0]].inf_ref == layer.pairs[pairs[0]].inf_cand == 15 for layer in masked)
+    assert report.non_finite == () and all(c.passed for c in report.checks)
+
+
+def test_a_minus_inf_mask_upstream_is_not_named(tmp_path: Path) -> None:
+    from tests.nonfinite_models import SEQUENCE_SHAPE, mask_then_root
+
+    report = trtdiff.compare(mask_then_root(), input_shapes=[SEQUENCE_SHAPE])
+    assert any(m.inf_ref for layer in report.layers for m in layer.pairs.values())  # the mask is compared
+    assert {(e.onnx_node, e.module) for e in report.non_finite} == {("/root/Sqrt", "root")}
+
+
+def test_allow_nonfinite_passes_identical_positions_and_fails_differing_ones() -> None:
+    from tests.nonfinite_models import SEQUENCE_SHAPE
+
+    same = ("compare", f"{NONFINITE}:log_of_input", "--input-shape", SEQUENCE_SHAPE, "-q")
+    assert _run(*same)[0] == 1
+    code, stdout, _ = _run(*same, "--allow-nonfinite")
+    assert code == 0 and "NaN/Inf allowed, at the same positions." in " ".join(stdout.split()), stdout
+    # PyTorch's MaxPool propagates NaN, ONNX Runtime's skips it: the NaN sit at different positions.
+    moved = ("compare", f"{NONFINITE}:log_then_max_pool", "--input-shape", "1x2x4x4", "--allow-nonfinite")
+    code, stdout, _ = _run(*moved)
+    assert code == 1 and "outputs/finite/torch~onnxruntime" in stdout and "FIRST DIVERGENCE: /MaxPool" in stdout
+
+
+def test_nan_in_one_backend_only_names_that_backend(tmp_path: Path) -> None:
+    # Each 2x2 window ends with its one positive value: PyTorch's max pool of the logs is NaN, ONNX Runtime's
+    # finite (its 2-D max pool keeps a NaN only when the window's last value is one; onnxruntime 1.32).
+    x = np.array([[[[-1.0, -2.0, -3.0, -4.0], [-5.0, 6.0, -7.0, 8.0]]]], dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "report.json"
+    code, stdout, _ = _run(
+        "compare", f"{NONFINITE}:log_then_max_pool", "--input", str(tmp_path / "x.npy"), "--json", str(out)
+    )
+    assert code == 1
+    report = Report.from_json(out.read_text())
+    assert [(e.backend, e.onnx_node, e.nan, e.inf) for e in report.non_finite] == [("torch", "/Log", 6, 0)]
+    assert "the outputs of torch hold NaN/Inf; they first appear at /Log" in " ".join(stdout.split())
+
+
+def test_an_input_file_of_nan_only_exits_2_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "x.npy"
+    np.save(path, np.full((1, 6, 8), np.nan, dtype=np.float32))
+    code, _, stderr = _run("compare", f"{NONFINITE}:masked_attention", "--input", str(path))
+    assert code == 2
+    assert _one_error_line(stderr) == (
+        f"Error: --input {path}: holds no finite value (48 NaN of 48); every output would be NaN/Inf: "
+        "check how the file was written"
+    )
+    named = tmp_path / "both.npz"
+    np.savez(named, x=np.ones((1, 6, 8), np.float32), y=np.array([np.inf, -np.inf], np.float32))
+    code, _, stderr = _run("compare", f"{NONFINITE}:masked_attention", "--input", str(named))
+    assert code == 2 and "y holds no finite value (2 Inf of 2)" in _one_error_line(stderr)
+
+
+def test_an_inputs_folder_file_of_inf_only_exits_2_naming_it(tmp_path: Path) -> None:
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    np.save(folder / "a.npy", np.ones((1, 6, 8), np.float32))
+    np.save(folder / "b.npy", np.full((1, 6, 8), np.inf, np.float32))
+    code, _, stderr = _run("compare", f"{NONFINITE}:masked_attention", "--inputs", str(folder))
+    assert code == 2
+    assert _one_error_line(stderr) == (
+        f"Error: --inputs {folder / 'b.npy'}: holds no finite value (48 Inf of 48); every output would be NaN/Inf: "
+        "check how the file was written"
+    )
+
+
+def test_a_partly_nan_input_is_noted(tmp_path: Path) -> None:
+    x = np.ones((1, 6, 8), np.float32)
+    x[0, 2, 3] = np.nan
+    np.save(tmp_path / "x.npy", x)
+    report = trtdiff.compare(f"{NONFINITE}:masked_attention", input_files=[str(tmp_path / "x.npy")])
+    assert "input 'x' of sample input holds 1 NaN of 48 values; outputs computed from them may be NaN/Inf too" in (
+        report.notes
+    )
+    assert not report.passed and {e.backend for e in report.non_finite} == {"torch", "onnxruntime"}

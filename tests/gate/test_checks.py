@@ -8,11 +8,12 @@ from click.testing import CliRunner
 from PIL import Image
 
 import trtdiff
+from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.cli.app import main
 from trtdiff.errors import OptionError
-from trtdiff.gate.checks import SegmentationTally
+from trtdiff.gate.checks import SegmentationTally, output_checks
 from trtdiff.options import GateOptions
-from trtdiff.report import BackendPair, Thresholds
+from trtdiff.report import BackendPair, SampleResult, ThresholdCheck, Thresholds
 
 FACTORY = "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet"
 SHAPE = "1x3x64x64"
@@ -166,3 +167,80 @@ def test_label_with_a_class_the_model_lacks_names_the_file(tmp_path) -> None:
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "odd" in lines[0] and "--labels" in lines[0], result.stderr
+
+
+# Non-finite final outputs
+
+
+def _one_output(name: str, reference: np.ndarray, candidate: np.ndarray) -> SampleResult:
+    return SampleResult(name, {"out": {ORT: compare_tensors(reference, candidate, Thresholds())}})
+
+
+def _finite(samples: list[SampleResult], thresholds: Thresholds) -> ThresholdCheck:
+    (check,) = [c for c in output_checks(samples, thresholds, [ORT]) if c.threshold == "finite"]
+    assert check.id == "outputs/finite/torch~onnxruntime" and check.scope == "outputs" and check.limit == 0
+    return check
+
+
+def test_non_finite_outputs_fail_on_either_side_even_at_the_same_positions() -> None:
+    x = np.random.default_rng(0).standard_normal(16)
+    nan = x.copy()
+    nan[3] = np.nan
+    inf = x.copy()
+    inf[5] = -np.inf
+    samples = [_one_output("clean", x, x), _one_output("both", nan, nan), _one_output("one", x, inf)]
+    checks = {c.id: c for c in output_checks(samples, Thresholds(), [ORT])}
+    finite = checks["outputs/finite/torch~onnxruntime"]
+    assert not finite.passed and finite.metric == "non_finite"
+    assert finite.failing_samples == ("both", "one") and (finite.worst, finite.worst_sample) == (2.0, "both")
+    assert (finite.compared, finite.failed) == (3, 2)
+    assert checks["outputs/min-cosine/torch~onnxruntime"].passed  # cosine over the finite positions is 1: blind to NaN
+    assert _finite([samples[0]], Thresholds()).passed
+
+
+def test_allow_nonfinite_asks_for_identical_positions() -> None:
+    x = np.random.default_rng(1).standard_normal(16)
+    nan = x.copy()
+    nan[[3, 7]] = [np.nan, np.inf]
+    moved = x.copy()
+    moved[[4, 7]] = [np.nan, np.inf]  # the NaN moved by one position, the Inf stayed
+    allow = Thresholds(allow_nonfinite=True)
+    same = _finite([_one_output("same", nan, nan.copy())], allow)
+    assert same.passed and same.metric == "non_finite_mismatches" and same.worst == 0
+    differ = _finite([_one_output("same", nan, nan.copy()), _one_output("moved", nan, moved)], allow)
+    assert not differ.passed and differ.failing_samples == ("moved",) and differ.worst == 2
+    sign = x.copy()
+    sign[7] = -np.inf
+    assert not _finite([_one_output("sign", nan, np.where(np.arange(16) == 7, -np.inf, nan))], allow).passed
+    assert not _finite([_one_output("finite", x, sign)], allow).passed  # one side only
+
+
+def test_a_later_sample_with_nan_outputs_fails_and_is_searched(tmp_path) -> None:
+    from tests.nonfinite_models import root_of_input
+
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    rng = np.random.default_rng(2)
+    np.save(folder / "a.npy", np.abs(rng.standard_normal((1, 8))).astype(np.float32))
+    np.save(folder / "b.npy", rng.standard_normal((1, 8)).astype(np.float32))  # negative values: sqrt is NaN
+    report = trtdiff.compare(root_of_input(), gate=GateOptions(inputs_dir=str(folder)))
+    finite = next(c for c in report.checks if c.id == "outputs/finite/torch~onnxruntime")
+    assert not report.passed and not finite.passed and finite.failing_samples == ("b",)
+    assert report.first_divergence is None  # sample a, compared layer by layer, is finite
+    assert [(e.backend, e.onnx_node, e.module, e.sample) for e in report.non_finite] == [
+        ("torch", "/root/Sqrt", "root", "b"),
+        ("onnxruntime", "/root/Sqrt", "root", "b"),
+    ]
+    assert report.samples[1].failed == ("outputs/finite/torch~onnxruntime",) and not report.samples[0].failed
+
+
+def test_every_random_sample_with_nan_outputs_fails() -> None:
+    from tests.nonfinite_models import SEQUENCE_SHAPE, log_of_input
+
+    report = trtdiff.compare(log_of_input(), input_shapes=[SEQUENCE_SHAPE], gate=GateOptions(num_samples=3))
+    finite = next(c for c in report.checks if c.threshold == "finite")
+    assert finite.failing_samples == ("sample-0", "sample-1", "sample-2") and not report.passed
+    allowed = trtdiff.compare(
+        log_of_input(), input_shapes=[SEQUENCE_SHAPE], gate=GateOptions(num_samples=3), allow_nonfinite=True
+    )
+    assert allowed.passed and [e.onnx_node for e in allowed.non_finite] == ["/Log", "/Log"]

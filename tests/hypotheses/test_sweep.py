@@ -102,3 +102,12 @@ def test_precision_is_a_sweep_axis_for_tensorrt() -> None:
     assert caught.value.parameter == "sweep_precision"
     refused = CliRunner().invoke(main, ["build", FACTORY, "--input-shape", SHAPE, "--sweep-precision", "fp32,fp16"])
     assert refused.exit_code == 2 and "--sweep-precision" in refused.stderr
+
+
+def test_a_combination_with_nan_outputs_fails_and_names_where_they_come_from() -> None:
+    result = sweep("tests.nonfinite_models:nan_in_the_middle", opsets=[13], input_shapes=["1x3x8x8"])
+    (entry,) = result.entries
+    assert not entry.passed and not result.passed
+    out = io.StringIO()
+    render_sweep(result, Console(file=out, width=80, color_system=None))
+    assert "NaN/Inf from /root/Sqrt (Sqrt)" in " ".join(out.getvalue().split())

@@ -45,6 +45,10 @@ def test_numbers_by_metric() -> None:
         (Reason("rel_err", 0.0264, 0.001), "rel-err 2.64e-02 > 0.001"),
         (Reason("max_abs", 0.5, 0.01), "max-abs 5.00e-01 > 0.01"),
         (Reason("non_finite", 3.0, 0.0), "non-finite values: reference 0 NaN/Inf, candidate 3 NaN/Inf"),
+        (
+            Reason("non_finite", 4.0, 4.0, detail="2 of 64 positions"),
+            "non-finite values differ at 2 of 64 positions: reference 4 NaN/Inf, candidate 4 NaN/Inf",
+        ),
         (Reason("shape", math.nan, detail="2x3 vs 3x2"), "shape 2x3 vs 3x2"),
         (Reason("mismatches", 7.0, 100.0), "7 of 100 elements differ"),
     ],
@@ -194,3 +198,37 @@ def test_inherited_and_drift_texts(inherited: Report, drift: Report, culprits: R
     )
     empty = dataclasses.replace(drift.drift, contributors=())
     assert fmt.drift_text(empty) == "accumulated drift, no single culprit"
+
+
+def test_non_finite_check_and_lines(passing: Report) -> None:
+    from nonfinite_reports import allowed_report, nan_report, trt_nan_report
+
+    nan = nan_report(passing)
+    finite = nan.checks[-1]
+    assert finite.id == "outputs/finite/torch~onnxruntime"
+    assert (
+        fmt.check_message(finite, nan) == "no NaN/Inf in final outputs of 1 sample(s): worst 256 NaN/Inf values (input)"
+    )
+    assert fmt.limit_text(finite, nan.thresholds) == "no NaN/Inf"
+    assert fmt.format_value(finite.metric, finite.worst) == "256"
+    allowed = allowed_report(nan).checks[-1]
+    assert fmt.check_message(allowed, nan) == (
+        "NaN/Inf allowed at the same positions on both sides in final outputs of 1 sample(s): "
+        "worst 0 positions differ (input)"
+    )
+    assert fmt.limit_text(allowed, nan.thresholds, symbols=True) == "NaN/Inf at the same positions"
+    assert fmt.non_finite_lines(nan, code=lambda s: f"`{s}`") == [
+        "the outputs of torch and onnxruntime hold NaN/Inf; they first appear at `/root/Sqrt` (Sqrt, module `root`): "
+        "256 NaN"
+    ]
+    assert fmt.non_finite_failed(nan) and not fmt.non_finite_failed(allowed_report(nan))
+    trt = trt_nan_report(passing)
+    assert fmt.non_finite_lines(trt) == [
+        "the outputs of tensorrt hold NaN/Inf; they first appear at /norm/Pow (Pow, module norm): 12 Inf"
+    ]
+    entry = dataclasses.replace(trt.non_finite[0], nan=2, sample="img3")
+    several = dataclasses.replace(trt, non_finite=(entry,), samples=trt.samples * 2)
+    assert fmt.non_finite_lines(several) == [
+        "the outputs of tensorrt hold NaN/Inf on sample img3; they first appear at /norm/Pow (Pow, module norm): "
+        "2 NaN, 12 Inf"
+    ]

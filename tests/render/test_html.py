@@ -249,3 +249,17 @@ def test_drift_and_inherited(drift: Report, inherited: Report) -> None:
     text = render_html(inherited)
     assert "rel-err 1.14e-01 &gt; 0.001) (inherited from <code>/decoder/Resize</code>)<br>" in text
     assert "<h3>Attribution</h3>" not in text, "no attribution in this report"
+
+
+def test_non_finite_box_and_badges(passing: Report) -> None:
+    from nonfinite_reports import allowed_report, nan_report
+
+    text = render_html(nan_report(passing))
+    assert (
+        '<div class="box"><b>Non-finite values</b> (NaN or Inf):<ul><li>the outputs of torch and onnxruntime hold '
+        "NaN/Inf; they first appear at <code>/root/Sqrt</code> (Sqrt, module <code>root</code>): 256 NaN"
+        ' — <a href="#layer-1">layer #1</a><br>tensor <code>/root/Sqrt_output_0</code></li></ul></div>'
+    ) in text
+    assert text.count("FIRST NaN/Inf in ") == 2 and "ok (NaN/Inf at the same positions)" in text
+    assert '<div class="box find"><b>Non-finite values</b>' in render_html(allowed_report(nan_report(passing)))
+    assert "Non-finite values" not in render_html(passing)

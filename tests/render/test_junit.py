@@ -192,3 +192,34 @@ def test_inherited_and_drift_in_failure_text(inherited: Report, drift: Report) -
         "drift on torch~onnxruntime: accumulated drift, no single culprit; largest local contributors: "
         "/backbone/Conv (rel-err 4.00e-04), /decoder/Resize (3.00e-04), /head/Conv (2.00e-04), /backbone/Relu (1.00e-04)"
     )
+
+
+def test_non_finite_failures_name_where_they_first_appear(passing: Report) -> None:
+    from nonfinite_reports import nan_report, trt_nan_report
+
+    nan = nan_report(passing)
+    failure = _failures(nan)["outputs/finite/torch~onnxruntime"]
+    assert failure.message == (
+        "no NaN/Inf in final outputs of 1 sample(s): worst 256 NaN/Inf values (input); "
+        "NaN/Inf first appear at /root/Sqrt (Sqrt) in torch"
+    )
+    assert failure.text.splitlines()[1:5] == [
+        "limit: no NaN/Inf",
+        "worst: 256 (sample input)",
+        "failing samples (1 of 1): input",
+        "non-finite: the outputs of torch and onnxruntime hold NaN/Inf; they first appear at /root/Sqrt "
+        "(Sqrt, module root): 256 NaN; tensor /root/Sqrt_output_0",
+    ]
+    properties = {p.get("name"): p.get("value") for p in _suite(render_junit(nan)).iter("property")}
+    assert properties["allow_nonfinite"] == "false"
+    assert properties["first_non_finite.torch"] == properties["first_non_finite.onnxruntime"] == "/root/Sqrt"
+    trt = _failures(trt_nan_report(passing))
+    assert set(trt) == {
+        "layers/torch~tensorrt",
+        "layers/onnxruntime~tensorrt",
+        "outputs/finite/torch~tensorrt",
+        "outputs/finite/onnxruntime~tensorrt",
+    }
+    assert trt["outputs/finite/onnxruntime~tensorrt"].message.endswith(
+        "NaN/Inf first appear at /norm/Pow (Pow) in tensorrt; first divergence /norm/Pow (Pow)"
+    )

@@ -170,3 +170,18 @@ def test_drift_line(drift: Report) -> None:
     )
     assert text.index("**First divergence:**") < text.index("**Drift**")
     assert "**Culprit" not in text
+
+
+def test_non_finite_values(passing: Report) -> None:
+    from nonfinite_reports import nan_report, trt_nan_report
+
+    text = render_markdown(nan_report(passing))
+    assert text.startswith("### trtdiff: ❌ FAIL — 1 of 2 checks failed\n")
+    assert ["❌", "`outputs/finite/torch~onnxruntime`", "256", "no NaN/Inf", "`input`"] in _table(text)
+    assert _line(text, "**Non-finite values:**") == (
+        "**Non-finite values:** the outputs of torch and onnxruntime hold NaN/Inf; they first appear at "
+        "`/root/Sqrt` (Sqrt, module `root`): 256 NaN"
+    )
+    trt = render_markdown(trt_nan_report(passing))
+    assert "**Non-finite values:** the outputs of tensorrt hold NaN/Inf; they first appear at `/norm/Pow`" in trt
+    assert trt.index("**Non-finite values:**") < trt.index("**First divergence:**")

@@ -244,3 +244,37 @@ def test_local_column_fits_80_columns(culprits: Report, trt_ran: Report, build: 
     assert "  # op          pt~ort   max|Δ|   pt~trt   max|Δ|  ort~trt   max|Δ|    local" in rows
     assert "  1 BatchNorm 0.990000 5.00e-01        -        -        -        - 3.00e-06 DIV" in rows
     assert "  3 Relu      1.000000 6.00e-07        -        -        -        - 3.00e-06 ok" in rows
+
+
+def test_non_finite_outputs_fail_and_name_where_nan_first_appears(passing: Report) -> None:
+    from nonfinite_reports import allowed_report, nan_report
+
+    text = render(nan_report(passing))
+    assert lines(text)[-7:] == [
+        "# op   module / ONNX node      cos   max|Δ|      rel",
+        "1 Conv conv               1.000000 6.00e-07 2.30e-07 ok",
+        "2 Sqrt root               1.000000 0.00e+00 0.00e+00 NaN",
+        "3 Conv head               1.000000 0.00e+00 0.00e+00 NaN",
+        "NON-FINITE: the outputs of torch and onnxruntime hold NaN/Inf; they first appear",
+        "at /root/Sqrt (Sqrt, module root): 256 NaN",
+        "FAIL: 1 of 2 checks failed: outputs/finite/torch~onnxruntime",
+    ]
+    assert "PASS" not in text
+    allowed = flat(render(allowed_report(nan_report(passing))))
+    assert allowed.endswith(
+        "NON-FINITE: the outputs of torch and onnxruntime hold NaN/Inf; they first appear at /root/Sqrt "
+        "(Sqrt, module root): 256 NaN PASS: all 3 compared tensors agree (torch~onnxruntime). "
+        "NaN/Inf allowed, at the same positions."
+    )
+
+
+def test_non_finite_in_one_backend_only(passing: Report) -> None:
+    from nonfinite_reports import trt_nan_report
+
+    text = render(trt_nan_report(passing))
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert (
+        "NON-FINITE: the outputs of tensorrt hold NaN/Inf; they first appear at /norm/Pow (Pow, module norm): 12 Inf "
+        "FIRST DIVERGENCE: /norm/Pow (Pow, module norm) on torch~tensorrt"
+    ) in flat(text)
+    assert "torch and" not in text and "onnxruntime hold" not in text

@@ -5,7 +5,17 @@ from __future__ import annotations
 import json
 import math
 
-from trtdiff.report import BackendPair, FirstDivergence, Layer, PairingSummary, PairMetrics, Reason, Report, Thresholds
+from trtdiff.report import (
+    BackendPair,
+    FirstDivergence,
+    Layer,
+    NonFinite,
+    PairingSummary,
+    PairMetrics,
+    Reason,
+    Report,
+    Thresholds,
+)
 
 ORT = BackendPair("torch", "onnxruntime")
 NON_FINITE = (Reason("non_finite", 3.0, 0.0),)
@@ -22,6 +32,7 @@ def _report() -> Report:
         nan_cand=3,
         diverged=True,
         reasons=NON_FINITE,
+        non_finite_mismatches=3,
     )
     layers = (
         Layer(
@@ -38,7 +49,7 @@ def _report() -> Report:
         backends=("torch", "onnxruntime"),
         reference="torch",
         inputs={"x": (1, 3, 8, 8)},
-        thresholds=Thresholds(),
+        thresholds=Thresholds(allow_nonfinite=True),
         layers=layers,
         not_compared=("/Shape_output_0",),
         first_divergence=FirstDivergence(
@@ -57,6 +68,7 @@ def _report() -> Report:
         environment={"torch": "2.13.0"},
         notes=("a note",),
         timings={"torch": 0.1},
+        non_finite=(NonFinite("onnxruntime", "out", "/Resize", "Resize", None, 3, 0, "input"),),
         trtdiff_version="0.1.0",
     )
 
@@ -72,6 +84,8 @@ def test_json_round_trip_preserves_everything() -> None:
     assert math.isnan(back.first_divergence.cosine) and math.isinf(back.first_divergence.max_abs)
     assert back.inputs == {"x": (1, 3, 8, 8)} and back.outputs[0].tensor == "out"
     assert back.first_divergence.pair == ORT and back.trtdiff_version == "0.1.0"
+    assert back.non_finite == report.non_finite and back.thresholds.allow_nonfinite
+    assert back.layers[1].pairs[ORT].non_finite_mismatches == 3
     assert json.loads(text)["first_divergence"]["reasons"] == [
         {"metric": "non_finite", "value": 3.0, "limit": 0.0, "detail": None}
     ]

@@ -153,3 +153,29 @@ def test_folder_samples_are_read_one_at_a_time(folder: tuple[Path, Path, dict]) 
     with pytest.raises(InputError) as caught:
         next(samples)
     assert caught.value.parameter == "inputs_dir"
+
+
+def test_inputs_holding_some_nan_or_inf_are_noted_and_none_finite_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "inputs"
+    folder.mkdir()
+    for index, bad in enumerate(([np.nan], [np.inf, -np.inf], [])):
+        array = np.ones((1, 3, 8, 8), np.float32)
+        array.flat[: len(bad)] = bad
+        np.save(folder / f"s{index}.npy", array)
+    source = SampleSource.open(CompareOptions().with_fields(inputs_dir=str(folder)), None)
+    assert source.notes() == ()
+    first = source.first_feeds()
+    assert first is not None
+    samples = list(source.stream({"x": first["input_0"]}, ("x",), {}))
+    assert [s.name for s in samples] == ["s0", "s1", "s2"]
+    assert source.notes() == (
+        "the inputs of 2 samples hold NaN/Inf values (first: input 'x' of sample s0 holds 1 NaN of 192 values)",
+    )
+    single = SampleSource.open(CompareOptions(), {"x": np.array([np.nan, 1.0], np.float32)})
+    list(single.stream({"x": np.array([np.nan, 1.0], np.float32)}, ("x",), {}))
+    assert single.notes() == (
+        "input 'x' of sample recorded holds 1 NaN of 2 values; outputs computed from them may be NaN/Inf too",
+    )
+    refused = SampleSource.open(CompareOptions(), {"x": np.full(2, np.nan, np.float32)})
+    with pytest.raises(InputError, match=r"sample recorded: input 'x' holds no finite value \(2 NaN of 2\)"):
+        list(refused.stream({"x": np.full(2, np.nan, np.float32)}, ("x",), {}))

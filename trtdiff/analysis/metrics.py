@@ -4,6 +4,11 @@ Cosine similarity alone is blind to a pure scale error and max-abs alone is blin
 magnitude, so a tensor diverges when its direction drifts (cosine below `min_cosine`) or
 its error is large against the reference's own magnitude (`rel_err` above `rtol`), or, when
 asked, above an absolute bound. Integer and bool tensors must match exactly.
+
+NaN and Inf are compared by position: both sides holding NaN (or the same infinity) at the
+same places agree, as a -inf attention mask does in every backend; a NaN or Inf where the
+other side has something else diverges. Whether final outputs may hold them at all is the
+gate's question (trtdiff.gate.checks), not this one's.
 """
 
 from __future__ import annotations
@@ -22,12 +27,18 @@ def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Th
             candidate = candidate.reshape(reference.shape)
         else:
             mismatch = f"{_shape(reference)} vs {_shape(candidate)}"
+            nan_ref, inf_ref = non_finite_counts(reference)
+            nan_cand, inf_cand = non_finite_counts(candidate)
             return PairMetrics(
                 cosine=float("nan"),
                 max_abs=float("inf"),
                 mean_abs=float("inf"),
                 rel_err=float("inf"),
                 ref_max_abs=_finite_max_abs(reference),
+                nan_ref=nan_ref,
+                nan_cand=nan_cand,
+                inf_ref=inf_ref,
+                inf_cand=inf_cand,
                 shape_mismatch=mismatch,
                 diverged=True,
                 reasons=(Reason("shape", float("nan"), detail=mismatch),),
@@ -36,11 +47,16 @@ def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Th
         return _exact(reference, candidate)
     ref = reference.astype(np.float64, copy=False).ravel()
     cand = candidate.astype(np.float64, copy=False).ravel()
-    nan_ref, nan_cand = int(np.isnan(ref).sum()), int(np.isnan(cand).sum())
-    inf_ref, inf_cand = int(np.isinf(ref).sum()), int(np.isinf(cand).sum())
-    finite = np.isfinite(ref) & np.isfinite(cand)
-    if not finite.all():
+    nan_r, nan_c, inf_r, inf_c = np.isnan(ref), np.isnan(cand), np.isinf(ref), np.isinf(cand)
+    nan_ref, nan_cand = int(np.count_nonzero(nan_r)), int(np.count_nonzero(nan_c))
+    inf_ref, inf_cand = int(np.count_nonzero(inf_r)), int(np.count_nonzero(inf_c))
+    differ = 0
+    if nan_ref or nan_cand or inf_ref or inf_cand:
+        # Not the same kind of value: NaN against anything else, or an infinity against a different value.
+        differ = int(np.count_nonzero((nan_r != nan_c) | ((inf_r | inf_c) & (ref != cand))))
+        finite = ~(nan_r | nan_c | inf_r | inf_c)
         ref, cand = ref[finite], cand[finite]
+    del nan_r, nan_c, inf_r, inf_c
     diff = np.abs(ref - cand)
     max_abs = float(diff.max()) if diff.size else 0.0
     mean_abs = float(diff.mean()) if diff.size else 0.0
@@ -54,8 +70,9 @@ def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Th
         reasons.append(Reason("rel_err", rel_err, thresholds.rtol))
     if thresholds.max_abs is not None and max_abs > thresholds.max_abs:
         reasons.append(Reason("max_abs", max_abs, thresholds.max_abs))
-    if nan_cand != nan_ref or inf_cand != inf_ref:
-        reasons.append(Reason("non_finite", float(nan_cand + inf_cand), float(nan_ref + inf_ref)))
+    if differ:
+        where = f"{differ} of {reference.size} positions"
+        reasons.append(Reason("non_finite", float(nan_cand + inf_cand), float(nan_ref + inf_ref), detail=where))
     return PairMetrics(
         cosine=cosine,
         max_abs=max_abs,
@@ -68,7 +85,21 @@ def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Th
         inf_cand=inf_cand,
         diverged=bool(reasons),
         reasons=tuple(reasons),
+        non_finite_mismatches=differ,
     )
+
+
+def non_finite_counts(array: np.ndarray) -> tuple[int, int]:
+    """How many NaN and how many Inf `array` holds (0, 0 for integer and bool arrays)."""
+    array = np.asarray(array)
+    if not _is_float(array):
+        if array.dtype.kind in "iub":
+            return 0, 0
+        try:  # ml_dtypes floats (bfloat16, float8) are not numpy floating types
+            array = array.astype(np.float32)
+        except (TypeError, ValueError):
+            return 0, 0
+    return int(np.count_nonzero(np.isnan(array))), int(np.count_nonzero(np.isinf(array)))
 
 
 def view_compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:

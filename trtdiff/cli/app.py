@@ -156,6 +156,8 @@ threshold_options = cloup.option_group(
     cloup.option("--rtol", type=float, default=None,
                  help="Diverged above this max-abs error over the reference's largest magnitude (default 1e-3)."),
     cloup.option("--max-abs", type=float, default=None, help="Diverged above this absolute max error (default: off)."),
+    cloup.option("--allow-nonfinite", is_flag=True,
+                 help="Let final outputs hold NaN/Inf, at the same positions in every backend (default: any fails)."),
 )
 
 gate_options = cloup.option_group(

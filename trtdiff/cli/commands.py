@@ -282,6 +282,7 @@ def _thresholds(options: dict[str, Any]) -> Thresholds:
         min_cosine=defaults.min_cosine if min_cosine is None else min_cosine,
         rtol=defaults.rtol if rtol is None else rtol,
         max_abs=options.pop("max_abs"),
+        allow_nonfinite=options.pop("allow_nonfinite"),
     )
 
 

@@ -3,7 +3,9 @@
 A single comparison gates every layer (the first divergence fails it). Over several samples
 (an inputs folder, N random samples) the first sample is still compared layer by layer, for
 localization, and every sample's final outputs are gated; `per_layer` gates the layers too.
-Each (threshold, backend pair) is one `ThresholdCheck`; renderers word it.
+Final outputs must be finite on both sides: cosine and errors are computed over the finite
+positions, so a NaN output would otherwise pass with cosine 1. Each (threshold, backend
+pair) is one `ThresholdCheck`; renderers word it.
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ _OUTPUT_RULES: tuple[tuple[Threshold, CheckMetric, bool], ...] = (
 def output_checks(
     samples: Sequence[SampleResult], thresholds: Thresholds, pairs: Sequence[BackendPair]
 ) -> list[ThresholdCheck]:
-    """Cosine, relative and (if set) absolute error of every sample's final outputs, per pair."""
+    """Cosine, relative and (if set) absolute error of every sample's final outputs, and their finiteness, per pair."""
     checks: list[ThresholdCheck] = []
     for pair in pairs:
         figures = [
@@ -128,7 +130,35 @@ def output_checks(
                     failed=len(failing),
                 )
             )
+        checks.append(_finite_check(samples, figures, thresholds.allow_nonfinite, pair))
     return checks
+
+
+def _finite_check(
+    samples: Sequence[SampleResult], figures: Sequence[tuple[str, PairMetrics]], allow: bool, pair: BackendPair
+) -> ThresholdCheck:
+    """No NaN/Inf in final outputs on either side; with `allow`, only at the same positions on both sides."""
+    values: list[Figure] = [
+        (name, float(m.non_finite_mismatches if allow else m.nan_ref + m.inf_ref + m.nan_cand + m.inf_cand))
+        for name, m in figures
+    ]
+    failing = tuple(dict.fromkeys(name for name, v in values if v > 0))
+    worst_name, worst = _worst(values, max)
+    return ThresholdCheck(
+        id=ThresholdCheck.make_id("outputs", "finite", pair),
+        scope="outputs",
+        threshold="finite",
+        metric="non_finite_mismatches" if allow else "non_finite",
+        pair=pair,
+        backend=None,
+        limit=0.0,
+        worst=worst,
+        worst_sample=worst_name,
+        passed=not failing,
+        failing_samples=failing,
+        compared=len(samples),
+        failed=len(failing),
+    )
 
 
 def layer_checks(layers: Sequence[Layer], sample: str, pairs: Sequence[BackendPair]) -> list[ThresholdCheck]:

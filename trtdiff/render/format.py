@@ -4,7 +4,8 @@ Numbers: cosines with six places (`cosine`), errors in scientific notation with 
 significant digits (`sci`), mIoU with four places; `format_value` picks by metric. Words: a
 divergence reason (`reason_text`), a threshold check's one-line message (`check_message`)
 and its limit (`limit_text`), the inputs line, TensorRT's precision, short backend names,
-the pieces of the first-divergence sentence, the culprit, attribution and drift sentences.
+the pieces of the first-divergence sentence, the culprit, attribution and drift sentences,
+and where NaN/Inf first appear (`non_finite_lines`).
 Each renderer escapes the text for its own format; functions that embed names take `code`,
 applied to each name (an identity by default).
 """
@@ -22,6 +23,7 @@ from trtdiff.report import (
     Culprit,
     Drift,
     FirstDivergence,
+    NonFinite,
     Reason,
     Report,
     SegmentationSummary,
@@ -74,6 +76,8 @@ def format_value(metric: str, figure: float) -> str:
         return cosine(figure)
     if metric in ("miou", "miou_drop"):
         return miou(figure)
+    if metric in ("non_finite", "non_finite_mismatches"):
+        return _count(figure)
     return sci(figure)
 
 
@@ -134,7 +138,8 @@ def reason_text(reason: Reason) -> str:
     if reason.metric == "max_abs":
         return f"max-abs {reason.value:.2e} > {limit:g}"
     if reason.metric == "non_finite":
-        return f"non-finite values: reference {_count(limit)} NaN/Inf, candidate {_count(reason.value)} NaN/Inf"
+        where = f" differ at {reason.detail}" if reason.detail else ""
+        return f"non-finite values{where}: reference {_count(limit)} NaN/Inf, candidate {_count(reason.value)} NaN/Inf"
     if reason.metric == "shape":
         return f"shape {reason.detail or '?'}"
     return f"{_count(reason.value)} of {_count(limit)} elements differ"
@@ -156,6 +161,14 @@ def check_message(check: ThresholdCheck, report: Report) -> str:
             f"{_THRESHOLD_WORDS[check.threshold]} {check.limit:g} on final outputs of {check.compared} sample(s): "
             f"worst {check.metric} {check.worst:.6g} ({check.worst_sample})"
         )
+    if check.threshold == "finite":
+        outputs = f"final outputs of {check.compared} sample(s)"
+        if check.metric == "non_finite_mismatches":
+            return (
+                f"NaN/Inf allowed at the same positions on both sides in {outputs}: "
+                f"worst {_count(check.worst)} positions differ ({check.worst_sample})"
+            )
+        return f"no NaN/Inf in {outputs}: worst {_count(check.worst)} NaN/Inf values ({check.worst_sample})"
     if check.threshold == "layers":
         message = f"{check.failed} of {check.compared} layers diverge; lowest cosine {check.worst:.6g}"
         first = report.first_divergence
@@ -184,6 +197,10 @@ def limit_text(check: ThresholdCheck, thresholds: Thresholds, *, symbols: bool =
     """
     if check.metric == "divergence":
         return f"no diverged layer ({thresholds_text(thresholds)})"
+    if check.metric == "non_finite":
+        return "no NaN/Inf"
+    if check.metric == "non_finite_mismatches":
+        return "NaN/Inf at the same positions"
     minimum = check.metric in _MINIMUM_METRICS
     sign = ("≥" if minimum else "≤") if symbols else (">=" if minimum else "<=")
     return f"{check.metric} {sign} {check.limit:g}"
@@ -200,7 +217,7 @@ def module_text(module: str | None, code: Callable[[str], str] = _same) -> str:
 
 
 def node_text(
-    node: FirstDivergence | Culprit | Contributor,
+    node: FirstDivergence | Culprit | Contributor | NonFinite,
     code: Callable[[str], str] = _same,
     text: Callable[[str], str] = _same,
 ) -> str:
@@ -376,6 +393,53 @@ def drift_text(drift: Drift, code: Callable[[str], str] = _same, limit: int | No
     more = f", … {len(contributors) - len(shown)} more" if len(contributors) > len(shown) else ""
     tail = f"; largest local contributors: {', '.join(items)}{more}" if items else ""
     return "accumulated drift, no single culprit" + tail
+
+
+# Non-finite values
+
+
+def non_finite_groups(report: Report) -> list[tuple[tuple[str, ...], NonFinite]]:
+    """The report's `non_finite` entries, backends that name the same tensor with the same counts together."""
+    groups: dict[tuple[str, int, int, str], tuple[list[str], NonFinite]] = {}
+    for entry in report.non_finite:
+        key = (entry.tensor, entry.nan, entry.inf, entry.sample)
+        groups.setdefault(key, ([], entry))[0].append(entry.backend)
+    return [(tuple(backends), entry) for backends, entry in groups.values()]
+
+
+def non_finite_counts_text(entry: NonFinite) -> str:
+    """ "256 NaN", "3 Inf", "2 NaN, 5 Inf"."""
+    parts = [f"{count} {kind}" for count, kind in ((entry.nan, "NaN"), (entry.inf, "Inf")) if count]
+    return ", ".join(parts) or "no NaN/Inf"
+
+
+def non_finite_text(
+    report: Report,
+    backends: tuple[str, ...],
+    entry: NonFinite,
+    code: Callable[[str], str] = _same,
+    text: Callable[[str], str] = _same,
+) -> str:
+    """ "the outputs of torch and onnxruntime hold NaN/Inf; they first appear at /root/Sqrt (Sqrt, module root):
+    256 NaN" (with several samples, "... hold NaN/Inf on sample img3; ...")."""
+    who = " and ".join(text(backend) for backend in backends)
+    sample = f" on sample {code(entry.sample)}" if len(report.samples) > 1 else ""
+    return (
+        f"the outputs of {who} hold NaN/Inf{sample}; they first appear at {node_text(entry, code, text)}: "
+        f"{text(non_finite_counts_text(entry))}"
+    )
+
+
+def non_finite_lines(
+    report: Report, code: Callable[[str], str] = _same, text: Callable[[str], str] = _same
+) -> list[str]:
+    """One sentence per group of `non_finite_groups`: whose outputs hold NaN/Inf and where they first appear."""
+    return [non_finite_text(report, backends, entry, code, text) for backends, entry in non_finite_groups(report)]
+
+
+def non_finite_failed(report: Report) -> bool:
+    """Whether a check on the finiteness of final outputs failed."""
+    return any(check.threshold == "finite" for check in report.failed_checks)
 
 
 # Segmentation

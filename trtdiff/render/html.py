@@ -27,6 +27,10 @@ from trtdiff.render.format import (
     limit_text,
     miou,
     miou_lost,
+    non_finite_counts_text,
+    non_finite_failed,
+    non_finite_groups,
+    non_finite_text,
     percent,
     plural,
     precision_text,
@@ -67,6 +71,7 @@ def render_html(report: Report) -> str:
     """The report as one HTML document that opens offline in any browser."""
     sections = [
         _header(report),
+        _non_finite(report),
         _finding(report),
         _divergence(report),
         _section(
@@ -157,6 +162,27 @@ def _finding(report: Report) -> str:
         pair = esc(str(report.drift.pair))
         return f'<div class="box find"><b>Drift</b> on {pair}: {drift_text(report.drift, _code)}</div>'
     return ""
+
+
+def _non_finite(report: Report) -> str:
+    """A box on whose outputs hold NaN/Inf and where they first appear (linked to the layer); "" when none do."""
+    items = []
+    for backends, entry in non_finite_groups(report):
+        index = layer_index(report, entry.tensor) if entry.sample == _first_sample(report) else None
+        link = f' — <a href="#layer-{index}">layer #{index}</a>' if index is not None else ""
+        items.append(
+            f"<li>{non_finite_text(report, backends, entry, _code, esc)}{link}"
+            f"<br>tensor <code>{esc(entry.tensor)}</code></li>"
+        )
+    if not items:
+        return ""
+    css = "box" if non_finite_failed(report) else "box find"
+    return f'<div class="{css}"><b>Non-finite values</b> (NaN or Inf):<ul>{"".join(items)}</ul></div>'
+
+
+def _first_sample(report: Report) -> str | None:
+    """The sample compared layer by layer (the layers table shows it)."""
+    return report.samples[0].name if report.samples else None
 
 
 def _figures(figures: ErrorFigures | None) -> str:
@@ -353,7 +379,16 @@ def _layers(report: Report) -> str:
         for pair in pairs:
             cells += _pair_cells(layer, pair, local)
         status = "first divergence" if css == "first" else "diverged" if layer.diverged else "ok"
+        held = [m for m in layer.pairs.values() if m.nan_ref or m.nan_cand or m.inf_ref or m.inf_cand]
+        if held and not layer.diverged:
+            status += " (NaN/Inf at the same positions)"
         badge = '<span class="mark culprit">CULPRIT</span> ' if layer.tensor in culprits else ""
+        badge += "".join(
+            f'<span class="mark fail" title="{esc(non_finite_counts_text(entry))}">'
+            f"FIRST NaN/Inf in {esc(entry.backend)}</span> "
+            for entry in report.non_finite
+            if entry.tensor == layer.tensor and entry.sample == _first_sample(report)
+        )
         cells.append(f"<td>{badge}{status}{' (output)' if layer.is_output else ''}</td>")
         rows.append(f'<tr id="layer-{index}" class="{css}">' + "".join(cells) + "</tr>")
     diverged = sum(layer.diverged for layer in report.layers)

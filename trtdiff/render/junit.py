@@ -24,6 +24,8 @@ from trtdiff.render.format import (
     inherited_text,
     inputs_text,
     limit_text,
+    non_finite_groups,
+    non_finite_text,
     suspects_text,
 )
 from trtdiff.report import Report, ThresholdCheck
@@ -80,6 +82,11 @@ def failure_message(check: ThresholdCheck, report: Report) -> str:
     message = check_message(check, report)
     first = report.first_divergence
     names_it = check.threshold == "layers" and check.failed > 0  # the layer check's message already names it
+    if check.threshold == "finite" and check.pair is not None:
+        sides = (check.pair.reference, check.pair.candidate)
+        entry = next((e for e in report.non_finite if e.backend in sides), None)
+        if entry is not None:
+            message += f"; NaN/Inf first appear at {entry.onnx_node} ({entry.op_type}) in {entry.backend}"
     if first is not None and not names_it:
         message += f"; first divergence {first.onnx_node} ({first.op_type})"
     culprits = culprits_brief(report)
@@ -97,6 +104,10 @@ def failure_text(check: ThresholdCheck, report: Report) -> str:
     if check.failing_samples:
         total = f" of {len(report.samples)}" if report.samples else ""
         lines.append(f"failing samples ({len(check.failing_samples)}{total}): {', '.join(check.failing_samples)}")
+    lines += [
+        f"non-finite: {non_finite_text(report, backends, entry)}; tensor {entry.tensor}"
+        for backends, entry in non_finite_groups(report)
+    ]
     lines += _finding_lines(report)
     first = report.first_divergence
     if first is None:
@@ -139,12 +150,14 @@ def _properties(parent: ET.Element, report: Report) -> None:
         ("min_cosine", thresholds.min_cosine),
         ("rtol", thresholds.rtol),
         ("max_abs", thresholds.max_abs),
+        ("allow_nonfinite", str(thresholds.allow_nonfinite).lower()),
         ("passed", str(report.passed).lower()),
     ]
     if report.onnx_path:
         facts.append(("onnx_path", report.onnx_path))
     if report.first_divergence is not None:
         facts.append(("first_divergence", report.first_divergence.onnx_node))
+    facts += [(f"first_non_finite.{entry.backend}", entry.onnx_node) for entry in report.non_finite]
     culprits = [c.onnx_node for c in culprits_of(report)]
     facts += [("culprit", culprits[0]), ("culprits", ",".join(culprits))] if culprits else []
     facts += [(f"environment.{key}", text) for key, text in report.environment.items()]

@@ -20,6 +20,7 @@ from trtdiff.render.format import (
     inherited_text,
     inputs_text,
     limit_text,
+    non_finite_lines,
     plural,
     precision_text,
     segmentation_parts,
@@ -33,6 +34,7 @@ def render_markdown(report: Report) -> str:
     parts = [
         _verdict(report),
         _checks(report.checks, report),
+        _non_finite(report),
         _culprits(report),
         _divergence(report),
         _drift(report),
@@ -110,6 +112,16 @@ def _divergence(report: Report) -> str:
     if suspects:
         line += f"\nSuspects (nodes feeding it): {suspects}"
     return line
+
+
+def _non_finite(report: Report) -> str:
+    """ "**Non-finite values:** the outputs of torch ... hold NaN/Inf; they first appear at ..."; "" when none."""
+    lines = non_finite_lines(report, _code, _text)
+    if not lines:
+        return ""
+    if len(lines) == 1:
+        return f"**Non-finite values:** {lines[0]}"
+    return "\n".join(["**Non-finite values:**", *(f"- {line}" for line in lines)])
 
 
 def _culprits(report: Report) -> str:

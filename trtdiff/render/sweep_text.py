@@ -86,6 +86,9 @@ def _finding(report: Report) -> str:
         return f"{culprit.onnx_node} ({culprit.op_type}, {culprit.verdict})"
     if first is not None:
         return f"{first.onnx_node} ({first.op_type})"
+    if report.non_finite:  # NaN/Inf at the same places on both sides: no divergence, but not finite either
+        entry = report.non_finite[0]
+        return f"NaN/Inf from {entry.onnx_node} ({entry.op_type})"
     return "-"
 
 

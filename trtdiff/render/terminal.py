@@ -22,6 +22,8 @@ from trtdiff.render.format import (
     drift_text,
     inherited_text,
     inputs_text,
+    non_finite_failed,
+    non_finite_lines,
     plural,
     precision_text,
     sci,
@@ -211,9 +213,20 @@ def _row(
     if local is not None:
         own = (layer.local or {}).get(local)
         cells.append("-" if own is None else Text(sci(own.rel_err), style="red" if own.diverged else ""))
-    label = ("DIVERGED" if not many else "DIV") if layer.diverged else "ok"
-    cells.append(Text(label, style="bold red" if layer.diverged else "green"))
+    if layer.diverged:
+        cells.append(Text("DIVERGED" if not many else "DIV", style="bold red"))
+    else:
+        cells.append(_agreeing_label(layer))
     return cells
+
+
+def _agreeing_label(layer: Layer) -> Text:
+    """ "ok", or "NaN"/"Inf" for a tensor that agrees but holds them (at the same positions on both sides)."""
+    nan = any(m.nan_ref or m.nan_cand for m in layer.pairs.values())
+    inf = any(m.inf_ref or m.inf_cand for m in layer.pairs.values())
+    if nan or inf:
+        return Text("NaN" if nan else "Inf", style="yellow")
+    return Text("ok", style="green")
 
 
 def _checks(report: Report, console: Console) -> None:
@@ -227,12 +240,18 @@ def _checks(report: Report, console: Console) -> None:
 
 def _verdict(report: Report, console: Console) -> None:
     _checks(report, console)
+    style = "bold red" if non_finite_failed(report) else "bold yellow"
+    for line in non_finite_lines(report):
+        console.print(Text.assemble(("NON-FINITE", style), f": {line}"))
     failed = report.failed_checks
     first = report.first_divergence
     if not failed and first is None:
         pairs = ", ".join(map(str, report.pairs)) or "no pairs"
+        allowed = " NaN/Inf allowed, at the same positions." if report.non_finite else ""
         console.print(
-            Text.assemble(("PASS", "bold green"), f": all {len(report.layers)} compared tensors agree ({pairs}).")
+            Text.assemble(
+                ("PASS", "bold green"), f": all {len(report.layers)} compared tensors agree ({pairs}).{allowed}"
+            )
         )
         return
     _findings(report, console, "bold red" if failed else "bold yellow")

@@ -19,6 +19,7 @@ from trtdiff.report.model import (
     ErrorFigures as ErrorFigures,
     FirstDivergence as FirstDivergence,
     Layer as Layer,
+    NonFinite as NonFinite,
     NotReturned as NotReturned,
     OutputsMode as OutputsMode,
     PairingMethod as PairingMethod,

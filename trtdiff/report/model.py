@@ -25,8 +25,10 @@ SCHEMA_VERSION = 2
 
 ReasonMetric = Literal["cosine", "rel_err", "max_abs", "non_finite", "shape", "mismatches"]
 CheckScope = Literal["outputs", "layers", "agreement", "labels"]
-CheckMetric = Literal["cosine", "rel_err", "max_abs", "divergence", "miou", "miou_drop"]
-Threshold = Literal["min_cosine", "rtol", "max_abs", "layers", "min_miou", "max_miou_drop"]
+CheckMetric = Literal[
+    "cosine", "rel_err", "max_abs", "divergence", "miou", "miou_drop", "non_finite", "non_finite_mismatches"
+]
+Threshold = Literal["min_cosine", "rtol", "max_abs", "layers", "min_miou", "max_miou_drop", "finite"]
 PairingMethod = Literal["op", "scope", "folded", "module", "output", "derived"]
 Verdict = Literal["export", "runtime", "unknown"]
 
@@ -37,6 +39,7 @@ _THRESHOLD_IDS: dict[str, str] = {
     "max_abs": "max-abs",
     "min_miou": "min-miou",
     "max_miou_drop": "max-miou-drop",
+    "finite": "finite",
 }
 
 
@@ -77,18 +80,25 @@ def all_pairs(backends: tuple[str, ...] | list[str]) -> tuple[BackendPair, ...]:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """When a tensor counts as diverged: direction (cosine) and magnitude (relative, absolute)."""
+    """When a tensor counts as diverged: direction (cosine) and magnitude (relative, absolute).
+
+    Final outputs must also be finite: a NaN or Inf on either side fails the gate, unless
+    `allow_nonfinite`, which asks only that NaN, +Inf and -Inf sit at the same positions on
+    both sides.
+    """
 
     min_cosine: float = 0.9999
     rtol: float = 1e-3
     max_abs: float | None = None
+    allow_nonfinite: bool = False
 
 
 @dataclass(frozen=True)
 class Reason:
     """One reason a tensor counts as diverged: `metric` came out at `value` against `limit`.
 
-    For "non_finite", `value` and `limit` count the candidate's and the reference's NaN/Inf;
+    For "non_finite", `value` and `limit` count the candidate's and the reference's NaN/Inf
+    and `detail` says at how many positions they differ ("3 of 64 positions");
     for "mismatches" (integer tensors), `value` counts differing elements and `limit` all;
     for "shape", `detail` holds "2x3 vs 3x2".
     """
@@ -103,9 +113,12 @@ class Reason:
 class PairMetrics:
     """How far a candidate tensor is from the reference tensor it is paired with.
 
-    `rel_err` is max-abs error divided by the reference's largest magnitude. For integer
-    and bool tensors `cosine` is 1.0 exactly when all elements are equal, and `mismatches`
-    counts the elements that differ.
+    `rel_err` is max-abs error divided by the reference's largest magnitude; the figures
+    are computed over the positions finite on both sides. `nan_*`/`inf_*` count each side's
+    NaN and Inf, and `non_finite_mismatches` the positions where the two sides are not the
+    same kind of non-finite value (NaN against a number, +Inf against -Inf, ...): NaN or Inf
+    at the same positions on both sides agree. For integer and bool tensors `cosine` is 1.0
+    exactly when all elements are equal, and `mismatches` counts the elements that differ.
     """
 
     cosine: float
@@ -121,6 +134,7 @@ class PairMetrics:
     shape_mismatch: str | None = None
     diverged: bool = False
     reasons: tuple[Reason, ...] = ()
+    non_finite_mismatches: int = 0
 
 
 @dataclass(frozen=True)
@@ -239,6 +253,26 @@ class FirstDivergence:
 
 
 @dataclass(frozen=True)
+class NonFinite:
+    """Where NaN or Inf first appear in one backend whose final outputs hold them.
+
+    The first compared tensor, in topological order, that holds NaN/Inf in `backend` and
+    from which they reach a non-finite output through non-finite (or uncompared) tensors,
+    so that a legitimate -inf mask feeding a finite softmax is not named. `sample` is the
+    sample whose layers were searched; `nan` and `inf` count that tensor's values.
+    """
+
+    backend: str
+    tensor: str
+    onnx_node: str
+    op_type: str
+    module: str | None
+    nan: int
+    inf: int
+    sample: str
+
+
+@dataclass(frozen=True)
 class PairingSummary:
     """How many ONNX tensors got a PyTorch counterpart, and how.
 
@@ -279,7 +313,8 @@ class ThresholdCheck:
 
     The CI gate's unit: a JUnit test case, a line in the Markdown summary. `scope` is
     "outputs" (final outputs), "layers" (every compared layer), "agreement" (mIoU against the
-    reference's argmax) or "labels" (mIoU against ground truth). `worst` is the worst figure
+    reference's argmax) or "labels" (mIoU against ground truth). The "finite" threshold counts
+    NaN/Inf in final outputs (allowed: the positions where they differ), limit 0. `worst` is the worst figure
     (for mIoU: over all samples) and `worst_sample` where, with `worst_sample_value` its own
     figure; `compared`/`failed` count samples (layers for the "layers" scope). `id` is the
     stable name CI systems track, e.g. "outputs/min-cosine/torch~onnxruntime".
@@ -355,6 +390,7 @@ class Report:
     culprits: tuple[Culprit, ...] = ()
     drift: Drift | None = None
     attribution: tuple[Attribution, ...] = ()
+    non_finite: tuple[NonFinite, ...] = ()
     simplified: Report | None = None
     trtdiff_version: str = "unknown"
     schema_version: int = SCHEMA_VERSION

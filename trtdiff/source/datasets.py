@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trtdiff.errors import InputError, OptionError, describe_error, param
+from trtdiff.source.inputs import refuse_non_finite
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PilImage
@@ -155,6 +156,7 @@ def iter_samples(
                     value=path,
                 )
             image = _read_array(path, option)
+            refuse_non_finite(image, None, parameter=option, value=path)
         else:
             image = _normalised(_read_image(path, size, option), mean_array, std_array)
         hw = (int(image.shape[-2]), int(image.shape[-1])) if image.ndim >= 2 else (0, 0)

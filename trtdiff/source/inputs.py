@@ -2,7 +2,8 @@
 
 Every backend is fed the same numpy arrays, so the comparison starts from identical inputs.
 Arrays from files are kept exactly as given (a float64 file stays float64): casting silently
-would hide the very differences trtdiff looks for.
+would hide the very differences trtdiff looks for. An array holding no finite value at all
+(all NaN or Inf: a broken file, never a meaningful input) is refused.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from trtdiff.analysis.metrics import non_finite_counts
 from trtdiff.errors import InputError, OptionError, describe_error, param
 
 _SHAPE_EXAMPLE = "e.g. 1x3x224x224 or input:1x3x224x224"
@@ -205,6 +207,9 @@ def _gather(
         origin = (_FILES, text)
         name, path = _split_named_file(text)
         loaded = load_input_file(path)
+        held = list(loaded.items()) if isinstance(loaded, dict) else [(f"array {i}", a) for i, a in enumerate(loaded)]
+        for key, array in held:
+            refuse_non_finite(array, key if len(held) > 1 else None, parameter=_FILES, value=text)
         if name is not None:
             arrays = list(loaded.values()) if isinstance(loaded, dict) else loaded
             if len(arrays) != 1:
@@ -227,6 +232,23 @@ def _gather(
         else:
             assign(name, (_SHAPES, text), dims)
     return given, positional
+
+
+def refuse_non_finite(array: np.ndarray, what: str | None, *, parameter: str | None, value: object) -> None:
+    """Raise InputError when float `array` holds values and none of them is finite; `what` names it in a file."""
+    array = np.asarray(array)
+    if array.size == 0:
+        return
+    nan, inf = non_finite_counts(array)
+    if nan + inf == array.size:
+        counts = ", ".join(f"{n} {kind}" for n, kind in ((nan, "NaN"), (inf, "Inf")) if n)
+        head = f"{what} " if what else ""
+        raise InputError(
+            f"{head}holds no finite value ({counts} of {array.size}); every output would be NaN/Inf: "
+            "check how the file was written",
+            parameter=parameter,
+            value=value,
+        )
 
 
 def _split_named_file(text: str) -> tuple[str | None, str]:

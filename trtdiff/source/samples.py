@@ -2,17 +2,19 @@
 
 Sample 0 is the one compared layer by layer; the gate compares the final outputs of every
 sample. Samples are produced lazily, so a large folder is never held in memory at once.
+Inputs holding some NaN/Inf are noted (`SampleSource.notes`); none finite at all is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING
 
+from trtdiff.analysis.metrics import non_finite_counts
 from trtdiff.options import CompareOptions
-from trtdiff.source.inputs import make_inputs
+from trtdiff.source.inputs import make_inputs, refuse_non_finite
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,6 +40,7 @@ class SampleSource:
     options: CompareOptions
     first: Sample | None
     rest: Iterator[Sample] | None
+    non_finite: dict[str, str] = field(default_factory=dict)  # sample name -> its partly non-finite input
 
     @classmethod
     def open(cls, options: CompareOptions, recorded: Mapping[str, np.ndarray] | None) -> SampleSource:
@@ -61,7 +64,7 @@ class SampleSource:
         """Every sample in order; sample 0 holds `feeds`, the inputs the model was loaded and exported with."""
         if self.first is not None:
             first = Sample(self.first.name, tuple(feeds.values()), self.first.label)
-            return chain([first], self.rest or ())
+            return self._watched(chain([first], self.rest or ()), input_names)
         model = self.options.load
         shapes = list(model.input_shapes)
         if not shapes and not model.input_files:  # shapes read from a given ONNX file: those of sample 0
@@ -81,7 +84,32 @@ class SampleSource:
             )
             return tuple(built.values())
 
-        return random_samples(self.options.gate.num_samples, make)
+        return self._watched(random_samples(self.options.gate.num_samples, make), input_names)
+
+    def notes(self) -> tuple[str, ...]:
+        """A note on the samples streamed so far whose inputs hold some NaN/Inf (the first named)."""
+        if not self.non_finite:
+            return ()
+        first = next(iter(self.non_finite.values()))
+        if len(self.non_finite) == 1:
+            return (f"{first}; outputs computed from them may be NaN/Inf too",)
+        return (f"the inputs of {len(self.non_finite)} samples hold NaN/Inf values (first: {first})",)
+
+    def _watched(self, samples: Iterator[Sample], names: Sequence[str]) -> Iterator[Sample]:
+        """`samples`, noting inputs that hold some NaN/Inf and refusing one that holds no finite value."""
+        for sample in samples:
+            for index, value in enumerate(sample.values):
+                nan, inf = non_finite_counts(value)
+                if not nan + inf:
+                    continue
+                name = names[index] if index < len(names) else f"input {index}"
+                recording = "recordings" if self.options.runtime.recordings else None
+                refuse_non_finite(value, f"sample {sample.name}: input {name!r}", parameter=recording, value=None)
+                counts = ", ".join(f"{n} {kind}" for n, kind in ((nan, "NaN"), (inf, "Inf")) if n)
+                self.non_finite.setdefault(
+                    sample.name, f"input {name!r} of sample {sample.name} holds {counts} of {value.size} values"
+                )
+            yield sample
 
 
 def folder_samples(options: CompareOptions) -> Iterator[Sample]:
