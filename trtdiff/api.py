@@ -7,7 +7,7 @@ outputs of every later sample in one engine -> layers, first divergence, checks 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import cached_property
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from trtdiff.analysis.culprits import ValuesOf
     from trtdiff.backends.pytorch.capture import TorchCapture
+    from trtdiff.hypotheses.inspect import Interpolation
     from trtdiff.pairing.pairs import Pairing
     from trtdiff.report import (
         BackendPair,
@@ -53,6 +54,7 @@ def compare(
     options: CompareOptions | None = None,
     *,
     progress: Progress | None = None,
+    name_of: Callable[[str], str] = str,
     **fields: Any,
 ) -> Report:
     """Compare `model` layer by layer across PyTorch, ONNX Runtime and TensorRT; return the Report.
@@ -61,7 +63,9 @@ def compare(
     Options come as a `CompareOptions`, or field by field, e.g.
     `compare("model.pt", opset=13, input_shapes=["1x3x512x512"], min_cosine=0.999)`
     (every field of trtdiff.options' parts can be named). `progress` is called with a short
-    description as each long step starts. Raises a TrtdiffError naming the parameter on bad input.
+    description as each long step starts. A culprit's advice names parameters as `name_of`
+    writes them (the parameter itself, "opset 11"; the CLI passes its flags, "--opset 11").
+    Raises a TrtdiffError naming the parameter on bad input.
     """
     options = (options or CompareOptions()).with_fields(**fields)
     options.validate()
@@ -81,7 +85,7 @@ def compare(
             )
         )
         reference = _pair(prepared, timings)
-        run = _Run(prepared, options, reference, _backends_run(prepared, reference))
+        run = _Run(prepared, options, reference, _backends_run(prepared, reference), name_of)
         say(f"running {', '.join(b.name for b in prepared.backends)} and comparing every layer")
         compared = run.engine().run(
             run.passes(samples.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes), say)
@@ -125,6 +129,7 @@ class _Run:
     options: CompareOptions
     reference: _Reference
     backends: tuple[str, ...]
+    name_of: Callable[[str], str] = str
 
     @property
     def pairs(self) -> tuple[BackendPair, ...]:
@@ -156,7 +161,18 @@ class _Run:
             self.captured,
             self.options.runtime,
             self.options.thresholds,
+            self.interpolations,
+            self.name_of,
         )
+
+    def interpolations(self) -> list[Interpolation]:
+        """The PyTorch model's upsampling calls on sample 0 (one forward pass), for the culprits' advice."""
+        module = self.reference.module
+        if module is None:
+            return []
+        from trtdiff.hypotheses.inspect import record_interpolations
+
+        return record_interpolations(module, self.prepared.model_feeds)
 
     @cached_property
     def captured(self) -> CapturedValues | None:

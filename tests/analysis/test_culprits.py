@@ -85,6 +85,14 @@ EDITS: dict[str, tuple[str, Callable[[onnx.ModelProto], str], str]] = {
     "layernorm-epsilon-0.1": ("block", layernorm_epsilon, "LayerNormalization"),
     "softmax-to-sigmoid": ("block", softmax_to_sigmoid, "Sigmoid"),
 }
+# case -> the inspect rule whose fix the culprit carries ("" where no rule explains the edit)
+ADVICE = {
+    "resize-asymmetric": "asymmetric-coordinates",
+    "conv-weight-x1.03": "",
+    "second-relu-call-leaky": "",
+    "layernorm-epsilon-0.1": "unusual-epsilon",
+    "softmax-to-sigmoid": "",
+}
 
 
 def _cases() -> list[object]:
@@ -117,6 +125,7 @@ def test_the_edited_node_is_the_one_culprit(
     assert (culprit.pair, culprit.op_type, culprit.verdict, culprit.subgraph) == (ORT, op_type, "export", (node,))
     assert culprit.local.rel_err > RTOL and culprit.accumulated.rel_err > RTOL
     assert culprit.spec is not None and culprit.spec.rel_err > RTOL  # the spec computes the edit too
+    assert culprit.advice_code == ADVICE[case] and bool(culprit.advice) == bool(ADVICE[case])
     # Every other node, however far its tensor drifted, is innocent on its own.
     innocent = [layer for layer in report.layers if layer.onnx_node != node]
     assert all(layer.local is not None and not layer.local[ORT].diverged for layer in innocent), _describe(report)

@@ -15,6 +15,7 @@ from trtdiff.analysis.culprits import local_errors
 from trtdiff.analysis.shadow import build_shadow, embed
 from trtdiff.backends.base import fetch
 from trtdiff.cli.app import main
+from trtdiff.render.format import attribution_summary
 from trtdiff.report import BackendPair
 from trtdiff.source.onnx_graph import load_graph
 
@@ -49,6 +50,31 @@ def test_trained_example_names_both_resizes_and_what_fixing_them_recovers(shapes
     assert final.final_rel_err_after == 0.0 and decoder.final_rel_err_after < decoder.final_rel_err_before
 
 
+def test_each_culprit_carries_the_re_export_at_opset_11(shapes_opset10: trtdiff.Report) -> None:
+    for culprit in shapes_opset10.culprits:  # a Python caller reads parameter names; the CLI, flags (below)
+        assert culprit.advice_code == "resize-no-coordinate-mode"
+        assert culprit.advice.startswith("re-export at opset 11 or higher (opset 11): align_corners=False is then")
+
+
+def test_what_fixing_each_resize_alone_recovers(shapes_opset10: trtdiff.Report) -> None:
+    """The decoder Resize feeds the final one: fixing the final one alone is what it adds to fixing the decoder's."""
+    decoder, final = shapes_opset10.attribution
+    assert decoder.miou_recovered_alone == decoder.miou_recovered  # nothing feeds the first culprit
+    assert final.miou_recovered_alone == pytest.approx(final.miou_recovered - decoder.miou_recovered)
+    assert final.miou_after_alone == pytest.approx(final.miou_before + final.miou_recovered_alone)
+    assert 0.0 < decoder.miou_recovered_alone < final.miou_recovered_alone < final.miou_recovered
+    assert all(a.measurable and a.measurable_alone for a in shapes_opset10.attribution)
+    # One pixel's share: 5 classes, 24 labelled 64x64 images.
+    assert final.miou_pixel_share == pytest.approx(1 / (5 * 24 * 64 * 64))
+    lost = final.miou_recovered
+    share = final.miou_recovered_alone / lost
+    assert 0.9 < share < 1.0
+    assert attribution_summary(shapes_opset10) == [
+        f"/Resize alone carries {100 * share:.0f}% of the {lost:.4f} mIoU lost"
+    ]
+    assert [layer.index for layer in shapes_opset10.layers] == list(range(1, len(shapes_opset10.layers) + 1))
+
+
 def test_the_aspp_pooling_resize_is_not_a_culprit_and_its_local_error_is_tiny(shapes_opset10: trtdiff.Report) -> None:
     by_node = {layer.onnx_node: layer for layer in shapes_opset10.layers}
     aspp = by_node["/aspp/branches.4/Resize"]
@@ -79,6 +105,16 @@ def test_cli_culprit_flags_reach_the_library(tmp_path: Path) -> None:
     )
     report = trtdiff.Report.from_json(out.read_text())
     assert result.exit_code == 1 and [c.onnx_node for c in report.culprits] == ["/decoder/Resize", "/Resize"]
+    assert report.culprits[0].advice.startswith("re-export at opset 11 or higher (--opset 11)"), "the CLI's flags"
+    # --quiet: the verdict, then each culprit and its fix; no table, no check lines, no first divergence.
+    text = " ".join(line.strip() for line in result.output.splitlines())
+    assert text.startswith("FAIL: 3 of 3 checks failed: layers/torch~onnxruntime, ")
+    assert (
+        "CULPRIT: /decoder/Resize (Resize, module decoder) on torch~onnxruntime, export problem; fix: re-export at "
+        "opset 11 or higher (--opset 11): align_corners=False is then written as half_pixel "
+        "CULPRIT 2: /Resize (Resize, the model itself) on torch~onnxruntime, export problem; fix: as for culprit 1"
+    ) in text
+    assert text.endswith("fix: as for culprit 1") and len(result.output.splitlines()) <= 8
 
 
 def test_onnx_runtime_is_a_reference_for_the_spec_evaluator(export_example: Callable[..., Path]) -> None:

@@ -4,8 +4,9 @@ The hand-built reports are exact and tiny, so a test can state the text a render
 write: `passing` (one pair, every tensor agrees), `diverged` (the decoder Resize diverges,
 with suspects), `gated` (three samples, failing output and mIoU checks, segmentation),
 `trt_skipped` and `trt_ran` (three backends, TensorRT fused some layers away); and, from
-culprit_reports.py, `culprits` (two culprits with mIoU attribution), `drift` (accumulated
-drift, no culprit) and `inherited` (the first divergence inherits a culprit's error).
+culprit_reports.py, `culprits` (two culprits with mIoU attribution), `advised` (the same with
+the Resize's fix and what fixing each culprit alone recovers), `drift` (accumulated drift, no
+culprit) and `inherited` (the first divergence inherits a culprit's error).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 from types import SimpleNamespace
 
 import pytest
-from culprit_reports import culprit_report, drift_report, inherited_report
+from culprit_reports import advised_report, culprit_report, drift_report, inherited_report
 
 import trtdiff
 from trtdiff.report import (
@@ -151,7 +152,7 @@ def base_report(**changes: object) -> Report:
             other_tensors={"shape": 2},
         ),
         environment=dict(ENVIRONMENT),
-        notes=("exported with the torchscript exporter at opset 13",),
+        notes=("1 reference tensors were spilled to disk (over the memory limit)",),
         timings={"export": 0.5, "run": 0.25},
         samples=(SampleResult("input", {"/head/Conv_output_0": {TORCH_ORT: layers[-1].pairs[TORCH_ORT]}}),),
         checks=(
@@ -372,6 +373,11 @@ def trt_ran() -> Report:
 @pytest.fixture
 def culprits() -> Report:
     return culprit_report(diverged_report())
+
+
+@pytest.fixture
+def advised() -> Report:
+    return advised_report(diverged_report())
 
 
 @pytest.fixture

@@ -9,6 +9,9 @@ Each builds on conftest's `diverged` report (layers /backbone/Conv, /backbone/Re
   thresholds, so the report names the largest local contributors instead.
 - `inherited_report`: the first divergence (the head Conv) is no culprit; it inherits the
   error of the decoder Resize, whose own tensor is not among the compared layers.
+- `advised_report`: `culprit_report` as trtdiff now writes it: the Resize carries inspect's fix,
+  and each attribution says what fixing the culprit alone recovers (the head Conv alone:
+  nothing measurable).
 """
 
 from __future__ import annotations
@@ -180,3 +183,35 @@ def inherited_report(diverged: Report) -> Report:
         culprit=culprit,
         culprits=(culprit,),
     )
+
+
+RESIZE_ADVICE = "re-export at opset 11 or higher (--opset 11): align_corners=False is then written as half_pixel"
+
+
+def advised_report(diverged: Report) -> Report:
+    """`culprit_report` with the Resize's fix and the figures of fixing each culprit alone."""
+    report = culprit_report(diverged)
+    resize, head = report.culprits
+    resize = dataclasses.replace(resize, advice=RESIZE_ADVICE, advice_code="resize-no-coordinate-mode")
+    first, second = report.attribution
+    first = dataclasses.replace(
+        first,
+        final_rel_err_after_alone=first.final_rel_err_after,
+        final_cosine_after_alone=first.final_cosine_after,
+        miou_after_alone=first.miou_after,
+        miou_recovered_alone=first.miou_recovered,
+        measurable=True,
+        measurable_alone=True,
+        miou_pixel_share=2e-6,
+    )
+    second = dataclasses.replace(
+        second,
+        final_rel_err_after_alone=0.114,
+        final_cosine_after_alone=0.999225,
+        miou_after_alone=0.8036,
+        miou_recovered_alone=-0.0004,
+        measurable=True,
+        measurable_alone=False,
+        miou_pixel_share=2e-6,
+    )
+    return dataclasses.replace(report, culprit=resize, culprits=(resize, head), attribution=(first, second))

@@ -149,7 +149,7 @@ def test_segmentation_parts(gated: Report) -> None:
 
 
 def test_layer_index(diverged: Report) -> None:
-    assert fmt.layer_index(diverged, "/decoder/Resize_output_0") == 2
+    assert fmt.layer_index(diverged, "/decoder/Resize_output_0") == 3  # counted from 1, as every renderer prints
     assert fmt.layer_index(diverged, "missing") is None
     assert diverged.layers[2].diverged
 

@@ -73,8 +73,8 @@ def test_self_contained_structure(gated: Report, gated_html: Path) -> None:
     rows = _layer_rows(text)
     assert [attrs.get("class") for attrs in rows] == ["", "", "first", "div"]
     assert text.count('<span class="mark fail">FAIL</span>') == 3
-    assert "<title>#2 Resize  decoder\n/decoder/Resize" in text, "hover title of the diverging layer"
-    assert "first divergence: #2 /decoder/Resize (Resize)" in text, "the plot's marker label"
+    assert "<title>#3 Resize  decoder\n/decoder/Resize" in text, "hover title of the diverging layer"
+    assert "first divergence: #3 /decoder/Resize (Resize)" in text, "the plot's marker label (layers count from 1)"
     assert "<dt>trtdiff</dt><dd>9.8.7</dd>" in text, "the version that made the report"
 
 
@@ -82,7 +82,7 @@ def test_first_divergence_box(gated: Report) -> None:
     text = render_html(gated)
     assert (
         '<div class="box"><b>First divergence</b>: <code>/decoder/Resize</code> (Resize, module <code>decoder</code>) '
-        'on torch~onnxruntime — <a href="#layer-2">layer #2</a><br>cosine 0.999854, max-abs 1.04e-02, rel-err 2.64e-02 '
+        'on torch~onnxruntime — <a href="#layer-3">layer #3</a><br>cosine 0.999854, max-abs 1.04e-02, rel-err 2.64e-02 '
         "(cosine 0.999854 &lt; 0.9999; rel-err 2.64e-02 &gt; 0.001)<br>tensor <code>/decoder/Resize_output_0</code>"
         "<br>suspects (the node, then nodes feeding it): <code>/decoder/Resize</code>, "
         "then <code>/decoder/Concat</code>"
@@ -152,7 +152,7 @@ def test_real_comparison(real_report: Report) -> None:
     )
     (first,) = [attrs["id"] for attrs in rows if attrs.get("class") == "first"]
     index = int(first.removeprefix("layer-"))
-    assert real_report.layers[index].onnx_node == "/decoder/Resize"
+    assert real_report.layers[index - 1].onnx_node == "/decoder/Resize" and real_report.layers[index - 1].index == index
     assert f"first divergence: #{index} /decoder/Resize (Resize)" in text
     assert real_report.environment["torch"] in text
 
@@ -182,7 +182,7 @@ def _png_rows(data: bytes) -> tuple[int, int, bytes]:
 def test_chromium_renders_the_plots(gated_html: Path, tmp_path: Path) -> None:
     dom = _chromium(tmp_path, "--dump-dom", gated_html.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert dom.stdout.count("<svg") == 2 and "first divergence: #2 /decoder/Resize (Resize)" in dom.stdout
+    assert dom.stdout.count("<svg") == 2 and "first divergence: #3 /decoder/Resize (Resize)" in dom.stdout
     assert "<code>/decoder/Resize</code>" in dom.stdout
 
     png = tmp_path / "report.png"
@@ -208,10 +208,10 @@ def test_chromium_renders_the_plots(gated_html: Path, tmp_path: Path) -> None:
 def test_culprits_marked_on_the_depth_plot(culprits: Report) -> None:
     text = render_html(culprits)
     svg = text[text.index("<svg") : text.index("</svg>")]
-    assert "culprit: #2 /decoder/Resize (Resize, export problem)" in svg
-    assert "culprit: #3 /head/Conv (Conv, runtime problem)" in svg
+    assert "culprit: #3 /decoder/Resize (Resize, export problem)" in svg
+    assert "culprit: #4 /head/Conv (Conv, runtime problem)" in svg
     assert "torch~onnxruntime local" in svg, "the local error's legend entry"
-    assert "<title>#3 Conv  head\n/head/Conv\ntorch~onnxruntime: cosine 0.999225, rel-err 1.14e-01 DIVERGED\n" in svg
+    assert "<title>#4 Conv  head\n/head/Conv\ntorch~onnxruntime: cosine 0.999225, rel-err 1.14e-01 DIVERGED\n" in svg
     assert "torch~onnxruntime local: cosine 0.999900, rel-err 7.10e-03</title>" in svg
 
 
@@ -219,14 +219,15 @@ def test_culprits_section(culprits: Report) -> None:
     text = render_html(culprits)
     assert text.index('<div class="box find"><b>Culprits</b>') < text.index('<div class="box"><b>First divergence')
     assert (
-        "<tr><td class='num'>1</td><td><a href=\"#layer-2\"><code>/decoder/Resize</code></a></td><td>Resize</td>"
+        "<tr><td class='num'>1</td><td><a href=\"#layer-3\"><code>/decoder/Resize</code></a></td><td>Resize</td>"
         "<td>decoder</td><td>torch~onnxruntime</td><td><span class='mark culprit'>EXPORT</span> export problem "
         "(the ONNX spec computes the same)</td><td class='num'>0.999854 / 2.64e-02</td>"
         "<td class='num'>0.999854 / 2.64e-02</td><td class='num'>0.999854 / 2.64e-02</td>"
-        "<td><code>/decoder/Resize</code></td></tr>"
+        "<td><code>/decoder/Resize</code></td><td></td></tr>"  # no inspect rule's fix in this report
     ) in text
-    assert (
-        "<tr><td><code>/decoder/Resize</code></td><td>torch~onnxruntime</td><td class='num'>1.14e-01 → 7.10e-03</td>"
+    assert (  # a report that does not say what fixing each culprit alone recovers: dashes there
+        "<tr><td><code>/decoder/Resize</code></td><td>torch~onnxruntime</td><td class='num'>—</td>"
+        "<td class='num'>—</td><td class='num'>1.14e-01 → 7.10e-03</td>"
         "<td class='num'>0.999225 → 0.999900</td><td class='num'>0.8040 → 0.9490</td>"
         "<td class='num'>0.1450 of 0.1540</td></tr>"
     ) in text
@@ -263,3 +264,21 @@ def test_non_finite_box_and_badges(passing: Report) -> None:
     assert text.count("FIRST NaN/Inf in ") == 2 and "ok (NaN/Inf at the same positions)" in text
     assert '<div class="box find"><b>Non-finite values</b>' in render_html(allowed_report(nan_report(passing)))
     assert "Non-finite values" not in render_html(passing)
+
+
+def test_attribution_alone_and_cumulative_with_the_fix(advised: Report) -> None:
+    text = render_html(advised)
+    assert (
+        "<td><code>/decoder/Resize</code></td><td>re-export at opset 11 or higher (--opset 11): align_corners=False "
+        "is then written as half_pixel</td></tr>"
+    ) in text, "the culprits table's fix column"
+    assert (
+        "<tr><td><code>/head/Conv</code></td><td>torch~onnxruntime</td><td class='num'>1.14e-01 → 1.14e-01</td>"
+        "<td class='num'>nothing measurable</td><td class='num'>1.14e-01 → 2.00e-07</td>"
+        "<td class='num'>0.999225 → 1.000000</td><td class='num'>0.8040 → 0.9580</td>"
+        "<td class='num'>0.1540 of 0.1540</td></tr>"
+    ) in text
+    closing = "<code>/decoder/Resize</code> alone carries 94% of the 0.1540 mIoU lost."
+    assert f"</ol>{closing}<br></div>" in text, "the culprits box closes with it"
+    assert f"</table>\n<p>{closing}</p>" in text, "and so does the attribution table"
+    assert "-0.0004" not in text

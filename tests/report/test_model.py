@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -107,3 +108,22 @@ def test_documented_keys_are_present() -> None:
     }
     assert set(data["layers"][0]) >= {"tensor", "onnx_node", "op_type", "module", "shape", "pairs"}
     assert set(data["layers"][0]["pairs"]) == {"torch~onnxruntime"}
+
+
+def test_layers_are_numbered_from_one_and_the_number_is_written() -> None:
+    report = _report()
+    assert [layer.index for layer in report.layers] == [1, 2], "hand-built layers get their position"
+    data = json.loads(report.to_json())
+    assert [layer["index"] for layer in data["layers"]] == [1, 2]
+    for layer in data["layers"]:  # a report written before layers carried their number
+        del layer["index"]
+    assert [layer.index for layer in Report.from_dict(data).layers] == [1, 2]
+
+
+def test_layer_numbers_are_kept_where_they_rise_and_renumbered_where_they_do_not() -> None:
+    report = _report()
+    first, second = report.layers
+    kept = dataclasses.replace(report, layers=(first, dataclasses.replace(second, index=7)))
+    assert [layer.index for layer in kept.layers] == [1, 7], "a report cut from a longer one keeps its numbers"
+    copies = dataclasses.replace(report, layers=(second, second))
+    assert [layer.index for layer in copies.layers] == [1, 2]

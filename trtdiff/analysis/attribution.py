@@ -1,10 +1,25 @@
-"""How much of the output's error, and of the mIoU, each culprit costs.
+"""How much of the output's error, and of the mIoU, each culprit costs: by itself, and with those before it.
 
-For each culprit in topological order, the candidate runs the whole graph again with the
-reference's value injected at that culprit's output and at every culprit before it, on the
-same samples: what is left of the final output's error, and with segmentation outputs the
-candidate's mIoU, is what fixing those culprits would give. The shares add up along the
-graph: the last injection leaves what no culprit explains.
+The candidate runs the whole graph again, on the same samples, with the reference's value
+injected in place of some culprits' outputs; what is left of the final output's error, and
+with segmentation outputs the candidate's mIoU, is what fixing those culprits would give.
+
+- Cumulative: for each culprit in topological order, injected there and at every culprit
+  before it on the pair. The figures add up along the graph; the last injection leaves what
+  no culprit explains.
+- Alone: what fixing that culprit by itself recovers. Injecting at a culprit also replaces
+  whatever error reaches it from culprits that feed it, so those are credited to them: the
+  culprit's own recovery is that of injecting at it and at the culprits feeding it, less
+  that of injecting at those alone. Without a culprit feeding it, that is injecting at it
+  alone, measured exactly; otherwise the difference of two measured runs (the injection at
+  a model output replaces every error before it, which is not what fixing it alone gives).
+  Where fixing the feeding culprits recovers nothing measurable, nothing is credited to them.
+  On a chain of culprits (each feeding the next) these are the steps of the cumulative
+  figures, and cost no extra run.
+
+A recovery smaller than noise is not measurable: with mIoU, less than one pixel's share of
+it (`pixel_share`); without, a final rel-err that falls by no more than the rtol and a cosine
+that rises by no more than 1 - min-cosine.
 """
 
 from __future__ import annotations
@@ -46,23 +61,116 @@ class AttributionInputs:
 
 
 def attribute(inputs: AttributionInputs, culprits: Sequence[Culprit]) -> tuple[Attribution, ...]:
-    """Per culprit, cumulative along each pair's culprits: the final error and mIoU after injecting.
+    """Per culprit, the final error and mIoU after fixing it alone, and it with every earlier one.
 
     The samples (and the reference's values on each, a PyTorch recording per sample) are
-    read once; every injection runs on each sample as it comes.
+    read once; every injection runs on each sample as it comes, each set of culprits once.
     """
-    injections = [
-        _Injection(pair, chain[:count], inputs)
-        for pair in dict.fromkeys(c.pair for c in culprits)
-        for chain in [[c for c in culprits if c.pair == pair]]
-        for count in range(1, len(chain) + 1)
-    ]
+    injections: dict[tuple[BackendPair, frozenset[str]], _Injection] = {}
+
+    def injection(pair: BackendPair, chosen: Sequence[Culprit]) -> _Injection | None:
+        if not chosen:
+            return None
+        key = (pair, frozenset(c.tensor for c in chosen))
+        if key not in injections:
+            injections[key] = _Injection(pair, chosen, inputs)
+        return injections[key]
+
+    rows: list[tuple[Culprit, _Injection, _Injection, _Injection | None]] = []
+    for pair in dict.fromkeys(c.pair for c in culprits):
+        chain = [c for c in culprits if c.pair == pair]
+        for count, culprit in enumerate(chain, start=1):
+            feeding = _feeding(inputs.graph, culprit, chain)
+            together = injection(pair, chain[:count])
+            with_it = injection(pair, [*feeding, culprit])
+            assert together is not None and with_it is not None
+            rows.append((culprit, together, with_it, injection(pair, feeding)))
     wanted = list(dict.fromkeys([*(c.tensor for c in culprits), *inputs.graph.graph_outputs]))
     for sample, feeds, reference in inputs.samples():
         values = reference(wanted)
-        for injection in injections:
-            injection.add(sample, feeds, values)
-    return tuple(a for injection in injections if (a := injection.result(_before(inputs, injection.pair))))
+        for each in injections.values():
+            each.add(sample, feeds, values)
+    return tuple(a for row in rows if (a := _attribution(inputs, *row)) is not None)
+
+
+def _feeding(graph: GraphInfo, culprit: Culprit, chain: Sequence[Culprit]) -> list[Culprit]:
+    """The culprits of `chain` whose output reaches `culprit`'s node through the graph, in order."""
+    index = graph.producer_of.get(culprit.tensor)
+    if index is None:
+        return []
+    upstream = graph.ancestors(index)
+    return [c for c in chain if c is not culprit and graph.producer_of.get(c.tensor) in upstream]
+
+
+def _attribution(
+    inputs: AttributionInputs,
+    culprit: Culprit,
+    together: _Injection,
+    with_it: _Injection,
+    feeding: _Injection | None,
+) -> Attribution | None:
+    """The culprit's figures: cumulative from `together`, alone from `with_it` less `feeding` (None: not run)."""
+    before = _before(inputs, culprit.pair)
+    cumulative, alone = together.figures(), with_it.figures()
+    fed = feeding.figures() if feeding is not None else (before, None)
+    if cumulative is None or alone is None or fed is None:
+        return None
+    (after, share), (fixed, _), (base, _) = cumulative, alone, fed
+    thresholds = inputs.thresholds
+    # Alone: what injecting at the culprit adds to injecting at the culprits feeding it (`base`), or
+    # to nothing where fixing those recovers nothing measurable (crediting them noise would skew it).
+    base = base if _measurable(before, base, thresholds, share) else before
+    miou_alone = _plus(before.miou, _gain(base.miou, fixed.miou))
+    return Attribution(
+        onnx_node=culprit.onnx_node,
+        tensor=culprit.tensor,
+        pair=culprit.pair,
+        final_rel_err_before=before.rel_err,
+        final_rel_err_after=after.rel_err,
+        final_cosine_before=before.cosine,
+        final_cosine_after=after.cosine,
+        miou_before=before.miou,
+        miou_after=after.miou,
+        miou_recovered=_gain(before.miou, after.miou),
+        final_rel_err_after_alone=max(before.rel_err - (base.rel_err - fixed.rel_err), 0.0),
+        final_cosine_after_alone=min(before.cosine + (fixed.cosine - base.cosine), 1.0),
+        miou_after_alone=miou_alone,
+        miou_recovered_alone=_gain(before.miou, miou_alone),
+        measurable=_measurable(before, after, thresholds, share),
+        measurable_alone=_measurable(base, fixed, thresholds, share),
+        miou_pixel_share=share if before.miou is not None else None,
+    )
+
+
+def _plus(value: float | None, delta: float | None) -> float | None:
+    return None if value is None or delta is None else value + delta
+
+
+def _gain(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else after - before
+
+
+def pixel_share(confusion: np.ndarray) -> float | None:
+    """What one pixel is worth in the mIoU of `confusion`: 1 / (classes averaged x pixels counted).
+
+    A pixel that moves into (or out of) a class's intersection changes that class's IoU by
+    1/union, at least 1/pixels, and the mean over the classes by at least 1/(classes x
+    pixels); a change of the mIoU smaller than that is not one pixel's worth (float noise, or
+    a recovery that is none). Pixels counted: those the mIoU counts over all samples (labelled
+    and not ignored, against labels); classes averaged: those present in either mask.
+    """
+    pixels = float(confusion.sum())
+    classes = int(((confusion.sum(axis=0) + confusion.sum(axis=1)) > 0).sum())
+    return 1.0 / (classes * pixels) if pixels and classes else None
+
+
+def _measurable(before: _Figures, after: _Figures, thresholds: Thresholds, share: float | None) -> bool:
+    """Whether going from `before` to `after` recovers more than noise (see the module docstring)."""
+    if before.miou is not None and after.miou is not None and share is not None:
+        return after.miou - before.miou >= share
+    rel = before.rel_err - after.rel_err > thresholds.rtol
+    cos = after.cosine - before.cosine > 1.0 - thresholds.min_cosine
+    return bool(rel or cos)
 
 
 @dataclass(frozen=True)
@@ -87,7 +195,7 @@ class _Injection:
     """The candidate with the reference's values at some culprits' outputs, run sample by sample."""
 
     def __init__(self, pair: BackendPair, culprits: Sequence[Culprit], inputs: AttributionInputs) -> None:
-        self.pair, self.culprit, self.inputs = pair, culprits[-1], inputs
+        self.pair, self.inputs = pair, inputs
         self.tensors = [c.tensor for c in culprits]
         graph = inputs.graph
         self.graph = graph_from_model(inject(graph, self.tensors), graph.path.with_suffix(".injected.onnx"))
@@ -114,31 +222,18 @@ class _Injection:
                 self.metrics.append(compare_tensors(values[output], got[output], self.inputs.thresholds))
         self.tally = _tally(self.tally, self.inputs, self.pair, values, got, sample)
 
-    def result(self, before: _Figures) -> Attribution | None:
-        """What the injection left of the error, beside `before` (None where the candidate cannot be reopened)."""
+    def figures(self) -> tuple[_Figures, float | None] | None:
+        """The final figures the injection left, and one pixel's share of its mIoU (None: it could not run)."""
         if self.unavailable or self.runner is None:
             return None
-        miou = None
+        miou, share = None, None
         if self.tally is not None:
             summary = self.tally.summary(self.pair.reference)
-            miou = (
-                summary.label_miou.get(self.pair.candidate)
-                if summary.label_miou
-                else summary.agreement_miou.get(self.pair)
-            )
-        recovered = None if miou is None or before.miou is None else miou - before.miou
-        return Attribution(
-            onnx_node=self.culprit.onnx_node,
-            tensor=self.culprit.tensor,
-            pair=self.pair,
-            final_rel_err_before=before.rel_err,
-            final_rel_err_after=_worst_rel(self.metrics),
-            final_cosine_before=before.cosine,
-            final_cosine_after=_worst_cosine(self.metrics),
-            miou_before=before.miou,
-            miou_after=miou,
-            miou_recovered=recovered,
-        )
+            labels = bool(summary.label_miou)
+            miou = summary.label_miou.get(self.pair.candidate) if labels else summary.agreement_miou.get(self.pair)
+            confusion = self.tally.labels.get(self.pair.candidate) if labels else self.tally.agreement.get(self.pair)
+            share = pixel_share(confusion) if confusion is not None else None
+        return _Figures(_worst_rel(self.metrics), _worst_cosine(self.metrics), miou), share
 
 
 def _tally(

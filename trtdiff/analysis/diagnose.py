@@ -3,7 +3,7 @@
 Wires the pipeline's values into culprits.py and attribution.py: the references (PyTorch's
 recorded values, or an ONNX backend's own), the exact values of shape arithmetic (ONNX
 Runtime on the original graph), and candidates reopened on rewritten models with the
-settings they ran with.
+settings they ran with. Each culprit gets the fix of the inspect rule that explains it (advice.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trtdiff.analysis.advice import Interpolations, advise
 from trtdiff.analysis.attribution import AttributionInputs, attribute
 from trtdiff.analysis.culprits import OpenLike, Reference, ValuesOf, find_culprits, local_errors, with_local
 from trtdiff.backends.base import fetch
@@ -49,7 +50,11 @@ class Findings:
 
 @dataclass(frozen=True)
 class Inputs:
-    """What the culprit step reads from the comparison that ran."""
+    """What the culprit step reads from the comparison that ran.
+
+    `interpolations` records the PyTorch model's upsampling calls (for the advice on a Resize);
+    `name_of` writes the parameters the advice names (the CLI passes its flags).
+    """
 
     graph: GraphInfo
     feeds: Mapping[str, np.ndarray]
@@ -57,10 +62,12 @@ class Inputs:
     captured: CapturedValues | None
     runtime: BackendOptions
     thresholds: Thresholds
+    interpolations: Interpolations = lambda: ()
+    name_of: Callable[[str], str] = str
 
 
 def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair]) -> Findings:
-    """Local error of every compared node, then the culprits in topological order, or drift."""
+    """Local error of every compared node, then the culprits in topological order (each with its fix), or drift."""
     references = _references(inputs, pairs)
     runs = local_errors(
         inputs.graph,
@@ -74,7 +81,8 @@ def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair
     )
     updated = with_local(layers, runs)
     culprits, drift = find_culprits(updated, runs, inputs.graph, inputs.thresholds)
-    return Findings(tuple(updated), tuple(culprits), drift)
+    advised = advise(culprits, inputs.graph, inputs.interpolations, inputs.name_of)
+    return Findings(tuple(updated), advised, drift)
 
 
 def attribute_culprits(

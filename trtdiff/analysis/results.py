@@ -26,7 +26,7 @@ def build_layers(
     pairing: Pairing | None,
     capture: TorchCapture | None,
 ) -> list[Layer]:
-    """One Layer per compared ONNX tensor, in topological order, with its PyTorch module and op."""
+    """One Layer per compared ONNX tensor, in topological order (numbered from 1), with its PyTorch module and op."""
     outputs = set(graph.graph_outputs)
     layers: list[Layer] = []
     for tensor in graph.node_outputs:
@@ -54,6 +54,7 @@ def build_layers(
                 is_output=tensor in outputs,
                 torch_op=torch_pair.torch_op if torch_pair else None,
                 pairing=torch_pair.method if torch_pair else None,
+                index=len(layers) + 1,
             )
         )
     return layers

@@ -188,7 +188,8 @@ report_options = cloup.option_group(
                  help="Write a Markdown summary (PR comment, CI step summary)."),
     cloup.option("--html", type=click.Path(dir_okay=False), default=None,
                  help="Write a self-contained HTML report with plots."),
-    cloup.option("--quiet", "-q", is_flag=True, help="No progress display and no table; the verdict line only."),
+    cloup.option("--quiet", "-q", is_flag=True,
+                 help="No progress display and no table: the verdict, the culprits and their fixes."),
 )
 # fmt: on
 

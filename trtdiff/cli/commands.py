@@ -47,8 +47,10 @@ def compare_command(options: dict[str, Any]) -> bool:
         axes = (opsets or [17], exporters or ["auto"], precisions)
         return _sweep_command(model, _compare_options(options), axes, files, quiet)
     compare_options = _compare_options(options)
+    from trtdiff.cli.app import flag_for
+
     with progress_display(quiet) as progress:
-        report = compare(model, compare_options, progress=progress)
+        report = compare(model, compare_options, progress=progress, name_of=flag_for)
     console = Console(highlight=False)
     if quiet:
         render_verdict(report, console)
@@ -72,8 +74,12 @@ def _sweep_command(
         raise OptionError(
             "writes one comparison's report; a sweep writes JSON (one report per combination)", parameter=others[0]
         )
+    from trtdiff.cli.app import flag_for
+
     with progress_display(quiet) as progress:
-        result = sweep(model, options, opsets=axes[0], exporters=axes[1], precisions=axes[2], progress=progress)
+        result = sweep(
+            model, options, opsets=axes[0], exporters=axes[1], precisions=axes[2], progress=progress, name_of=flag_for
+        )
     render_sweep(result, Console(highlight=False))
     if files.json:
         result.write_json(files.json)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from trtdiff.hypotheses.sweep import sweep
-from trtdiff.render.format import culprit_brief, culprit_text, culprits_of
+from trtdiff.render.format import attribution_summary, culprit_brief, culprit_text, culprits_of
 from trtdiff.render.sweep_text import render_sweep
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def run_demo(
     from trtdiff.render.terminal import render_terminal
 
     model = build_example(example)
-    result = sweep(model, opsets=list(opsets), input_shapes=[input_shape])
+    result = sweep(model, opsets=list(opsets), input_shapes=[input_shape], name_of=name_of)
     console.rule("sweep")
     render_sweep(result, console)
     ok = True
@@ -85,6 +85,8 @@ def _culprit_lines(report: Report, console: Console) -> None:
     for number, culprit in enumerate(culprits_of(report), start=1):
         text = culprit_text(report, culprit) if number == 1 else culprit_brief(report, culprit)
         console.print(Text.assemble((f"CULPRIT{'' if number == 1 else f' {number}'}", "bold red"), f": {text}"))
+    for sentence in attribution_summary(report):
+        console.print(Text(f"{sentence}."))
 
 
 def _inspect_lines(inspection: Inspection, console: Console) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,11 +80,13 @@ def sweep(
     exporters: Sequence[str] = ("auto",),
     precisions: Sequence[str] = (),
     progress: Progress | None = None,
+    name_of: Callable[[str], str] = str,
     **fields: Any,
 ) -> Sweep:
     """Compare `model` at each opset with each exporter (every combination that can exist).
 
     `precisions` adds TensorRT precision as an axis: "fp32" (TF32 off), "tf32", "fp16".
+    `name_of` writes the parameters the culprits' advice names, as for `compare`.
     """
     options = (options or CompareOptions()).with_fields(**fields)
     if not opsets:
@@ -102,7 +104,7 @@ def sweep(
     for opset in opsets:
         for exporter in exporters:
             for precision in precisions or (None,):
-                entries.append(_entry(model, options, opset, exporter, precision, progress))
+                entries.append(_entry(model, options, opset, exporter, precision, progress, name_of))
     return Sweep(tuple(entries))
 
 
@@ -116,6 +118,7 @@ def _entry(
     exporter: str,
     precision: str | None,
     progress: Progress | None,
+    name_of: Callable[[str], str] = str,
 ) -> SweepEntry:
     """One combination compared, or why it was skipped or failed to export."""
     from trtdiff.api import compare
@@ -129,7 +132,8 @@ def _entry(
         settings = dataclasses.replace(runtime.tensorrt, precision="fp16" if precision == "fp16" else "fp32")
         runtime = dataclasses.replace(runtime, tensorrt=settings, tf32=precision == "tf32")
     try:
-        report = compare(model, dataclasses.replace(options, export=export, runtime=runtime), progress=progress)
+        options = dataclasses.replace(options, export=export, runtime=runtime)
+        report = compare(model, options, progress=progress, name_of=name_of)
     except ExportError as error:
         return SweepEntry(opset, exporter, failed=str(error), precision=precision)
     return SweepEntry(opset, exporter, report=report, precision=precision)

@@ -218,8 +218,7 @@ def onnx_graph_for(
     result = export_onnx(
         source.loaded, source.feeds, opset=opset or DEFAULT_OPSET, exporter=options.exporter, path=target
     )
-    notes.append(f"exported with the {result.exporter} exporter at opset {result.opset}")
-    return load_graph(result.path), result.exporter
+    return load_graph(result.path), result.exporter  # opset and exporter are the report's own fields
 
 
 def check_new_file(path: str | Path | None, force: bool, parameter: str) -> Path | None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from trtdiff.render.format import (
+    NOTHING,
     attribution_of,
+    attribution_summary,
     check_message,
     cosine,
     culprit_text,
@@ -42,7 +44,7 @@ from trtdiff.render.format import (
     verdict_text,
 )
 from trtdiff.render.html_plots import depth_svg, samples_svg
-from trtdiff.report import BackendPair, Culprit, ErrorFigures, Layer, Report
+from trtdiff.report import Attribution, BackendPair, Culprit, ErrorFigures, Layer, Report
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1f2328;margin:0;
@@ -157,7 +159,8 @@ def _finding(report: Report) -> str:
     if culprits:
         head = "Culprit" if len(culprits) == 1 else "Culprits"
         items = "".join(f"<li>{culprit_text(report, c, _code, esc)}</li>" for c in culprits)
-        return f'<div class="box find"><b>{head}</b> (where the error is introduced):<ol>{items}</ol></div>'
+        closing = "".join(f"{sentence}.<br>" for sentence in attribution_summary(report, _code, esc))
+        return f'<div class="box find"><b>{head}</b> (where the error is introduced):<ol>{items}</ol>{closing}</div>'
     if report.drift is not None:
         pair = esc(str(report.drift.pair))
         return f'<div class="box find"><b>Drift</b> on {pair}: {drift_text(report.drift, _code)}</div>'
@@ -200,7 +203,7 @@ def _culprit_row(report: Report, number: int, culprit: Culprit) -> str:
         f"<td>{esc(culprit.module or '')}</td><td>{esc(str(culprit.pair))}</td>",
         f"<td><span class='mark culprit'>{esc(culprit.verdict.upper())}</span> {esc(verdict_text(culprit))}</td>",
         _figures(culprit.local) + _figures(culprit.accumulated) + _figures(culprit.spec),
-        f"<td>{subgraph}</td>",
+        f"<td>{subgraph}</td><td>{esc(culprit.advice)}</td>",
     ]
     return "<tr>" + "".join(cells) + "</tr>"
 
@@ -209,15 +212,27 @@ def _attribution_row(report: Report, culprit: Culprit) -> str:
     a = attribution_of(report, culprit)
     if a is None:
         return ""
-    recovered, lost = a.miou_recovered, miou_lost(report, a)
     mious = f"{miou(a.miou_before)} → {miou(a.miou_after)}" if a.miou_before is not None else "—"
-    gain = f"{miou(recovered)} of {miou(lost)}" if recovered is not None and lost is not None else "—"
+    alone = "<td class='num'>—</td><td class='num'>—</td>"
+    if a.final_rel_err_after_alone is not None:
+        alone = (
+            f"<td class='num'>{sci(a.final_rel_err_before)} → {sci(a.final_rel_err_after_alone)}</td>"
+            f"<td class='num'>{esc(_gain(report, a, alone=True))}</td>"
+        )
     return (
-        f"<tr><td>{_code(culprit.onnx_node)}</td><td>{esc(str(a.pair))}</td>"
+        f"<tr><td>{_code(culprit.onnx_node)}</td><td>{esc(str(a.pair))}</td>{alone}"
         f"<td class='num'>{sci(a.final_rel_err_before)} → {sci(a.final_rel_err_after)}</td>"
         f"<td class='num'>{cosine(a.final_cosine_before)} → {cosine(a.final_cosine_after)}</td>"
-        f"<td class='num'>{mious}</td><td class='num'>{gain}</td></tr>"
+        f"<td class='num'>{mious}</td><td class='num'>{esc(_gain(report, a, alone=False))}</td></tr>"
     )
+
+
+def _gain(report: Report, a: Attribution, *, alone: bool) -> str:
+    """ "0.1450 of 0.1540" (mIoU), "nothing measurable", or "—" without mIoU."""
+    if (a.measurable_alone if alone else a.measurable) is False:
+        return NOTHING
+    recovered, lost = (a.miou_recovered_alone if alone else a.miou_recovered), miou_lost(report, a)
+    return f"{miou(recovered)} of {miou(lost)}" if recovered is not None and lost is not None else "—"
 
 
 def _culprits(report: Report) -> str:
@@ -226,7 +241,7 @@ def _culprits(report: Report) -> str:
     if not culprits:
         return ""
     head = _head(
-        "#", "node", "op", "module", "pair", "verdict", "local", "accumulated", "ONNX spec", "local error over"
+        "#", "node", "op", "module", "pair", "verdict", "local", "accumulated", "ONNX spec", "local error over", "fix"
     )
     rows = "\n".join(_culprit_row(report, number, c) for number, c in enumerate(culprits, start=1))
     text = (
@@ -236,12 +251,22 @@ def _culprits(report: Report) -> str:
     attribution = [row for c in culprits if (row := _attribution_row(report, c))]
     if attribution:
         head = _head(
-            "injected at (with the culprits before it)", "pair", "final rel-err", "final cosine", "mIoU", "recovered"
+            "culprit",
+            "pair",
+            "fixed alone: final rel-err",
+            "recovered",
+            "with the culprits before it: final rel-err",
+            "final cosine",
+            "mIoU",
+            "recovered",
         )
+        closing = "".join(f"<p>{sentence}.</p>" for sentence in attribution_summary(report, _code, esc))
         text += (
             "\n<h3>Attribution</h3>\n<p class='muted'>The candidate run again with the reference's value in place "
-            "of each culprit's output (and of those before it): the final output, and the mIoU it recovers.</p>"
-            f"\n<table>\n{head}\n" + "\n".join(attribution) + "\n</table>"
+            "of culprits' outputs: what fixing each culprit alone recovers (the culprits feeding it credited to "
+            "them), and what fixing it with every culprit before it recovers. Below one pixel's share of the mIoU "
+            "(or the thresholds' tolerance without one), a recovery is nothing measurable.</p>"
+            f"\n<table>\n{head}\n" + "\n".join(attribution) + f"\n</table>\n{closing}"
         )
     return text
 
@@ -367,7 +392,8 @@ def _layers(report: Report) -> str:
     )
     head += "<th></th></tr>"
     rows = []
-    for index, layer in enumerate(report.layers):
+    for layer in report.layers:
+        index = layer.index
         css = "first" if layer.tensor == first else "div" if layer.diverged else ""
         cells = [
             f'<td class="num">{index}</td>',

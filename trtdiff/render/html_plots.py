@@ -59,17 +59,19 @@ def depth_svg(report: Report) -> str:
         _scopes(top, bottom, layers)
         _first_divergence(top, bottom, report)
         _culprit_marks(top, bottom, report)
-        layer_titles = [_layer_title(i, layer) for i, layer in enumerate(layers)]
+        layer_titles = [_layer_title(layer.index, layer) for layer in layers]
+        numbers = [layer.index for layer in layers]
         for axis, ax in enumerate((top, bottom)):
             if axis == 0 or len(layers) <= MAX_BANDS:
-                titles.update(_bands(ax, [layer.diverged for layer in layers], layer_titles, f"depth{axis}"))
+                titles.update(_bands(ax, [layer.diverged for layer in layers], layer_titles, f"depth{axis}", numbers))
         _log_axis(top, [1.0 - m.cosine for layer in layers for m in _metrics(layer)], 1.0 - thresholds.min_cosine)
         _log_axis(bottom, [m.rel_err for layer in layers for m in _metrics(layer)], thresholds.rtol)
         top.plot([], [], "o", mfc="white", mec=RED, mew=1.5, label="diverged layer")
         top.set_ylabel(f"1 − cosine (floor {FLOOR:.0e})")
         bottom.set_ylabel("relative error (max|Δ| / max|ref|)")
-        bottom.set_xlabel("layer index (ONNX topological order)")
-        bottom.set_xlim(-0.5, len(layers) - 0.5)
+        bottom.set_xlabel("layer number (ONNX topological order, from 1)")
+        if layers:
+            bottom.set_xlim(layers[0].index - 0.5, layers[-1].index + 0.5)
         for ax in (top, bottom):
             ax.grid(True, which="major", axis="y", alpha=0.3)
         fig.legend(loc="outside lower center", ncols=min(4, len(report.pairs) + 2), frameon=False)
@@ -81,7 +83,7 @@ def _pair_curves(top: Any, bottom: Any, report: Report) -> None:
     import numpy as np
 
     layers, pairs = report.layers, report.pairs
-    x = np.arange(len(layers))
+    x = np.array([layer.index for layer in layers])  # each layer at its number
     nan_label: str | None = "nan (drawn at the top)"
     for color, pair in zip(_cycle(len(pairs)), pairs, strict=True):
         have = [i for i, layer in enumerate(layers) if pair in layer.pairs]  # a pair may skip layers
@@ -91,7 +93,7 @@ def _pair_curves(top: Any, bottom: Any, report: Report) -> None:
             ax.plot(x[have], shown, "o-", color=color, ms=3, lw=1.4, label=str(pair) if ax is top else None)
             hit = [j for j, m in enumerate(metrics) if m.diverged]
             ax.plot(x[have][hit], shown[hit], "o", ms=6, mfc=color, mec=RED, mew=1.5)
-            bad = [have[j] for j, figure in enumerate(values) if math.isnan(figure)]
+            bad = [int(x[have[j]]) for j, figure in enumerate(values) if math.isnan(figure)]
             if bad:  # one legend entry for all pairs
                 label = nan_label if ax is top else None
                 ax.plot(bad, [0.97] * len(bad), "X", ms=8, color=RED, transform=ax.get_xaxis_transform(), label=label)
@@ -109,7 +111,7 @@ def _local_curves(top: Any, bottom: Any, report: Report) -> None:
 
     layers, pairs = report.layers, report.pairs
     for color, pair in zip(_cycle(len(pairs)), pairs, strict=True):
-        local = [(i, m) for i, layer in enumerate(layers) if (m := (layer.local or {}).get(pair)) is not None]
+        local = [(layer.index, m) for layer in layers if (m := (layer.local or {}).get(pair)) is not None]
         if not local:
             continue
         x = [i for i, _ in local]
@@ -278,10 +280,10 @@ def _log_axis(ax: Any, values: Sequence[float], threshold: float) -> None:
 
 def _scopes(top: Any, bottom: Any, layers: Sequence[Layer]) -> None:
     """Name the network's top-level parts (backbone, decoder, ...) along the upper axis, with separators."""
-    runs: list[tuple[str, int, int]] = []  # (name, first index, last index)
-    for name, group in groupby(_scope(layer) for layer in layers):
-        start = runs[-1][2] + 1 if runs else 0
-        runs.append((name, start, start + len(list(group)) - 1))
+    runs: list[tuple[str, int, int]] = []  # (name, first layer number, last layer number)
+    for name, group in groupby(layers, key=_scope):
+        members = list(group)
+        runs.append((name, members[0].index, members[-1].index))
     if len(runs) < 2 or len(runs) > 40:
         return
     for _, start, _ in runs[1:]:
@@ -299,10 +301,13 @@ def _scope(layer: Layer) -> str:
     return layer.module.split(".")[0] if layer.module else ""
 
 
-def _bands(ax: Any, marked: Sequence[bool], titles: Sequence[str], prefix: str) -> dict[str, str]:
-    """A column per point, shaded when marked; each gets an id for its hover title."""
+def _bands(
+    ax: Any, marked: Sequence[bool], titles: Sequence[str], prefix: str, positions: Sequence[int] | None = None
+) -> dict[str, str]:
+    """A column per point (at `positions`, else 0, 1, ...), shaded when marked; each gets an id for its hover title."""
     ids: dict[str, str] = {}
-    for index, (mark, title) in enumerate(zip(marked, titles, strict=True)):
+    places = range(len(marked)) if positions is None else positions
+    for index, mark, title in zip(places, marked, titles, strict=True):
         band = ax.axvspan(
             index - 0.5, index + 0.5, facecolor=RED if mark else "white", alpha=0.09 if mark else 0.004, lw=0, zorder=0
         )

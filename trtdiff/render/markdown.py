@@ -11,6 +11,7 @@ import html
 from pathlib import Path
 
 from trtdiff.render.format import (
+    attribution_summary,
     culprit_text,
     culprits_of,
     divergence_figures,
@@ -125,12 +126,14 @@ def _non_finite(report: Report) -> str:
 
 
 def _culprits(report: Report) -> str:
-    """ "**Culprit:** ..." for one, a numbered "**Culprits:**" list for several; "" for none."""
+    """ "**Culprit:** ..." for one, a numbered "**Culprits:**" list for several, then which one carries
+    most of the loss; "" for none."""
     culprits = culprits_of(report)
+    closing = "".join(f"\n\n{sentence}." for sentence in attribution_summary(report, _code, _text))
     if len(culprits) == 1:
-        return f"**Culprit:** {culprit_text(report, culprits[0], _code, _text)}"
+        return f"**Culprit:** {culprit_text(report, culprits[0], _code, _text)}{closing}"
     items = [f"{number}. {culprit_text(report, c, _code, _text)}" for number, c in enumerate(culprits, start=1)]
-    return "\n".join(["**Culprits:**", *items]) if items else ""
+    return "\n".join(["**Culprits:**", *items]) + closing if items else ""
 
 
 def _drift(report: Report) -> str:

@@ -12,9 +12,11 @@ from rich.table import Table
 from rich.text import Text
 
 from trtdiff.render.format import (
+    attribution_summary,
     check_message,
     cosine,
     culprit_brief,
+    culprit_quiet,
     culprit_text,
     culprits_of,
     divergence_figures,
@@ -33,8 +35,7 @@ from trtdiff.render.format import (
 )
 from trtdiff.report import BackendPair, BuildReport, Layer, PairingSummary, Report, TensorRTSummary
 
-WIDTH = 80
-NAME_WIDTH = 26
+WIDTH = 80  # the narrowest console the table is laid out for (CI logs); a wider one gives the names more room
 # The local-error column (8 and padding) takes its room from the name column. With one pair,
 # everything but the name at its widest: "#" (3), op (10), four numbers and "DIVERGED" (8), with padding.
 _LOCAL_WIDTH = 9
@@ -56,11 +57,11 @@ def render_terminal(report: Report, console: Console, *, show_all: bool = False)
         stop = next((i for i, layer in enumerate(layers) if layer.tensor == first.tensor), len(layers) - 1)
         shown = layers[: stop + 1]
     if shown:
-        console.print(_table(shown, list(report.pairs), _local_pair(report, shown)))
+        console.print(_table(shown, list(report.pairs), _local_pair(report, shown), console.width))
     hidden = len(layers) - len(shown)
     if hidden:
         console.print(
-            Text(f"… {hidden} more compared layers after the first divergence (show all to see them)", style="dim")
+            Text(f"… {hidden} more compared layers after the first divergence (--all shows them)", style="dim")
         )
     _verdict(report, console)
     if report.simplified is not None:
@@ -68,10 +69,44 @@ def render_terminal(report: Report, console: Console, *, show_all: bool = False)
 
 
 def render_verdict(report: Report, console: Console) -> None:
-    """The closing lines alone: failed checks, then the first divergence or PASS."""
-    _verdict(report, console)
+    """What `--quiet` prints: the verdict line, then each culprit with its fix.
+
+    Without a culprit, the first divergence stands in for it (the culprit step was off, or
+    the error is drift that no single node explains).
+    """
+    failed = bool(report.failed_checks)
+    console.print(_verdict_line(report))
+    style = "bold red" if failed else "bold yellow"
+    culprits = culprits_of(report)
+    for number, culprit in enumerate(culprits, start=1):
+        label = "CULPRIT" if number == 1 else f"CULPRIT {number}"
+        console.print(Text.assemble((label, style), f": {culprit_quiet(report, culprit)}"))
+    first = report.first_divergence
+    if not culprits and first is not None:
+        console.print(Text.assemble(("FIRST DIVERGENCE", style), f": {divergence_head(first)}"))
+        if report.drift is not None:
+            console.print(Text(drift_text(report.drift), style="yellow"))
     if report.simplified is not None:
         console.print(Text(simplified_line(report.simplified)))
+
+
+def _verdict_line(report: Report) -> Text:
+    """The verdict in one line: PASS (all tensors agree, or all checks hold) or FAIL with the failed checks."""
+    failed = report.failed_checks
+    if failed:
+        ids = ", ".join(check.id for check in failed)
+        return Text.assemble(("FAIL", "bold red"), f": {len(failed)} of {len(report.checks)} checks failed: {ids}")
+    if report.first_divergence is None:
+        pairs = ", ".join(map(str, report.pairs)) or "no pairs"
+        allowed = " NaN/Inf allowed, at the same positions." if report.non_finite else ""
+        return Text.assemble(
+            ("PASS", "bold green"), f": all {len(report.layers)} compared tensors agree ({pairs}).{allowed}"
+        )
+    return Text.assemble(
+        ("PASS", "bold green"),
+        f": all {len(report.checks)} checks hold "
+        "(layers of the first sample are shown, not gated; the per-layer gate checks them).",
+    )
 
 
 def _onnx_line(opset: int, exporter: str, onnx_path: str | None) -> str:
@@ -156,10 +191,14 @@ def _local_pair(report: Report, layers: list[Layer]) -> BackendPair | None:
     return next((p for p in [*(c.pair for c in culprits_of(report)), *drift, *report.pairs] if p in have), None)
 
 
-def _table(layers: list[Layer], pairs: list[BackendPair], local: BackendPair | None = None) -> Table:
-    """One row per layer; with several backend pairs the op joins the name to keep 80 columns.
+def _table(
+    layers: list[Layer], pairs: list[BackendPair], local: BackendPair | None = None, width: int = WIDTH
+) -> Table:
+    """One row per layer, numbered by `Layer.index`; with several pairs the op joins the name to fit `width`.
 
     With `local`, a column of that pair's local rel-err, its room taken from the name column.
+    The name column is as wide as its longest name, where `width` leaves room for it; longer
+    names are cut from the left.
     """
     many = len(pairs) > 1
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", padding=(0, 1, 0, 0))
@@ -167,11 +206,12 @@ def _table(layers: list[Layer], pairs: list[BackendPair], local: BackendPair | N
     if not many:
         table.add_column("op", no_wrap=True, max_width=10, overflow="ellipsis")
     room = _LOCAL_WIDTH if local is not None else 0
+    width = max(width, WIDTH)
     if many:
-        name_width = max(WIDTH - _FIXED_WIDTH - _PAIR_WIDTH * len(pairs) - room, 8)
+        name_width = max(width - _FIXED_WIDTH - _PAIR_WIDTH * len(pairs) - room, 8)
         head = "op  module / node" if name_width >= len("op  module / node") else "op"
     else:
-        name_width = min(NAME_WIDTH, WIDTH - _SINGLE_FIXED - room)
+        name_width = width - _SINGLE_FIXED - room
         head = "module / ONNX node"
     table.add_column(head, no_wrap=True, max_width=name_width)
     for pair in pairs:
@@ -182,8 +222,8 @@ def _table(layers: list[Layer], pairs: list[BackendPair], local: BackendPair | N
     if local is not None:
         table.add_column("local", justify="right", no_wrap=True)
     table.add_column("", no_wrap=True)
-    for number, layer in enumerate(layers, start=1):
-        table.add_row(*_row(number, layer, pairs, name_width, local))
+    for layer in layers:
+        table.add_row(*_row(layer.index, layer, pairs, name_width, local))
     return table
 
 
@@ -246,30 +286,11 @@ def _verdict(report: Report, console: Console) -> None:
     failed = report.failed_checks
     first = report.first_divergence
     if not failed and first is None:
-        pairs = ", ".join(map(str, report.pairs)) or "no pairs"
-        allowed = " NaN/Inf allowed, at the same positions." if report.non_finite else ""
-        console.print(
-            Text.assemble(
-                ("PASS", "bold green"), f": all {len(report.layers)} compared tensors agree ({pairs}).{allowed}"
-            )
-        )
+        console.print(_verdict_line(report))
         return
     _findings(report, console, "bold red" if failed else "bold yellow")
-    if not failed:
-        console.print(
-            Text.assemble(
-                ("PASS", "bold green"),
-                f": all {len(report.checks)} checks hold "
-                "(layers of the first sample are shown, not gated; the per-layer gate checks them).",
-            )
-        )
-    elif any(check.scope != "layers" for check in failed):
-        console.print(
-            Text.assemble(
-                ("FAIL", "bold red"),
-                f": {len(failed)} of {len(report.checks)} checks failed: " + ", ".join(check.id for check in failed),
-            )
-        )
+    if not failed or any(check.scope != "layers" for check in failed):
+        console.print(_verdict_line(report))
 
 
 def _findings(report: Report, console: Console, style: str) -> None:
@@ -280,6 +301,8 @@ def _findings(report: Report, console: Console, style: str) -> None:
             console.print(Text.assemble(("CULPRIT", style), f": {culprit_text(report, culprit)}"))
         else:
             console.print(Text.assemble((f"CULPRIT {number}", style), f": {culprit_brief(report, culprit)}"))
+    for sentence in attribution_summary(report):
+        console.print(Text(f"{sentence}."))
     first = report.first_divergence
     if first is not None:
         console.print(

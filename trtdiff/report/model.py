@@ -7,7 +7,8 @@ Renderers read a `Report` and nothing else. The JSON layout is documented in the
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
@@ -139,7 +140,12 @@ class PairMetrics:
 
 @dataclass(frozen=True)
 class Layer:
-    """One ONNX tensor, in topological order, with the metrics of every backend pair that has it."""
+    """One ONNX tensor, in topological order, with the metrics of every backend pair that has it.
+
+    `index` is its number among the compared layers, counted from 1 in topological order: the
+    number every renderer prints (0 in a report written before layers were numbered; `Report`
+    numbers those by position).
+    """
 
     tensor: str
     onnx_node: str
@@ -152,6 +158,7 @@ class Layer:
     torch_op: str | None = None
     pairing: PairingMethod | None = None
     local: dict[BackendPair, PairMetrics] | None = None
+    index: int = 0
 
     @property
     def diverged(self) -> bool:
@@ -181,6 +188,9 @@ class Culprit:
     have a reference value). `verdict`: "export" when the ONNX reference evaluator agrees
     with the candidate (the ONNX graph computes something else), "runtime" when it agrees
     with the reference (the runtime deviates from the ONNX spec), else "unknown".
+
+    `advice` says what to change, in one sentence, when one of `trtdiff inspect`'s rules
+    explains this node (its code in `advice_code`); both are "" when no rule applies.
     """
 
     tensor: str
@@ -193,6 +203,8 @@ class Culprit:
     verdict: Verdict
     subgraph: tuple[str, ...]
     spec: ErrorFigures | None = None
+    advice: str = ""
+    advice_code: str = ""
 
 
 @dataclass(frozen=True)
@@ -216,12 +228,19 @@ class Drift:
 
 @dataclass(frozen=True)
 class Attribution:
-    """What injecting the reference's value at a culprit (and every earlier one) recovers.
+    """What injecting the reference's value at a culprit recovers: at it alone, and with every earlier one.
 
     The candidate runs the rest of the graph with the reference's value in place of the
     culprit's output (and of the culprits before it), over the same samples: the final
     output's error `before` and `after`, and with segmentation the candidate's mIoU before
-    and after the injection and the points that recovers.
+    and after the injection and the points that recovers. The `_alone` figures inject at
+    this culprit only: what fixing it alone gives (the same as the cumulative ones for a
+    pair's first culprit).
+
+    `measurable` / `measurable_alone`: whether the recovery is more than noise: with mIoU, at
+    least `miou_pixel_share` (what one pixel is worth, see attribution.pixel_share); without,
+    the final rel-err falls by more than the rtol or the cosine rises by more than
+    1 - min-cosine. None in reports written before these fields existed.
     """
 
     onnx_node: str
@@ -234,6 +253,13 @@ class Attribution:
     miou_before: float | None = None
     miou_after: float | None = None
     miou_recovered: float | None = None
+    final_rel_err_after_alone: float | None = None
+    final_cosine_after_alone: float | None = None
+    miou_after_alone: float | None = None
+    miou_recovered_alone: float | None = None
+    measurable: bool | None = None
+    measurable_alone: bool | None = None
+    miou_pixel_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -394,6 +420,14 @@ class Report:
     simplified: Report | None = None
     trtdiff_version: str = "unknown"
     schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        """Number the layers by position from 1 where they carry no usable numbers (a report written
+        before `Layer.index`, or layers put together by hand): numbers rise along the layers."""
+        numbers = [layer.index for layer in self.layers]
+        if any(n < 1 for n in numbers) or any(a >= b for a, b in pairwise(numbers)):
+            numbered = tuple(replace(layer, index=n) for n, layer in enumerate(self.layers, start=1))
+            object.__setattr__(self, "layers", numbered)  # frozen: set once, while constructing
 
     @property
     def pairs(self) -> tuple[BackendPair, ...]:

@@ -63,6 +63,19 @@ RULES: dict[str, tuple[Severity, str]] = {
                      f"with {param('simplify')}: if the numbers change, the shape path is a suspect"),
 }
 # fmt: on
+# Rules about what the ONNX graph itself computes: re-exporting or editing the file is their fix, so
+# they do not explain a node whose file the ONNX spec evaluator cleared (a culprit with a runtime verdict).
+EXPORT_RULES = frozenset(
+    {
+        "resize-no-coordinate-mode",
+        "align-corners-lost",
+        "asymmetric-coordinates",
+        "coordinate-mismatch",
+        "nearest-fractional-scale",
+        "softmax-axis",
+        "unusual-epsilon",
+    }
+)
 
 Origin = Callable[[NodeInfo], tuple["str | None", "str | None"]]
 

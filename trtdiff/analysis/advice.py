@@ -1,0 +1,78 @@
+"""What to change for each culprit: the fix of the `inspect` rule that explains its node, if one does.
+
+The culprit step says where the error is introduced; inspect's rules (inspect_findings) say
+why nodes of a kind go wrong and what to change. A culprit takes the advice of the most
+severe finding that names its ONNX node, so the verdict line carries the fix (re-export at
+opset 11 for a linear Resize below it, and so on). A rule about what the ONNX file computes
+(`EXPORT_RULES`) does not explain a culprit whose file the ONNX spec evaluator cleared (a
+runtime verdict): re-exporting would not change what the runtime does there.
+
+The PyTorch upsampling calls (for align_corners) are recorded only when a culprit is a
+Resize or Upsample, with one forward pass; without them the graph alone is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from trtdiff.errors import TrtdiffError, render_names
+from trtdiff.source.pitfalls import EXPORT_RULES
+
+if TYPE_CHECKING:
+    from trtdiff.hypotheses.inspect import Interpolation
+    from trtdiff.report import Culprit
+    from trtdiff.source.onnx_graph import GraphInfo
+    from trtdiff.source.pitfalls import Finding
+
+# The model's upsampling calls, recorded on demand (an empty list where there is no PyTorch model).
+Interpolations = Callable[[], Sequence["Interpolation"]]
+_RESIZES = frozenset({"Resize", "Upsample"})
+
+
+def advise(
+    culprits: Sequence[Culprit],
+    graph: GraphInfo,
+    interpolations: Interpolations = lambda: (),
+    name_of: Callable[[str], str] = str,
+) -> tuple[Culprit, ...]:
+    """The culprits with the advice of the rule that explains each node ("" where none does).
+
+    Parameters in the advice are written as `name_of` writes them (the parameter itself; the
+    CLI passes its flags).
+    """
+    if not culprits:
+        return ()
+    from trtdiff.hypotheses.inspect import inspect_graph
+
+    calls = _recorded(interpolations) if any(c.op_type in _RESIZES for c in culprits) else ()
+    _, findings = inspect_graph(graph, calls=calls)
+    advised = []
+    for culprit in culprits:
+        finding = explaining(culprit, findings)
+        if finding is not None:
+            advice = render_names(finding.advice, name_of)
+            culprit = dataclasses.replace(culprit, advice=advice, advice_code=finding.code)
+        advised.append(culprit)
+    return tuple(advised)
+
+
+def explaining(culprit: Culprit, findings: Sequence[Finding]) -> Finding | None:
+    """The first finding (they come most severe first) naming the culprit's node, where it fits the verdict."""
+    return next(
+        (
+            f
+            for f in findings
+            if culprit.onnx_node in f.nodes and not (culprit.verdict == "runtime" and f.code in EXPORT_RULES)
+        ),
+        None,
+    )
+
+
+def _recorded(interpolations: Interpolations) -> Sequence[Interpolation]:
+    """The upsampling calls, or none where the forward pass cannot run here (the graph alone is read then)."""
+    try:
+        return interpolations()
+    except TrtdiffError:
+        return ()
