@@ -108,7 +108,7 @@ def test_cli_culprit_flags_reach_the_library(tmp_path: Path) -> None:
     assert report.culprits[0].advice.startswith("re-export at opset 11 or higher (--opset 11)"), "the CLI's flags"
     # --quiet: the verdict, then each culprit and its fix; no table, no check lines, no first divergence.
     text = " ".join(line.strip() for line in result.output.splitlines())
-    assert text.startswith("FAIL: 3 of 3 checks failed: layers/torch~onnxruntime, ")
+    assert text.startswith("FAIL: 3 of 4 checks failed: layers/torch~onnxruntime, ")
     assert (
         "CULPRIT: /decoder/Resize (Resize, module decoder) on torch~onnxruntime, export problem; fix: re-export at "
         "opset 11 or higher (--opset 11): align_corners=False is then written as half_pixel "

@@ -56,7 +56,7 @@ def test_exit_code_flips_exactly_at_the_cosine_threshold(opset10_gate) -> None:
     at = CliRunner().invoke(main, [*common, "--min-cosine", repr(worst)])
     above = CliRunner().invoke(main, [*common, "--min-cosine", repr(float(np.nextafter(worst, 1.0)))])
     assert at.exit_code == 0, at.output
-    assert above.exit_code == 1 and "FAIL: 1 of 2 checks failed: outputs/min-cosine/torch~onnxruntime" in above.stdout
+    assert above.exit_code == 1 and "FAIL: 1 of 3 checks failed: outputs/min-cosine/torch~onnxruntime" in above.stdout
 
 
 def test_per_layer_gates_the_layers_too() -> None:

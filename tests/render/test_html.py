@@ -259,7 +259,7 @@ def test_non_finite_box_and_badges(passing: Report) -> None:
     assert (
         '<div class="box"><b>Non-finite values</b> (NaN or Inf):<ul><li>the outputs of torch and onnxruntime hold '
         "NaN/Inf; they first appear at <code>/root/Sqrt</code> (Sqrt, module <code>root</code>): 256 NaN"
-        ' — <a href="#layer-1">layer #1</a><br>tensor <code>/root/Sqrt_output_0</code></li></ul></div>'
+        ' — <a href="#layer-2">layer #2</a><br>tensor <code>/root/Sqrt_output_0</code></li></ul></div>'
     ) in text
     assert text.count("FIRST NaN/Inf in ") == 2 and "ok (NaN/Inf at the same positions)" in text
     assert '<div class="box find"><b>Non-finite values</b>' in render_html(allowed_report(nan_report(passing)))
