@@ -136,7 +136,7 @@ def test_shape_mismatch_still_counts_non_finite_values() -> None:
 
 
 def test_non_finite_counts() -> None:
-    from trtdiff.analysis.metrics import non_finite_counts
+    from trtdiff.source.inputs import non_finite_counts
 
     assert non_finite_counts(np.array([np.nan, np.inf, -np.inf, 0.0], dtype=np.float16)) == (1, 2)
     assert non_finite_counts(np.arange(3)) == (0, 0) and non_finite_counts(np.array([True])) == (0, 0)

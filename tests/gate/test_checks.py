@@ -9,9 +9,10 @@ from PIL import Image
 
 import trtdiff
 from trtdiff.analysis.metrics import compare_tensors
+from trtdiff.analysis.segmentation import SegmentationTally
 from trtdiff.cli.app import main
 from trtdiff.errors import OptionError
-from trtdiff.gate.checks import SegmentationTally, output_checks
+from trtdiff.gate.checks import output_checks
 from trtdiff.options import GateOptions
 from trtdiff.report import BackendPair, SampleResult, ThresholdCheck, Thresholds
 

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trtdiff.analysis.metrics import compare_tensors
+from trtdiff.analysis.segmentation import SegmentationTally, segmentation_output
 from trtdiff.analysis.shadow import inject
 from trtdiff.backends.base import fetch
-from trtdiff.gate.checks import SegmentationTally, segmentation_output
 from trtdiff.report import Attribution
 from trtdiff.source.onnx_graph import graph_from_model
 

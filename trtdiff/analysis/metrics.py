@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from trtdiff.report import PairMetrics, Reason, Thresholds
+from trtdiff.source.inputs import non_finite_counts
 
 
 def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Thresholds) -> PairMetrics:
@@ -87,19 +88,6 @@ def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Th
         reasons=tuple(reasons),
         non_finite_mismatches=differ,
     )
-
-
-def non_finite_counts(array: np.ndarray) -> tuple[int, int]:
-    """How many NaN and how many Inf `array` holds (0, 0 for integer and bool arrays)."""
-    array = np.asarray(array)
-    if not _is_float(array):
-        if array.dtype.kind in "iub":
-            return 0, 0
-        try:  # ml_dtypes floats (bfloat16, float8) are not numpy floating types
-            array = array.astype(np.float32)
-        except (TypeError, ValueError):
-            return 0, 0
-    return int(np.count_nonzero(np.isnan(array))), int(np.count_nonzero(np.isinf(array)))
 
 
 def view_compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:

@@ -7,8 +7,8 @@ import platform
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from trtdiff.analysis.segmentation import SegmentationTally, segmentation_output
 from trtdiff.errors import InputError
-from trtdiff.gate.checks import SegmentationTally, segmentation_output
 from trtdiff.report import Layer, PairingSummary, SampleResult
 
 if TYPE_CHECKING:

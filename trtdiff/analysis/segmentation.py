@@ -11,11 +11,13 @@ batches and score the sum with `SegmentationScore.from_confusion`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from trtdiff.errors import InputError
+from trtdiff.report import BackendPair, SegmentationSummary
 
 
 @dataclass(frozen=True)
@@ -177,3 +179,61 @@ def _square(confusion: np.ndarray) -> np.ndarray:
 def _nanmean(values: np.ndarray) -> float:
     present = values[~np.isnan(values)]
     return float(present.mean()) if present.size else float("nan")
+
+
+def segmentation_output(shape: Sequence[int]) -> bool:
+    """Whether an output of this shape is per-pixel class scores (N, C, H, W) with C > 1."""
+    return len(shape) == 4 and shape[1] > 1
+
+
+class SegmentationTally:
+    """Confusion matrices accumulated over samples: agreement per pair, against labels per backend."""
+
+    def __init__(self, num_classes: int, ignore_index: int | None) -> None:
+        self.num_classes = num_classes
+        self.ignore_index = ignore_index
+        self.agreement: dict[BackendPair, np.ndarray] = {}
+        self.labels: dict[str, np.ndarray] = {}
+        self.changed: dict[BackendPair, list[int]] = {}
+
+    def add(
+        self, logits: Mapping[str, np.ndarray], pairs: Sequence[BackendPair], label: np.ndarray | None
+    ) -> tuple[dict[BackendPair, float], dict[BackendPair, float], dict[str, float]]:
+        """Add one sample's logits per backend; returns its (agreement mIoU, changed share, label mIoU)."""
+        masks = {backend: argmax_masks(value) for backend, value in logits.items()}
+        agreement: dict[BackendPair, float] = {}
+        changed: dict[BackendPair, float] = {}
+        for pair in pairs:
+            if pair.reference not in masks or pair.candidate not in masks:
+                continue
+            reference, candidate = masks[pair.reference], masks[pair.candidate]
+            confusion = confusion_matrix(candidate, reference, self.num_classes)
+            self.agreement[pair] = self.agreement.get(pair, 0) + confusion
+            differ = int((candidate != reference).sum())
+            total = self.changed.setdefault(pair, [0, 0])
+            total[0] += differ
+            total[1] += reference.size
+            agreement[pair] = SegmentationScore.from_confusion(confusion).miou
+            changed[pair] = differ / reference.size if reference.size else 0.0
+        against: dict[str, float] = {}
+        if label is not None:
+            for backend, mask in masks.items():
+                confusion = confusion_matrix(mask, label, self.num_classes, self.ignore_index)
+                self.labels[backend] = self.labels.get(backend, 0) + confusion
+                against[backend] = SegmentationScore.from_confusion(confusion).miou
+        return agreement, changed, against
+
+    def summary(self, reference: str) -> SegmentationSummary:
+        agreement = {k: SegmentationScore.from_confusion(c) for k, c in self.agreement.items()}
+        labels = {k: SegmentationScore.from_confusion(c) for k, c in self.labels.items()}
+        drop = {b: labels[reference].miou - s.miou for b, s in labels.items() if b != reference and reference in labels}
+        return SegmentationSummary(
+            num_classes=self.num_classes,
+            ignore_index=self.ignore_index,
+            agreement_miou={k: s.miou for k, s in agreement.items()},
+            agreement_per_class={k: s.per_class for k, s in agreement.items()},
+            changed_pixels={k: (d / n if n else 0.0) for k, (d, n) in self.changed.items()},
+            label_miou={k: s.miou for k, s in labels.items()},
+            label_per_class={k: s.per_class for k, s in labels.items()},
+            miou_drop=drop,
+        )

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from trtdiff.analysis.metrics import non_finite_counts
 from trtdiff.errors import InputError, OptionError, describe_error, param
 
 _SHAPE_EXAMPLE = "e.g. 1x3x224x224 or input:1x3x224x224"
@@ -275,3 +274,16 @@ def _random(rng: np.random.Generator, name: str, shape: tuple[int, ...], dtype: 
 
 def _listed(names: Sequence[str]) -> str:
     return ", ".join(repr(n) for n in names) if names else "(none)"
+
+
+def non_finite_counts(array: np.ndarray) -> tuple[int, int]:
+    """How many NaN and how many Inf `array` holds (0, 0 for integer and bool arrays)."""
+    array = np.asarray(array)
+    if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.complexfloating)):
+        if array.dtype.kind in "iub":
+            return 0, 0
+        try:  # ml_dtypes floats (bfloat16, float8) are not numpy floating types
+            array = array.astype(np.float32)
+        except (TypeError, ValueError):
+            return 0, 0
+    return int(np.count_nonzero(np.isnan(array))), int(np.count_nonzero(np.isinf(array)))

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from trtdiff.analysis.metrics import non_finite_counts
 from trtdiff.options import CompareOptions
-from trtdiff.source.inputs import make_inputs, refuse_non_finite
+from trtdiff.source.inputs import make_inputs, non_finite_counts, refuse_non_finite
 
 if TYPE_CHECKING:
     import numpy as np
