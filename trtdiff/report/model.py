@@ -27,7 +27,7 @@ ReasonMetric = Literal["cosine", "rel_err", "max_abs", "non_finite", "shape", "m
 CheckScope = Literal["outputs", "layers", "agreement", "labels"]
 CheckMetric = Literal["cosine", "rel_err", "max_abs", "divergence", "miou", "miou_drop"]
 Threshold = Literal["min_cosine", "rtol", "max_abs", "layers", "min_miou", "max_miou_drop"]
-PairingMethod = Literal["op", "scope", "folded", "module", "output", "derived"]
+PairingMethod = Literal["op", "scope", "folded", "module", "output", "composite", "derived"]
 Verdict = Literal["export", "runtime", "unknown"]
 
 # The threshold names as they appear in check ids ("outputs/min-cosine/torch~onnxruntime").
