@@ -1,4 +1,4 @@
-"""Tiny models and ONNX hand edits for the culprit tests (tests/analysis/test_culprits.py)."""
+"""Tiny models and ONNX hand edits for the culprit tests (tests/analysis/test_culprits.py, test_pairing_composite.py)."""
 
 from __future__ import annotations
 
@@ -122,6 +122,58 @@ class ConvChain(nn.Module):
         for conv in self.convs:
             x = self.relu(conv(x))
         return x
+
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu,
+    "gelu-tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "hardswish": F.hardswish,
+}
+ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
+    "gelu": nn.GELU,
+    "gelu-tanh": lambda: nn.GELU(approximate="tanh"),
+    "silu": nn.SiLU,
+    "hardswish": nn.Hardswish,
+}
+
+
+class ConvMlp(nn.Module):
+    """ConvNeXt's block: depthwise conv, channels last, LayerNorm, Linear, activation, Linear on the permuted map.
+
+    `functional` calls F.layer_norm and the activation function (no module of their own),
+    else nn.LayerNorm and the activation's module.
+    """
+
+    def __init__(self, act: str = "gelu", functional: bool = False, dim: int = 16) -> None:
+        super().__init__()
+        self.act_name, self.functional = act, functional
+        self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.fc1 = nn.Linear(dim, 4 * dim)
+        self.act = ACTIVATION_MODULES[act]()
+        self.fc2 = nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.dwconv(x).permute(0, 2, 3, 1)
+        if self.functional:
+            y = F.layer_norm(y, self.norm.normalized_shape, self.norm.weight, self.norm.bias, self.norm.eps)
+            y = ACTIVATIONS[self.act_name](self.fc1(y))
+        else:
+            y = self.act(self.fc1(self.norm(y)))
+        return x + self.fc2(y).permute(0, 3, 1, 2)
+
+
+MLP_SHAPE = "1x16x8x8"
+
+
+def conv_mlp(act: str = "gelu", functional: bool = False) -> nn.Module:
+    torch.manual_seed(0)
+    model = ConvMlp(act, functional)
+    with torch.no_grad():  # LayerNorm affine parameters away from 1 and 0
+        model.norm.weight.add_(torch.randn_like(model.norm.weight) * 0.2)
+        model.norm.bias.add_(torch.randn_like(model.norm.bias) * 0.1)
+    return model.eval()
 
 
 def small_cnn() -> nn.Module:

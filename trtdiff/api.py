@@ -409,7 +409,14 @@ class _Recapture:
         self.store = TensorStore(self.run.options.runtime.memory_bytes)
         runtime = self.run.options.runtime
         feeds = dict(zip(self.run.prepared.input_names, sample.values, strict=False))
-        recorded = capture(module, feeds, device=runtime.torch_device, tf32=runtime.tf32, store=self.store)
+        recorded = capture(
+            module,
+            feeds,
+            device=runtime.torch_device,
+            tf32=runtime.tf32,
+            store=self.store,
+            attention="decomposed" if captured.capture.decomposed else "fused",  # as sample 0 was recorded
+        )
         return CapturedValues(recorded, captured.pairing, captured.outputs).values
 
 

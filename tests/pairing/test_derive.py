@@ -149,7 +149,17 @@ def test_derived_values_equal_onnx_runtime_on_every_sample(vit: tuple[nn.Module,
     result = pair(graph, capture(model, first), {n for n, _ in model.named_modules()})
     derived = _derived(result)
     kinds = {graph.node_of(t).op_type for t in derived}
-    assert {"MatMul", "Softmax", "Mul", "Transpose", "Split", "Squeeze", "Erf", "Tanh", "Gather"} <= kinds
+    # attention's Softmax is recorded (torch_attention), GELU's pieces and the reshapes between ops are not
+    assert {
+        "MatMul",
+        "Mul",
+        "Transpose",
+        "Split",
+        "Squeeze",
+        "Erf",
+        "Tanh",
+        "Gather",
+    } <= kinds and "Softmax" not in kinds
     second = make_inputs(["x"], shapes=[ARCHITECTURES["vit"].shape], seed=7)
     later = capture(model, second)  # a new capture knows nothing of the pairing: the values are computed on demand
     assert not any(key in later.store for key in derived.values())

@@ -1,8 +1,8 @@
 """Derived references: PyTorch's value of an ONNX tensor that no single aten op produced.
 
 A decomposed op (SiLU as Sigmoid and Mul, GELU as Div, Erf, Add, Mul, Mul, LayerNorm below
-opset 17, the inside of a fused `scaled_dot_product_attention` or `nn.MultiheadAttention`,
-the reshapes and transposes between them) leaves ONNX tensors that no recorded op stands for.
+opset 17, attention's head splits; the reshapes and transposes between them) leaves ONNX
+tensors that no recorded op stands for (attention itself is recorded op by op: torch_attention).
 Each such tensor gets a *derived* value: its node run in PyTorch (pairing_eval) on the values
 PyTorch has for the node's inputs, recorded or derived in turn.
 
@@ -97,14 +97,62 @@ class Derivation:
         return value
 
 
-def derive(graph: GraphInfo, capture: TorchCapture, sources: Mapping[str, str]) -> Derivation | None:
+@dataclass
+class Evaluation:
+    """Every float tensor without a recorded value, computed in PyTorch, and which recorded values vouch for it."""
+
+    evaluator: NodeEvaluator
+    references: _References
+    derived: dict[str, torch.Tensor]
+    unstable: set[str]
+    """Derived tensors that rounding alone could move past the thresholds (see `_stable`)."""
+    vouched: set[str]
+    refuted: set[str]
+    """Derived tensors (not vouched) that feed a node whose recorded value they do not reproduce."""
+
+    def agrees(self, tensor: str, key: str) -> bool:
+        """Whether the derived value of `tensor` is the capture's value `key`, to VOUCH_RTOL of its magnitude."""
+        value = self.derived.get(tensor)
+        reference = as_onnx(self.references.capture.value(key), self.references.graph.tensor_type(tensor))
+        return value is not None and _agrees(value, reference)
+
+
+def derive(
+    graph: GraphInfo, capture: TorchCapture, sources: Mapping[str, str], evaluation: Evaluation | None = None
+) -> Derivation | None:
     """Derived values for the float tensors `sources` (ONNX tensor -> capture key) leaves without one.
 
     Returns None when none can be derived and vouched for; else the Derivation, whose values
-    for this capture are already in its store.
+    for this capture are already in its store. `evaluation` is `evaluate` of the same
+    arguments, when the caller has it.
+    """
+    evaluation = evaluation if evaluation is not None else evaluate(graph, capture, sources)
+    evaluator, derived, unstable = evaluation.evaluator, evaluation.derived, evaluation.unstable
+    vouched = evaluation.vouched
+    shapes = {t: tuple(v.shape) for t, v in derived.items()}
+    evaluator.shape_of = shapes.get  # what was folded stays folded; the values themselves are let go
+    if not vouched - unstable:
+        return None
+    derivation = Derivation(graph, evaluator, dict(evaluation.references.keys))
+    serial = next(_SERIAL)
+    for tensor in (t for t in graph.node_outputs if t in vouched):
+        key = f"{DERIVED_PREFIX}{serial}:{tensor}"
+        derivation.add(tensor, key, compared=tensor not in unstable)
+        capture.store.put(key, derived[tensor].detach().cpu().numpy())
+    return derivation
+
+
+def evaluate(
+    graph: GraphInfo, capture: TorchCapture, sources: Mapping[str, str], previous: Evaluation | None = None
+) -> Evaluation:
+    """Each float tensor `sources` (ONNX tensor -> capture key) leaves without a value, computed in PyTorch.
+
+    `previous` is an evaluation of the same capture with fewer sources: its values that the
+    new sources do not feed are kept instead of computed again.
     """
     references = _References(graph, capture, sources)
-    evaluator = NodeEvaluator(graph)
+    evaluator = previous.evaluator if previous is not None else NodeEvaluator(graph)
+    moved = set(references.keys) - set(previous.references.keys) if previous is not None else set()
     derived: dict[str, torch.Tensor] = {}
     unstable: set[str] = set()
     generator = torch.Generator().manual_seed(0)
@@ -118,6 +166,11 @@ def derive(graph: GraphInfo, capture: TorchCapture, sources: Mapping[str, str]) 
         wanted = [t for t in node.outputs if t and t not in references.keys and _float_data(graph, t)]
         if not wanted or not evaluator.supports(node):
             continue
+        if previous is not None and not moved.intersection(node.inputs):  # the same inputs: the same outputs
+            derived.update((t, previous.derived[t]) for t in wanted if t in previous.derived)
+            unstable.update(t for t in wanted if t in previous.unstable)
+            continue
+        moved.update(wanted)
         data = references.inputs(node, derived)
         outputs = evaluator.run(node, data) if data is not None else None
         if data is None or outputs is None:
@@ -128,18 +181,8 @@ def derive(graph: GraphInfo, capture: TorchCapture, sources: Mapping[str, str]) 
                 derived[tensor] = value
                 if not steady:
                     unstable.add(tensor)
-    vouched = _vouched(graph, evaluator, references, derived)
-    shapes = {t: tuple(v.shape) for t, v in derived.items()}
-    evaluator.shape_of = shapes.get  # what was folded stays folded; the values themselves are let go
-    if not vouched - unstable:
-        return None
-    derivation = Derivation(graph, evaluator, dict(references.keys))
-    serial = next(_SERIAL)
-    for tensor in (t for t in graph.node_outputs if t in vouched):
-        key = f"{DERIVED_PREFIX}{serial}:{tensor}"
-        derivation.add(tensor, key, compared=tensor not in unstable)
-        capture.store.put(key, derived[tensor].detach().cpu().numpy())
-    return derivation
+    vouched, refuted = _vouched(graph, evaluator, references, derived)
+    return Evaluation(evaluator, references, derived, unstable, vouched, refuted - vouched)
 
 
 def _stable(
@@ -190,9 +233,10 @@ def _float_data(graph: GraphInfo, tensor: str) -> bool:
 
 def _vouched(
     graph: GraphInfo, evaluator: NodeEvaluator, references: _References, derived: Mapping[str, torch.Tensor]
-) -> set[str]:
-    """The derived tensors that some recorded value vouches for (see the module docstring)."""
+) -> tuple[set[str], set[str]]:
+    """The derived tensors that some recorded value vouches for (see the module docstring), and those one refutes."""
     vouched: set[str] = set()
+    refuted: set[str] = set()
     for node in graph.nodes:
         recorded = [i for i, t in enumerate(node.outputs) if t in references.keys]
         feeding = [t for t in node.inputs if t in derived]
@@ -204,7 +248,9 @@ def _vouched(
             continue
         if all(_agrees(outputs[i], references.value(node.outputs[i])) for i in recorded):
             vouched |= _ancestors(graph, feeding, derived)
-    return vouched
+        else:
+            refuted |= _ancestors(graph, feeding, derived)
+    return vouched, refuted
 
 
 def _agrees(value: torch.Tensor | None, reference: torch.Tensor | None) -> bool:

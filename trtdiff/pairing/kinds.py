@@ -6,10 +6,10 @@ way on both sides so that they meet:
   followed by `add` of the bias; ONNX holds `Gemm`, or `MatMul` followed by `Add` of a
   constant. So an add of a matrix product and a constant (below) is a "gemm" on either
   side, and the product before it keeps its own kind.
-- "attention": the product of attention weights with the values. PyTorch's fused
-  `scaled_dot_product_attention` records this one value; ONNX (and attention written out)
-  computes it with the `MatMul` that follows `Softmax`. So a matrix product whose first
-  operand comes from a softmax is "attention" on either side.
+- "attention": the product of attention weights with the values. A fused attention kernel
+  recorded whole records this one value (torch_attention records it op by op where it can);
+  ONNX (and attention written out) computes it with the `MatMul` that follows `Softmax`. So
+  a matrix product whose first operand comes from a softmax is "attention" on either side.
 A constant is what the ONNX file holds as one: not computed from the model's inputs. On the
 PyTorch side that is a parameter, or a record computed from parameters alone (a relative
 position bias gathered from its table), which the exporter folds.

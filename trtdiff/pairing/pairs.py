@@ -10,8 +10,10 @@ Pairing goes in passes, each only over what earlier passes left:
    could not be read from their graph);
 3. module: a module's output paired with the last tensor its ONNX scope produces;
 4. outputs: the graph's outputs with the model's outputs, in the exporter's order;
-5. derived: each float tensor still without a value (inside SiLU, GELU, LayerNorm below
-   opset 17, fused attention; the reshapes and transposes between ops) gets its node run in
+5. composite: an op the exporter decomposed (GELU, SiLU, LayerNorm below opset 17) with the
+   last node of its decomposition, found by data flow from its paired input (pairing_composite);
+6. derived: each float tensor still without a value (inside SiLU, GELU, LayerNorm below
+   opset 17; the reshapes, splits and transposes between ops) gets its node run in
    PyTorch on PyTorch's values, kept only where a recorded value downstream vouches for it
    (pairing_derive).
 Kinds come from op_kinds, with a Linear's bias add and attention's value product read from
@@ -42,7 +44,8 @@ import numpy as np
 from trtdiff.analysis.metrics import view_compatible
 from trtdiff.backends.pytorch.capture import TorchCapture, TorchRecord
 from trtdiff.pairing.align import certain_pairs, segments
-from trtdiff.pairing.derive import Derivation, derive
+from trtdiff.pairing.composite import pair_composites
+from trtdiff.pairing.derive import Derivation, derive, evaluate
 from trtdiff.pairing.kinds import computed_from_inputs, onnx_kinds, record_kind
 from trtdiff.report import PairingMethod
 from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, TensorType
@@ -141,7 +144,22 @@ def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pai
     if capture.paths_known:
         _pair_module_outputs(graph, capture, node_modules, state.pairs, state.used)
     _pair_graph_outputs(graph, capture, state.pairs)
-    derivation = derive(graph, capture, {t: p.key for t, p in state.pairs.items()})
+    evaluation = evaluate(graph, capture, {t: p.key for t, p in state.pairs.items()})
+    composites = pair_composites(
+        graph,
+        capture,
+        {t: p.key for t, p in state.pairs.items()},
+        state.used,
+        node_modules,
+        evaluation,
+        lambda tensor, record: _compatible(graph, tensor, record),
+    )
+    for tensor, record in composites.items():
+        state.pairs[tensor] = TorchPair(record.key, "composite", record.op, capture.path_of(record))
+        state.used.add(record.index)
+    if composites:  # the new pairs vouch for the nodes before them, and feed the ones after
+        evaluation = evaluate(graph, capture, {t: p.key for t, p in state.pairs.items()}, evaluation)
+    derivation = derive(graph, capture, {t: p.key for t, p in state.pairs.items()}, evaluation)
     keys = {t: derivation.keys[t] for t in derivation.compared} if derivation is not None else {}
     for tensor, key in keys.items():
         producer = graph.node_of(tensor)

@@ -114,6 +114,7 @@ def prepare(
         say("running PyTorch, recording every op")
         with timed(timings, "torch"):
             recorded = capture(source.loaded.module, source.feeds)
+        notes += recorded.notes
     with tempfile.TemporaryDirectory(prefix="trtdiff-") as tmp:
         say("exporting to ONNX" if source.given_graph is None else "reading the ONNX file")
         with timed(timings, "export"):

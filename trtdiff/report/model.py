@@ -30,7 +30,7 @@ CheckMetric = Literal[
     "cosine", "rel_err", "max_abs", "divergence", "miou", "miou_drop", "non_finite", "non_finite_mismatches"
 ]
 Threshold = Literal["min_cosine", "rtol", "max_abs", "layers", "min_miou", "max_miou_drop", "finite"]
-PairingMethod = Literal["op", "scope", "folded", "module", "output", "derived"]
+PairingMethod = Literal["op", "scope", "folded", "module", "output", "composite", "derived"]
 Verdict = Literal["export", "runtime", "unknown"]
 
 # The threshold names as they appear in check ids ("outputs/min-cosine/torch~onnxruntime").

@@ -13,7 +13,7 @@ from trtdiff.errors import ModelRunError, OptionError
 
 
 class Net(nn.Module):
-    """conv -> batch norm -> in-place ReLU -> conv, plus a SiLU (no aten kind) and an add at the top level."""
+    """conv -> batch norm -> in-place ReLU -> conv, plus a Softshrink (no aten kind) and an add at the top level."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -21,7 +21,7 @@ class Net(nn.Module):
         self.bn = nn.BatchNorm2d(4)
         self.relu = nn.ReLU(inplace=True)
         self.conv2 = nn.Conv2d(4, 2, 1)
-        self.act = nn.SiLU()
+        self.act = nn.Softshrink(0.1)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         y = self.conv2(self.relu(self.bn(self.conv1(x))))
@@ -57,8 +57,8 @@ def _expected(net: Net) -> dict[str, torch.Tensor]:
         bn = net.bn(conv1)
         relu = torch.relu(bn)
         conv2 = net.conv2(relu)
-        silu = nn.functional.silu(conv2)
-        return {"conv1": conv1, "bn": bn, "relu": relu, "conv2": conv2, "act": silu, "add": silu + 1.0}
+        shrunk = nn.functional.softshrink(conv2, 0.1)
+        return {"conv1": conv1, "bn": bn, "relu": relu, "conv2": conv2, "act": shrunk, "add": shrunk + 1.0}
 
 
 def test_every_computing_op_is_recorded_with_its_module_path(captured: TorchCapture) -> None:
@@ -73,7 +73,7 @@ def test_every_computing_op_is_recorded_with_its_module_path(captured: TorchCapt
     ]
     ops = [r.op for r in captured.records]
     assert ops[0] == ops[3] == "aten.convolution.default" and ops[2] == "aten.relu_.default"
-    assert ops[4] == "module:SiLU" and ops[5].startswith("aten.add")
+    assert ops[4] == "module:Softshrink" and ops[5].startswith("aten.add")
     assert captured.paths_known and captured.device == "cpu"
     assert all(r.shape == ((1, 4, 8, 8) if r.index < 3 else (1, 2, 8, 8)) for r in captured.records)
     assert {r.dtype for r in captured.records} == {"float32"}
@@ -92,7 +92,7 @@ def test_module_calls_name_each_submodule_and_the_record_of_its_output(captured:
         ("bn", "BatchNorm2d", 1),
         ("relu", "ReLU", 2),
         ("conv2", "Conv2d", 3),
-        ("act", "SiLU", 4),
+        ("act", "Softshrink", 4),
     ]
 
 

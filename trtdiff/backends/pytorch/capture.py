@@ -8,7 +8,8 @@ instead (`script_paths`). Values are copied when recorded, because in-place ops
 (ReLU(inplace=True)) overwrite their input. Data flow is followed through the ops that are
 not recorded (views, reshapes, copies) so each record knows which records feed it
 (`TorchRecord.sources`). Pairing may add values derived from the recorded ones
-(`register_derived`); a capture computes them on demand, for every sample.
+(`register_derived`); a capture computes them on demand, for every sample. Attention is
+recorded op by op, with its fused kernels off (torch_attention).
 """
 
 from __future__ import annotations
@@ -16,15 +17,25 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from trtdiff.backends.pytorch.attention import (
+    ATTENTION_RTOL,
+    FUSED_ATTENTION,
+    AttentionWatch,
+    decomposed_attention,
+    decomposition,
+    fused_note,
+    output_gap,
+    script_attention,
+)
 from trtdiff.backends.pytorch.op_kinds import aten_kind
 from trtdiff.backends.pytorch.script import script_paths
 from trtdiff.backends.store import TensorStore
@@ -98,6 +109,12 @@ class TorchCapture:
     """Record index -> module path, read from a TorchScript module's graph (its records carry none)."""
     inputs: list[np.ndarray] = field(default_factory=list)
     """The model's inputs, in order (`value` of `input_keys`; kept beside the store)."""
+    decomposed: bool = False
+    """Whether attention was recorded op by op (torch_attention), not with its fused kernels."""
+    ran_attention: bool = False
+    """Whether the model called attention (SDPA, MultiheadAttention) while recorded."""
+    notes: tuple[str, ...] = ()
+    """What the report should say about this recording (attention that ran fused)."""
 
     @property
     def input_keys(self) -> list[str]:
@@ -135,6 +152,14 @@ class _Recorder(TorchDispatchMode):
         self._producer: dict[int, tuple[weakref.ref, int]] = {}
         self._source: dict[int, tuple[weakref.ref, int]] = {}
         self._fresh: int | None = None  # the record the previous op made, if it made one
+        self.fused: list[tuple[str, str | None]] = []  # fused attention kernels that ran: (op, module path)
+        self._nested = 0  # inside a fused kernel's decomposition (see _decompose)
+
+    def path(self) -> str | None:
+        """The module path of the op running now ("" at the top; None when paths are not followed)."""
+        if self.path_stack is None:
+            return None
+        return self.path_stack[-1] if self.path_stack else ""
 
     def producer(self, tensor: Any) -> int | None:
         """The record whose output `tensor` is (the same tensor, not a view of it)."""
@@ -172,8 +197,16 @@ class _Recorder(TorchDispatchMode):
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = kwargs or {}
+        if self._nested and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+            with self:  # called from inside this mode, a composite op arrives whole: record its parts
+                return func.decompose(*args, **kwargs)
         out = func(*args, **kwargs)
         packet = func._overloadpacket.__name__
+        if packet in FUSED_ATTENTION:
+            self._fresh = None
+            if self._decompose(func, args, kwargs, out):
+                return out
+            self.fused.append((packet, self.path()))
         kind = aten_kind(packet, args)
         first = out[0] if isinstance(out, (tuple, list)) else out
         flat_args, _ = tree_flatten((args, kwargs))
@@ -188,7 +221,7 @@ class _Recorder(TorchDispatchMode):
             index=index,
             op=str(func),
             kind=kind,
-            module_path=self.path_stack[-1] if self.path_stack else ("" if self.path_stack is not None else None),
+            module_path=self.path(),
             shape=tuple(first.shape),
             dtype=str(first.dtype).removeprefix("torch."),
             inputs=tuple(p for p in (self.producer(a) for a in tensors) if p is not None),
@@ -198,6 +231,35 @@ class _Recorder(TorchDispatchMode):
         self.store.put(record.key, first.detach().to("cpu", copy=True).numpy())
         self.mark(first, index, produced=True)
         return out
+
+    def _decompose(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> bool:
+        """Record a fused attention kernel through its decomposition on the same inputs (torch_attention).
+
+        Kept when it reproduces the kernel's output to ATTENTION_RTOL: then the kernel's output
+        flows from the decomposition's last record. Otherwise its records are dropped.
+        """
+        run = decomposition(func, args, kwargs)
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        if run is None or not isinstance(first, torch.Tensor):
+            return False
+        start = len(self.records)
+        self._nested += 1
+        try:
+            with self:
+                value = run()
+        except Exception:  # noqa: BLE001 -- a form the decomposition refuses: the kernel stays as it ran
+            value = None
+        finally:
+            self._nested -= 1
+        self._fresh = None
+        last = self.source(value) if value is not None else None
+        if value is None or last is None or last < start or _gap(value, first) > ATTENTION_RTOL:
+            for record in self.records[start:]:
+                self.store.discard(record.key)
+            del self.records[start:]
+            return False
+        self.mark(first, last, produced=self.producer(value) == last and tuple(first.shape) == tuple(value.shape))
+        return True
 
     def _unflatten(self, index: int, tensors: list[torch.Tensor], out: Any) -> bool:
         """A matrix product's output viewed right away (matmul and linear flatten, then unflatten): record that view.
@@ -227,6 +289,10 @@ class _Recorder(TorchDispatchMode):
                 self.mark(leaf, source, produced=False)
 
 
+def _gap(value: torch.Tensor, reference: torch.Tensor) -> float:
+    return output_gap([value.detach().float().cpu().numpy()], [reference.detach().float().cpu().numpy()])
+
+
 _UNFLATTEN = frozenset({"view", "_unsafe_view", "reshape", "_reshape_alias"})
 
 
@@ -239,6 +305,9 @@ def _lookup(table: dict[int, tuple[weakref.ref, int]], tensor: Any) -> int | Non
     return entry[1]
 
 
+AttentionMode = Literal["auto", "decomposed", "fused"]
+
+
 def capture(
     module: torch.nn.Module,
     inputs: Mapping[str, np.ndarray],
@@ -246,15 +315,56 @@ def capture(
     device: str = "cpu",
     tf32: bool = False,
     store: TensorStore | None = None,
+    attention: AttentionMode = "auto",
 ) -> TorchCapture:
     """Run `module` once on `inputs` (in order) on `device` and record every computing op's output.
 
     On CUDA, TF32 is off for matmuls and cuDNN convolutions unless `tf32`, so the reference is
     true FP32; the module is moved to `device` for the pass and back afterwards.
+    `attention` "auto" records attention op by op (torch_attention) and, when the model ran
+    attention, checks the final outputs against a plain forward with the fused kernels: beyond
+    ATTENTION_RTOL it records again with the fused kernels, with a note. "decomposed" and
+    "fused" record one way without the check (a later sample, recorded as the first was).
     """
     store = store if store is not None else TensorStore()
     with _on_device(module, device, tf32):
-        return _capture(module, inputs, device, store)
+        if attention == "fused":
+            return _capture(module, inputs, device, store, decomposed=False)
+        try:
+            recorded = _capture(module, inputs, device, store, decomposed=True)
+        except ModelRunError as error:
+            if attention == "decomposed":
+                raise
+            _discard_records(store)  # the math path can need memory the fused kernels do not: try those
+            fused = _capture(module, inputs, device, store, decomposed=False)
+            cause = error.__cause__
+            why = f"{type(cause).__name__}: {cause_line(cause)}" if cause is not None else str(error)
+            return dataclasses.replace(fused, notes=(f"{_FUSED_NOTE}, the forward raised {why}", *fused.notes))
+        if attention == "decomposed" or not recorded.ran_attention:
+            return recorded
+        plain = run_outputs(module, list(inputs.values()), device=device, tf32=tf32)
+        gap = output_gap([recorded.value(key) for key in recorded.output_keys], plain)
+        if gap <= ATTENTION_RTOL:
+            return recorded
+        _discard_records(store)
+        fused = _capture(module, inputs, device, store, decomposed=False)
+        note = f"{_FUSED_NOTE}, it moved the final outputs by {gap:.1e} of their size (more than {ATTENTION_RTOL:g})"
+        return dataclasses.replace(fused, notes=(note, *fused.notes))
+
+
+_FUSED_NOTE = (
+    "attention recorded with its fused kernels: recorded op by op (MultiheadAttention fast path off, "
+    "SDPA's math implementation)"
+)
+
+
+def _discard_records(store: TensorStore) -> None:
+    """Drop a recording's values from `store` (records are numbered from 0; outputs too)."""
+    for prefix in ("torch:", "torch:output:"):
+        index = 0
+        while f"{prefix}{index}" in store:
+            store.discard(f"{prefix}{index}")
+            index += 1
 
 
 @contextmanager
@@ -280,19 +390,23 @@ def _on_device(module: torch.nn.Module, device: str, tf32: bool) -> Iterator[Non
 
 
 def _capture(
-    module: torch.nn.Module, inputs: Mapping[str, np.ndarray], device: str, store: TensorStore
+    module: torch.nn.Module, inputs: Mapping[str, np.ndarray], device: str, store: TensorStore, *, decomposed: bool
 ) -> TorchCapture:
-    eager = not isinstance(module, torch.jit.ScriptModule) and not isinstance(module, torch.fx.GraphModule)
+    scripted = module if isinstance(module, torch.jit.ScriptModule) else None
+    eager = scripted is None and not isinstance(module, torch.fx.GraphModule)
     path_stack: list[str] | None = [] if eager else None
     recorder = _Recorder(store, path_stack)
+    watch = AttentionWatch(path_stack) if decomposed and scripted is None else None
+    in_script = script_attention(scripted) if scripted is not None else []
     calls: list[ModuleCall] = []
     handles = _install_hooks(module, recorder, calls) if eager else []
     tensors = [torch.from_numpy(np.array(value, copy=True, order="C")).to(device) for value in inputs.values()]
     for tensor in tensors:
         recorder.mark(tensor, INPUT, produced=False)
     try:
-        with torch.no_grad(), recorder:
-            result = module(*tensors)
+        with torch.no_grad(), decomposed_attention() if decomposed else nullcontext(), watch or nullcontext():
+            with recorder:
+                result = module(*tensors)
     except Exception as error:
         shapes = ", ".join(f"{name}:{'x'.join(map(str, v.shape))}" for name, v in inputs.items())
         message = cause_line(error)
@@ -321,8 +435,11 @@ def _capture(
         paths_known=eager,
         store=store,
         device=device,
-        recovered_paths=script_paths(module, recorder.records) if isinstance(module, torch.jit.ScriptModule) else {},
+        recovered_paths=script_paths(scripted, recorder.records) if scripted is not None else {},
         inputs=[np.array(value, copy=True) for value in inputs.values()],
+        decomposed=decomposed,
+        ran_attention=bool(watch.calls if watch is not None else in_script),
+        notes=tuple(note for note in [fused_note(recorder.fused, in_script)] if note),
     )
 
 

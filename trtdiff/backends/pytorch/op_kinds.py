@@ -23,6 +23,7 @@ ONNX_KINDS: dict[str, str] = {
     "HardSwish": "hardswish",
     "HardSigmoid": "hardsigmoid",
     "Gelu": "gelu",
+    "Mish": "mish",
     "Softplus": "softplus",
     "Add": "add",
     "Sub": "sub",
@@ -89,6 +90,11 @@ ATEN_KINDS: dict[str, str] = {
     "hardsigmoid": "hardsigmoid",
     "hardsigmoid_": "hardsigmoid",
     "gelu": "gelu",
+    "gelu_": "gelu",
+    "silu": "silu",  # no ONNX op: Sigmoid and Mul (pairing_composite)
+    "silu_": "silu",
+    "mish": "mish",  # ONNX Mish from opset 18, else Softplus, Tanh and Mul
+    "mish_": "mish",
     "softplus": "softplus",
     "add": "add",
     "add_": "add",
@@ -140,6 +146,7 @@ ATEN_KINDS: dict[str, str] = {
     "adaptive_avg_pool2d": "avgpool",
     "mean": "mean",
     "_softmax": "softmax",
+    "_safe_softmax": "softmax",  # SDPA's math implementation (torch_attention)
     "softmax": "softmax",
     "_log_softmax": "log_softmax",
     "log_softmax": "log_softmax",
@@ -149,6 +156,11 @@ ATEN_KINDS: dict[str, str] = {
     "argmax": "argmax",
 }
 
+
+DECOMPOSED_KINDS = frozenset({"gelu", "silu", "mish", "hardswish", "layer_norm", "group_norm"})
+"""Kinds that exporters may write as several nodes (GELU below opset 20, LayerNorm below 17): pairing_composite."""
+ONLY_DECOMPOSED = frozenset({"silu"})
+"""Kinds no ONNX op computes: always written as several nodes."""
 
 _TRANSPOSABLE = frozenset({"convolution", "_convolution"})  # the transposed flag is args[6]
 

@@ -5,16 +5,21 @@ module path there. The submodules still call each other (`prim::CallMethod` on t
 attribute chain from `self`), which is how the exporter recovers its scope names; walking
 the forward graph the same way lists the computing aten nodes in execution order with the
 module path each runs in, and aligning them with the records gives each record its path.
+A graph node that dispatches several recorded ops (`scaled_dot_product_attention` on its math
+implementation, a fused attention kernel recorded through its decomposition: torch_attention)
+gives its path to the ops recorded in its place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trtdiff.backends.pytorch.attention import FUSED_ATTENTION
 from trtdiff.backends.pytorch.op_kinds import aten_kind
 from trtdiff.pairing.align import certain_pairs
 
@@ -47,6 +52,8 @@ def script_paths(module: torch.jit.ScriptModule, records: Sequence[TorchRecord])
     ops by kind (`certain_pairs`), and the alignment is checked against the data flow: a
     record's inputs must be nodes that feed its node. Where the graph has control flow or
     opaque calls, or the check fails, nothing is returned and pairing goes by kind alone.
+    Records left between two aligned pairs where the graph has only attention nodes of one
+    module (SDPA decomposed while recording) get that module's path.
     """
     ops: list[_ScriptOp] = []
     try:
@@ -62,7 +69,23 @@ def script_paths(module: torch.jit.ScriptModule, records: Sequence[TorchRecord])
     for i, j in aligned:
         if any(p in op_of and op_of[p] not in ops[i].feeds for p in records[j].inputs):
             return {}
-    return {records[j].index: ops[i].path for i, j in aligned}
+    paths = {records[j].index: ops[i].path for i, j in aligned}
+    return paths | _decomposed_paths(ops, records, aligned)
+
+
+def _decomposed_paths(
+    ops: Sequence[_ScriptOp], records: Sequence[TorchRecord], aligned: Sequence[tuple[int, int]]
+) -> dict[int, str]:
+    """Paths for the records that attention nodes left unaligned: the ops their decomposition dispatched."""
+    found: dict[int, str] = {}
+    bounds = [(-1, -1), *aligned, (len(ops), len(records))]
+    for (i0, j0), (i1, j1) in pairwise(bounds):
+        gap_ops = ops[i0 + 1 : i1]
+        if not gap_ops or j1 - j0 <= 1 or any(op.kind != "attention" for op in gap_ops):
+            continue
+        if len({op.path for op in gap_ops}) == 1:
+            found.update({records[j].index: gap_ops[0].path for j in range(j0 + 1, j1)})
+    return found
 
 
 def _walk_method(
@@ -102,6 +125,8 @@ def _node_kind(node: Any) -> str | None:
     kind = node.kind()
     if not kind.startswith("aten::"):
         return None
+    if kind.removeprefix("aten::") in FUSED_ATTENTION:
+        return "attention"  # recorded through its decomposition, if at all (torch_attention)
     return aten_kind(kind.removeprefix("aten::"), tuple(_constant(v) for v in node.inputs()))
 
 
