@@ -15,7 +15,6 @@ from itertools import chain, islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtdiff import __version__
 from trtdiff.analysis.diagnose import Findings, Inputs, analyse, attribute_culprits
 from trtdiff.analysis.engine import BackendValues, CapturedValues, Engine, ForwardValues, Pass, ValueSource
 from trtdiff.analysis.localize import first_divergence
@@ -29,6 +28,7 @@ from trtdiff.options import CompareOptions
 from trtdiff.pipeline.prepare import Capture, Prepared, Progress, onnx_feeds, prepare, timed
 from trtdiff.report import Report, all_pairs
 from trtdiff.source.samples import Sample, SampleSource
+from trtdiff.version import __version__
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
     from trtdiff.analysis.culprits import ValuesOf
     from trtdiff.backends.pytorch.capture import TorchCapture
-    from trtdiff.hypotheses.inspect import Interpolation
     from trtdiff.pairing.pairs import Pairing
     from trtdiff.report import (
         BackendPair,
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
         SegmentationSummary,
         ThresholdCheck,
     )
+    from trtdiff.report.inspection import Interpolation
 
 
 def compare(
@@ -170,7 +170,7 @@ class _Run:
         module = self.reference.module
         if module is None:
             return []
-        from trtdiff.hypotheses.inspect import record_interpolations
+        from trtdiff.backends.pytorch.interpolations import record_interpolations
 
         return record_interpolations(module, self.prepared.model_feeds)
 

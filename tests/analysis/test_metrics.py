@@ -82,23 +82,6 @@ def test_shape_mismatch_is_a_divergence_with_both_shapes() -> None:
     assert m.diverged and m.shape_mismatch == "1x2x4 vs 1x2x5"
 
 
-@pytest.mark.parametrize(
-    ("a", "b", "compatible"),
-    [
-        ((192, 49, 49), (64, 3, 49, 49), True),  # bmm against the attention MatMul
-        ((784, 192), (1, 28, 28, 192), True),  # mm against a 4-D Linear input
-        ((1, 3, 8, 8), (3, 8, 8), True),
-        ((1, 192, 28, 28), (784, 192), False),  # same count, transposed layout
-        ((2, 3), (3, 2), False),
-        ((4,), (5,), False),
-    ],
-)
-def test_view_compatible_shapes(a: tuple[int, ...], b: tuple[int, ...], compatible: bool) -> None:
-    from trtdiff.analysis.metrics import view_compatible
-
-    assert view_compatible(a, b) is compatible and view_compatible(b, a) is compatible
-
-
 def test_a_view_of_the_same_values_agrees_and_a_transpose_is_a_shape_mismatch() -> None:
     x = np.random.default_rng(3).standard_normal((6, 4, 5)).astype(np.float32)
     assert not compare_tensors(x, x.reshape(2, 3, 4, 5), DEFAULT).diverged

@@ -18,8 +18,9 @@ from rich.console import Console
 from torch import nn
 
 from trtdiff.errors import TrtdiffError
-from trtdiff.hypotheses.inspect import Inspection, inspect_model
+from trtdiff.hypotheses.inspect import inspect_model
 from trtdiff.render.inspect_text import render_inspection
+from trtdiff.report.inspection import Inspection
 
 FACTORY = "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet"
 SHAPE = "1x3x64x64"

@@ -13,10 +13,10 @@ from torch import nn
 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
 from trtdiff.backends.pytorch.capture import capture
 from trtdiff.pairing.align import certain_pairs, monotonic, segments
-from trtdiff.pairing.pairs import pair, resolve_scope
+from trtdiff.pairing.pairs import pair
 from trtdiff.source.export import export_onnx
 from trtdiff.source.loading import from_module
-from trtdiff.source.onnx_graph import load_graph
+from trtdiff.source.onnx_graph import load_graph, resolve_scope
 
 
 def _ort_values(path: Path, feeds: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:

@@ -21,10 +21,9 @@ from trtdiff.errors import TrtdiffError, render_names
 from trtdiff.source.pitfalls import EXPORT_RULES
 
 if TYPE_CHECKING:
-    from trtdiff.hypotheses.inspect import Interpolation
     from trtdiff.report import Culprit
+    from trtdiff.report.inspection import Finding, Interpolation
     from trtdiff.source.onnx_graph import GraphInfo
-    from trtdiff.source.pitfalls import Finding
 
 # The model's upsampling calls, recorded on demand (an empty list where there is no PyTorch model).
 Interpolations = Callable[[], Sequence["Interpolation"]]
@@ -44,7 +43,7 @@ def advise(
     """
     if not culprits:
         return ()
-    from trtdiff.hypotheses.inspect import inspect_graph
+    from trtdiff.source.pitfalls import inspect_graph
 
     calls = _recorded(interpolations) if any(c.op_type in _RESIZES for c in culprits) else ()
     _, findings = inspect_graph(graph, calls=calls)

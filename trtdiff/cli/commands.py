@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from trtdiff import __version__
 from trtdiff.errors import OptionError, param
+from trtdiff.version import __version__
 
 if TYPE_CHECKING:
     from trtdiff.options import (

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     import torch
     from rich.console import Console
 
-    from trtdiff.hypotheses.inspect import Inspection
     from trtdiff.report import Report
+    from trtdiff.report.inspection import Inspection
 
 EXAMPLES = {
     "resnet": ("trtdiff.examples.deeplabv3plus", "deeplabv3plus_resnet"),

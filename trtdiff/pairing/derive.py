@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from trtdiff.analysis.metrics import view_compatible
 from trtdiff.backends.pytorch.capture import DERIVED_PREFIX, TorchCapture, register_derived
 from trtdiff.pairing.evaluate import NodeEvaluator
+from trtdiff.pairing.shapes import view_compatible
 from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, TensorType
 
 VOUCH_RTOL = 1e-4

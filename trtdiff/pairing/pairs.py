@@ -33,24 +33,21 @@ Conv's ONNX output stand for the BatchNorm's PyTorch output.
 from __future__ import annotations
 
 import operator
-import re
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from trtdiff.analysis.metrics import view_compatible
 from trtdiff.backends.pytorch.capture import TorchCapture, TorchRecord
 from trtdiff.pairing.align import certain_pairs, segments
 from trtdiff.pairing.composite import pair_composites
 from trtdiff.pairing.derive import Derivation, derive, evaluate
 from trtdiff.pairing.kinds import computed_from_inputs, onnx_kinds, record_kind
+from trtdiff.pairing.shapes import view_compatible
 from trtdiff.report import PairingMethod
-from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, TensorType
-
-_CALL_SUFFIX = re.compile(r"_\d+$")
+from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, TensorType, node_module
 
 
 @dataclass(frozen=True)
@@ -81,43 +78,6 @@ class _Unit:
     kind: str
     scopes: tuple[str | None, ...]
     method: PairingMethod
-
-
-def resolve_scope(pieces: Iterable[str], module_names: set[str]) -> str | None:
-    """Map TorchScript-exporter scope pieces ("stem", "stem.0", "relu_1") to a module path."""
-    current = ""
-    for piece in pieces:
-        found = _resolve_piece(current, piece, module_names)
-        if found is None and _CALL_SUFFIX.search(piece):
-            found = _resolve_piece(current, _CALL_SUFFIX.sub("", piece), module_names)
-        if found is None:
-            return None
-        current = found
-    return current
-
-
-def _resolve_piece(current: str, piece: str, names: set[str]) -> str | None:
-    direct = f"{current}.{piece}" if current else piece
-    if direct in names:
-        return direct
-    parts = piece.split(".")
-    for k in range(1, len(parts)):
-        head, tail = ".".join(parts[:k]), ".".join(parts[k:])
-        if current == head or current.endswith("." + head):
-            candidate = f"{current}.{tail}"
-            if candidate in names:
-                return candidate
-    below = [n for n in names if n.startswith(current + ".") and (n.endswith("." + piece))] if current else []
-    return min(below, key=len) if below else None
-
-
-def node_module(node: NodeInfo, module_names: set[str]) -> str | None:
-    """The module path an ONNX node came from, from dynamo metadata or TorchScript names."""
-    if node.module_path is not None:
-        return node.module_path
-    if node.scope_pieces is None:
-        return None
-    return resolve_scope(node.scope_pieces, module_names)
 
 
 def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pairing:

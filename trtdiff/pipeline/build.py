@@ -11,10 +11,10 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtdiff import __version__
 from trtdiff.options import CompareOptions
 from trtdiff.pipeline.prepare import prepare, timed
 from trtdiff.report import BuildReport
+from trtdiff.version import __version__
 
 if TYPE_CHECKING:
     import torch

@@ -13,8 +13,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from trtdiff.hypotheses.inspect import Finding, Inspection, ResizeInfo
 from trtdiff.render.format import module_text, plural
+from trtdiff.report.inspection import Finding, Inspection, ResizeInfo
 
 _STYLES = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
 _SOURCE = re.compile(r"^(.*?):(\d+): (.*)$")

@@ -7,9 +7,12 @@ instead of walking the protobuf again.
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -194,3 +197,52 @@ def _tensor_type(value: onnx.ValueInfoProto) -> TensorType:
     if tensor_type.HasField("shape"):
         shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
     return TensorType(dtype, shape)
+
+
+_CALL_SUFFIX = re.compile(r"_\d+$")
+
+
+def resolve_scope(pieces: Iterable[str], module_names: set[str]) -> str | None:
+    """Map TorchScript-exporter scope pieces ("stem", "stem.0", "relu_1") to a module path."""
+    current = ""
+    for piece in pieces:
+        found = _resolve_piece(current, piece, module_names)
+        if found is None and _CALL_SUFFIX.search(piece):
+            found = _resolve_piece(current, _CALL_SUFFIX.sub("", piece), module_names)
+        if found is None:
+            return None
+        current = found
+    return current
+
+
+def _resolve_piece(current: str, piece: str, names: set[str]) -> str | None:
+    direct = f"{current}.{piece}" if current else piece
+    if direct in names:
+        return direct
+    parts = piece.split(".")
+    for k in range(1, len(parts)):
+        head, tail = ".".join(parts[:k]), ".".join(parts[k:])
+        if current == head or current.endswith("." + head):
+            candidate = f"{current}.{tail}"
+            if candidate in names:
+                return candidate
+    below = [n for n in names if n.startswith(current + ".") and (n.endswith("." + piece))] if current else []
+    return min(below, key=len) if below else None
+
+
+def node_module(node: NodeInfo, module_names: set[str]) -> str | None:
+    """The module path an ONNX node came from, from dynamo metadata or TorchScript names."""
+    if node.module_path is not None:
+        return node.module_path
+    if node.scope_pieces is None:
+        return None
+    return resolve_scope(node.scope_pieces, module_names)
+
+
+def attributes(graph: GraphInfo, node: NodeInfo) -> dict[str, Any]:
+    """A node's attributes as Python values (strings decoded)."""
+    values = {}
+    for attribute in graph.model.graph.node[node.index].attribute:
+        value = helper.get_attribute_value(attribute)
+        values[attribute.name] = value.decode() if isinstance(value, bytes) else value
+    return values

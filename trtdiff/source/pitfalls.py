@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from trtdiff.errors import param
-from trtdiff.source.onnx_graph import GraphInfo, NodeInfo
+from trtdiff.report.inspection import SEVERITY_RANK, Finding, Interpolation, ResizeInfo, Severity
+from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, attributes, node_module
+from trtdiff.source.resizes import STACK_TRACE_KEY, guess_module, read_resizes, source_of, with_calls
 
-Severity = Literal["info", "warning", "error"]
-SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 FP16_MAX = 65504.0
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INTERPOLATING = frozenset({"linear", "bilinear", "trilinear", "cubic"})
@@ -81,61 +81,6 @@ Origin = Callable[[NodeInfo], tuple["str | None", "str | None"]]
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One suspect: how bad, which rule (`code`), the ONNX nodes, the PyTorch module, what to do.
-
-    `module` is the module path of the first node ("" for the model itself, None when
-    unknown); `source` the line of PyTorch code, where the exporter or the forward kept it.
-    """
-
-    severity: Severity
-    code: str
-    nodes: tuple[str, ...]
-    module: str | None
-    message: str
-    advice: str
-    source: str | None = None
-
-
-@dataclass(frozen=True)
-class ResizeInfo:
-    """One Resize/Upsample node as written, with its shapes and the PyTorch call it came from.
-
-    Coordinate attributes are None below opset 11 (they do not exist there); from 11 on an
-    absent one carries the opset's default. `scales`/`sizes` are None where they are not
-    constants (nor foldable from static shapes). `torch_op`/`align_corners`: the PyTorch call's.
-    """
-
-    node: str
-    op_type: str
-    mode: str
-    coordinate_transformation_mode: str | None
-    nearest_mode: str | None
-    cubic_coeff_a: float | None
-    exclude_outside: int | None
-    scales: tuple[float, ...] | None
-    sizes: tuple[int, ...] | None
-    input_shape: tuple[int | None, ...] | None
-    output_shape: tuple[int | None, ...] | None
-    module: str | None
-    source: str | None = None
-    torch_op: str | None = None
-    align_corners: bool | None = None
-
-    def resized_axes(self) -> list[tuple[int, int]]:
-        """(input size, output size) of every axis whose size changes, where both are known."""
-        if self.input_shape is None or self.output_shape is None or len(self.input_shape) != len(self.output_shape):
-            return []
-        pairs = zip(self.input_shape, self.output_shape, strict=True)
-        return [(i, o) for i, o in pairs if i is not None and o is not None and i != o]
-
-    @property
-    def broadcasts(self) -> bool:
-        """Every resized axis has one input pixel: every coordinate mode samples it, so all agree."""
-        return bool(axes := self.resized_axes()) and all(i == 1 for i, _ in axes)
-
-
-@dataclass(frozen=True)
 class Context:
     """What the rules read: the graph, its Resize rows by node name, node origins, magnitudes."""
 
@@ -162,15 +107,6 @@ class Context:
 
     def users(self, tensor: str) -> list[NodeInfo]:
         return [node for node, _ in self.consumers.get(tensor, [])]
-
-
-def attributes(graph: GraphInfo, node: NodeInfo) -> dict[str, Any]:
-    """A node's attributes as Python values (strings decoded)."""
-    values = {}
-    for attribute in graph.model.graph.node[node.index].attribute:
-        value = helper.get_attribute_value(attribute)
-        values[attribute.name] = value.decode() if isinstance(value, bytes) else value
-    return values
 
 
 def find_all(context: Context) -> list[Finding]:
@@ -406,3 +342,27 @@ def _shapes(context: Context) -> list[Finding]:
         parts.insert(0, f"{count} computing Reshape/Resize shapes at run time (e.g. {example}); onnxsim/onnxslim ")
         parts[0] += f"would fold {count}"
     return [context.finding("shape-chains", [shape for shape, _ in chains], "; ".join(parts))]
+
+
+def inspect_graph(
+    graph: GraphInfo,
+    *,
+    calls: Sequence[Interpolation] = (),
+    magnitudes: Mapping[str, float] | None = None,
+    module_names: set[str] | None = None,
+) -> tuple[list[ResizeInfo], list[Finding]]:
+    """The Resize rows and findings of `graph`; `calls`: the model's upsampling calls, when it was given."""
+    known: dict[str, tuple[str | None, str | None]] = {}
+
+    def origin(node: NodeInfo) -> tuple[str | None, str | None]:
+        if node.name in known:
+            return known[node.name]
+        module = node_module(node, module_names) if module_names else node.module_path
+        if module is None and node.scope_pieces is not None:
+            module = guess_module(node.scope_pieces)
+        meta = {p.key: p.value for p in graph.model.graph.node[node.index].metadata_props}
+        return module, source_of(meta.get(STACK_TRACE_KEY, ""))
+
+    rows = with_calls(read_resizes(graph, origin), calls)
+    known.update({row.node: (row.module, row.source) for row in rows})
+    return rows, find_all(Context(graph, {row.node: row for row in rows}, origin, magnitudes))
