@@ -64,6 +64,7 @@ def _sweep_command(
     """Compare at each opset and exporter; one table; the JSON holds every report."""
     from rich.console import Console
 
+    from trtdiff.cli.app import flag_for
     from trtdiff.hypotheses.sweep import sweep
     from trtdiff.render.sweep_text import render_sweep
 
@@ -73,7 +74,9 @@ def _sweep_command(
             "writes one comparison's report; a sweep writes JSON (one report per combination)", parameter=others[0]
         )
     with progress_display(quiet) as progress:
-        result = sweep(model, options, opsets=axes[0], exporters=axes[1], precisions=axes[2], progress=progress)
+        result = sweep(
+            model, options, opsets=axes[0], exporters=axes[1], precisions=axes[2], progress=progress, name_of=flag_for
+        )
     render_sweep(result, Console(highlight=False))
     if files.json:
         result.write_json(files.json)
