@@ -194,3 +194,34 @@ def test_several_inputs_and_dict_outputs(tmp_path: Path) -> None:
     files = tmp_path / "inputs.npz"
     np.savez(files, image=np.ones((1, 3, 8, 8), np.float32), mask=np.zeros((1, 1, 8, 8), np.float32))
     assert trtdiff.compare(model, input_files=[files], opset=13).passed
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "running PyTorch",
+        "exporting to ONNX",
+        "preparing backends",
+        "running onnxruntime",
+        "running each node alone",
+        "injecting the reference",
+    ],
+)
+def test_an_interrupt_at_any_step_leaves_no_temporary_files(
+    resnet_model: nn.Module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    seen: list[str] = []
+
+    def interrupt(text: str) -> None:
+        seen.append(text)
+        if text.startswith(step):
+            raise KeyboardInterrupt
+
+    # opset 10 diverges, so the culprit and attribution steps run; a 1 KB store spills to disk.
+    with pytest.raises(KeyboardInterrupt):
+        trtdiff.compare(resnet_model, input_shapes=[SHAPE], opset=10, memory_bytes=1024, progress=interrupt)
+    assert seen[-1].startswith(step)
+    assert not list(tmp_path.glob("trtdiff-*"))  # torch may leave its own caches there

@@ -147,6 +147,28 @@ def test_export_failures_name_the_op_and_a_fix_that_works() -> None:
     assert export_failure(unsupported, "torchscript", 10) == (
         f"opset 10 cannot express bilinear align_corners=True (upsample_bilinear2d); use {param('opset')} 11 or higher"
     )
+    # No fix is written here: export_onnx tries the other exporter first and says what that did.
     other = RuntimeError("Unsupported: ONNX export of operator grid_sampler, mode bicubic. Please feel free")
-    message = export_failure(other, "torchscript", 13)
-    assert "grid_sampler" in message and message.endswith(f"use {param('opset')} 18 with {param('exporter')} dynamo")
+    assert export_failure(other, "torchscript", 13) == (
+        "the torchscript exporter has no ONNX form of grid_sampler with mode bicubic at opset 13"
+    )
+
+
+def test_a_dynamo_export_failure_quotes_the_innermost_cause_and_the_users_line() -> None:
+    from trtdiff.source.export import export_failure
+
+    try:
+        try:
+            raise ValueError("Could not guard on data-dependent expression Eq(u0, 1)\nmore detail")
+        except ValueError as inner:
+            raise RuntimeError(
+                "Failed to export the model with torch.export. This is step 1/3 of exporting the model to ONNX. "
+                "Next steps:\n- Modify the model code\n\nThe following call raised this error:\n"
+                '  File "/home/me/model.py", line 4, in forward\n    if x.sum() > 0:\n'
+            ) from inner
+    except RuntimeError as error:
+        message = export_failure(error, "dynamo", 18)
+    assert message == (
+        "ONNX export with the dynamo exporter at opset 18 failed: "
+        "Could not guard on data-dependent expression Eq(u0, 1) (at model.py:4)"
+    )

@@ -9,7 +9,11 @@ CLI turns every `TrtdiffError` into one line and exit code 2; anything else is a
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
 
 _MARK = "\x1f"
 _PARAM = re.compile(f"{_MARK}([A-Za-z_][A-Za-z0-9_]*){_MARK}")
@@ -113,3 +117,33 @@ def describe_error(error: BaseException, limit: int = 200) -> str:
     """'ValueError: its first line', or the type name alone, for messages that quote an exception."""
     text = first_line(error, limit)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+@contextmanager
+def interrupts_kept() -> Iterator[None]:
+    """Let Ctrl-C out of code that wraps what it raises, as itself.
+
+    TorchScript's interpreter turns a KeyboardInterrupt raised inside it (by the recorder's
+    Python dispatch) into a RuntimeError with its own banner, which would read as the
+    model's error. An exception that leaves this block after SIGINT arrived, or whose text
+    names KeyboardInterrupt, is raised again as KeyboardInterrupt.
+    """
+    seen: list[int] = []
+    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if callable(previous):
+        forward = previous
+
+        def noticed(signum: int, frame: FrameType | None) -> None:
+            seen.append(signum)
+            forward(signum, frame)
+
+        signal.signal(signal.SIGINT, noticed)
+    try:
+        yield
+    except Exception as error:
+        if seen or "KeyboardInterrupt" in str(error):
+            raise KeyboardInterrupt from error
+        raise
+    finally:
+        if callable(previous):
+            signal.signal(signal.SIGINT, previous)

@@ -201,3 +201,29 @@ def test_op_onnxruntime_lacks_raises_backend_error_naming_the_node(tmp_path: Pat
 def test_run_failure_raises_backend_error_naming_the_file(backend: OnnxRuntimeBackend) -> None:
     with pytest.raises(BackendError, match=re.escape("tiny.onnx")):
         list(backend.run({"x": np.zeros((4, 4), np.float32)}, ["out"]))
+
+
+def test_a_run_failure_is_one_line_and_onnx_runtime_logs_nothing(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    shape = numpy_helper.from_array(np.array([5, -1], np.int64), "shape")
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "shape"], ["y"], name="reshape"),
+    ]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], [y], [shape]), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    model.ir_version = 8
+    path = tmp_path / "reshape.onnx"
+    onnx.save(model, str(path))
+    backend = OnnxRuntimeBackend(load_graph(path))
+    with pytest.raises(BackendError) as caught:  # 48 values do not make 5 rows: known only at run time
+        list(backend.run({"x": np.ones((1, 3, 4, 4), np.float32)}, ["y"]))
+    message = str(caught.value)
+    assert "\n" not in message and "onnxruntime_src" not in message and " was false." not in message
+    assert "The input tensor cannot be reshaped to the requested shape. Input shape:{1,3,4,4}" in message
+    captured = capfd.readouterr()
+    assert "onnxruntime" not in captured.err + captured.out  # ONNX Runtime logged it too; that stays silent

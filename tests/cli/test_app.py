@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from click.testing import CliRunner
@@ -76,6 +77,24 @@ def build_raising() -> nn.Module:
     return _Raises()
 
 
+class _ReturnsNone(nn.Module):
+    def forward(self, x: torch.Tensor) -> None:
+        x.add(1)
+
+
+def build_returning_none() -> nn.Module:
+    return _ReturnsNone()
+
+
+class _OutOfMemory(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise MemoryError("Unable to allocate 93.1 GiB for an array")
+
+
+def build_out_of_memory() -> nn.Module:
+    return _OutOfMemory()
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -87,6 +106,20 @@ def build_raising() -> nn.Module:
         (("compare", FACTORY, "--input-shape", SHAPE, "--min-cosine", "2"), "--min-cosine"),
         (("compare", FACTORY, "--input-shape", SHAPE, "--memory-limit", "lots"), "--memory-limit"),
         (("compare", "tests.cli.test_app:build_raising", "--input-shape", SHAPE), "this model is broken"),
+        (
+            ("compare", "tests.cli.test_app:build_returning_none", "--input-shape", SHAPE),
+            "tests.cli.test_app:build_returning_none: the model's forward returned no tensor",
+        ),
+        (
+            ("compare", "tests.cli.test_app:build_returning_none", "--input-shape", SHAPE, "--backends", "onnxruntime"),
+            "tests.cli.test_app:build_returning_none: the torchscript exporter wrote an ONNX graph trtdiff cannot use",
+        ),
+        (
+            ("compare", "tests.cli.test_app:build_out_of_memory", "--input-shape", SHAPE),
+            "PyTorch ran out of memory running the model (Unable to allocate 93.1 GiB for an array); give "
+            "--input-shape a smaller shape",
+        ),
+        (("compare", FACTORY, "--input-shape", "1x3x1000000x1000000"), "of memory is available here"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: tuple[str, ...], expected: str) -> None:
@@ -174,7 +207,80 @@ def test_a_torchscript_interpreter_failure_shows_its_cause(tmp_path: Path) -> No
     code, _, stderr = _run("compare", str(path), "--input-shape", "1x8")
     line = _one_error_line(stderr)
     assert code == 2 and "Expected 3D (unbatched) or 4D (batched) input to conv2d" in line
-    assert "TorchScript interpreter" not in line
+    assert "TorchScript interpreter" not in line and line.startswith(f"Error: {path}: the model's forward raised")
+
+
+class _Slow(nn.Module):
+    """Hundreds of convolutions: long enough to be interrupted while PyTorch is being recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(32, 32, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(400):
+            x = self.conv(x)
+        return x
+
+
+def test_ctrl_c_while_recording_a_torchscript_archive_exits_130_and_leaves_nothing(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    path = tmp_path / "slow.pt"
+    torch.jit.save(torch.jit.script(_Slow().eval()), str(path))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    # A store of 1 KB spills the first recorded op to a trtdiff-store-* folder: recording has begun.
+    args = ["compare", str(path), "--input-shape", "1x32x64x64", "--memory-limit", "1KB"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trtdiff", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while not list(scratch.glob("trtdiff-store-*")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, process.communicate()
+    os.kill(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert stderr.strip() == "Interrupted." and "Traceback" not in stderr
+    assert not stdout.strip()
+    assert not list(scratch.glob("trtdiff-*"))
+
+
+def build_small() -> nn.Module:
+    torch.manual_seed(0)
+    return _Scripted().eval()
+
+
+def test_paths_that_are_not_utf8_are_written_and_named_as_the_shell_shows_them(tmp_path: Path) -> None:
+    import os
+
+    folder = os.fsencode(tmp_path)
+    missing, saved = (os.fsdecode(folder + name) for name in (b"/gone\xff.pt", b"/model\xfd.onnx"))
+    code, _, stderr = _run("compare", missing, "--input-shape", SHAPE)
+    assert code == 2 and "gone\\xff.pt: no such file" in _one_error_line(stderr)
+    # The TorchScript exporter's C++ writes only to UTF-8 paths: the file is written beside and moved.
+    code, stdout, _ = _run(
+        "compare", "tests.cli.test_app:build_small", "--input-shape", "1x3x8x8", "--save-onnx", saved
+    )
+    assert code == 0, stdout
+    assert [p.name for p in tmp_path.iterdir()] == [os.fsdecode(b"model\xfd.onnx")]
+    with open(saved, "rb") as file:
+        assert [i.name for i in onnx.load(file).graph.input] == ["x"]
+
+
+def test_help_is_true_one_spelling_for_sizes_and_no_sweep_where_it_is_refused() -> None:
+    for command in ("run", "build", "inspect"):
+        code, stdout, _ = _run(command, "--help")
+        assert code == 0 and "sweep" not in stdout.lower() and "N[,N...]" not in stdout, command
+    code, stdout, _ = _run("compare", "--help")
+    assert code == 0 and "a sweep" in stdout and "--sweep-precision" in stdout
+    assert "--size HxW" in stdout and "H,W" not in stdout  # as --input-shape writes 1x3x512x512
+    refused = CliRunner().invoke(main, ["build", FACTORY, "--input-shape", SHAPE, "--opset", "13,17"])
+    assert refused.exit_code == 2 and "--opset 13,17: one value here; sweeps are for compare" in refused.stderr
 
 
 # Non-finite values: NaN/Inf outputs fail the gate, and the report names where they first appear.

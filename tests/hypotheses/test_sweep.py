@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 from rich.console import Console
+from torch import nn
 
 from trtdiff.cli.app import main
 from trtdiff.errors import OptionError
@@ -111,3 +113,84 @@ def test_a_combination_with_nan_outputs_fails_and_names_where_they_come_from() -
     out = io.StringIO()
     render_sweep(result, Console(file=out, width=80, color_system=None))
     assert "NaN/Inf from /root/Sqrt (Sqrt)" in " ".join(out.getvalue().split())
+
+
+class _Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x))
+
+
+def test_a_combination_that_cannot_run_is_a_failing_row_and_the_rest_still_run(tmp_path: Path) -> None:
+    archive = tmp_path / "tiny.pt"
+    torch.jit.save(torch.jit.script(_Tiny().eval()), str(archive))
+    out = tmp_path / "sweep.json"
+    args = ["compare", str(archive), "--input-shape", "1x3x8x8", "--opset", "17,18", "--exporter", "torchscript,dynamo"]
+    result = CliRunner().invoke(main, [*args, "--json", str(out)])
+    assert result.exit_code == 1, result.output
+    rows = [
+        (e["opset"], e["exporter"], e["report"] is not None, e["skipped"], e["failed"])
+        for e in json.loads(out.read_text())["sweep"]
+    ]
+    reason = (
+        "--exporter dynamo: the dynamo exporter cannot read a TorchScript archive; use --exporter torchscript "
+        "(opsets 7-20), or give the eager model (a factory pkg.module:function) to use dynamo"
+    )
+    assert rows == [
+        (17, "torchscript", True, None, None),
+        (17, "dynamo", False, "the dynamo exporter writes opsets from 18", None),
+        (18, "torchscript", True, None, None),
+        (18, "dynamo", False, None, reason),
+    ]
+    # The reason folds over lines in its column, beside the other columns' dashes.
+    assert "FAILED  --exporter dynamo: the dynamo" in result.stdout and "TorchScript archive; use" in result.stdout
+    assert result.stdout.rstrip().splitlines()[-1] == "FAIL: these pass: 17/torchscript, 18/torchscript."
+
+
+def test_any_error_in_a_row_fails_that_row_but_an_interrupt_stops_the_sweep() -> None:
+    exports: list[str] = []
+
+    def progress(text: str) -> None:
+        if text.startswith("exporting"):
+            exports.append(text)
+            if len(exports) == 1:
+                raise ValueError("a progress display that broke")
+
+    result = sweep(_Tiny().eval(), opsets=[13, 17], input_shapes=["1x3x8x8"], progress=progress)
+    assert [(e.opset, e.failed) for e in result.entries] == [
+        (13, "internal error (ValueError: a progress display that broke)"),
+        (17, None),
+    ]
+    assert not result.passed and [e.opset for e in result.passing] == [17]
+
+    def interrupt(text: str) -> None:
+        if text.startswith("exporting"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep(_Tiny().eval(), opsets=[13, 17], input_shapes=["1x3x8x8"], progress=interrupt)
+
+
+def test_an_error_every_row_shares_is_bad_input_not_a_table(tmp_path: Path) -> None:
+    missing = CliRunner().invoke(main, ["compare", str(tmp_path / "missing.pt"), "--opset", "13,17"])
+    assert missing.exit_code == 2 and missing.stderr.startswith("Error: ") and "no such file" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1 and not missing.stdout
+    wrong = CliRunner().invoke(main, ["compare", FACTORY, "--input-shape", "1x4x32x32", "--opset", "13,17"])
+    assert wrong.exit_code == 2 and "forward raised" in wrong.stderr
+    kept = CliRunner().invoke(
+        main, ["compare", FACTORY, "--input-shape", SHAPE, "--opset", "13,17", "--save-onnx", str(tmp_path / "m.onnx")]
+    )
+    assert kept.exit_code == 2 and kept.stderr.startswith("Error: --save-onnx: ")
+
+
+def test_opsets_past_the_newest_any_exporter_writes_are_skipped() -> None:
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
+    assert why_not(newest, "dynamo") is None and why_not(newest, "auto") is None
+    assert why_not(newest + 1, "dynamo") == f"the dynamo exporter writes opsets 18-{newest}"
+    assert why_not(newest + 1, "auto") == f"no exporter writes it (TorchScript: opsets 7-20, dynamo: 18-{newest})"
+    assert why_not(6, "auto") is not None

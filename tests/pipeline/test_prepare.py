@@ -278,3 +278,38 @@ def test_onnx_feeds_refuse_a_shape_that_does_not_fit(two_inputs: Path, value: np
 def test_onnx_feeds_suggest_a_shape_for_a_dynamic_input(two_inputs: Path) -> None:
     with pytest.raises(InputError, match=r"which expects \?x3; use input_shapes b:1x3"):
         onnx_feeds(load_graph(two_inputs), {"a": A, "b": np.ones((1, 4), np.float32)})
+
+
+def _with_batch(onnx_file: Path, folder: Path, value: int) -> Path:
+    """The exported file with its input's first dimension written as `value` (as some writers do)."""
+    model = onnx.load(str(onnx_file))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = value
+    path = folder / f"batch{value}.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_dimension_written_as_minus_one_is_dynamic(net: Net, onnx_file: Path, tmp_path: Path) -> None:
+    import trtdiff
+
+    path = _with_batch(onnx_file, tmp_path, -1)
+    assert load_graph(path).tensor_type("x").shape == (None, 3, 8, 8)  # as ONNX Runtime reads it
+    report = trtdiff.compare(path, backends=["onnxruntime", "onnx-reference"])
+    assert report.passed and report.inputs == {"x": (1, 3, 8, 8)}
+    assert "dynamic dimensions set to 1 (give x a shape to choose): x:1x3x8x8" in report.notes
+    chosen = trtdiff.compare(net, onnx=str(path), input_shapes=["2x3x8x8"], backends=["torch", "onnxruntime"])
+    assert chosen.passed and chosen.inputs == {"x": (2, 3, 8, 8)}
+
+
+def test_a_dimension_written_as_zero_is_fed_an_empty_tensor(net: Net, onnx_file: Path, tmp_path: Path) -> None:
+    import trtdiff
+
+    path = _with_batch(onnx_file, tmp_path, 0)
+    report = trtdiff.compare(net, onnx=str(path), backends=["torch", "onnxruntime", "onnx-reference"])
+    assert report.passed and report.inputs == {"x": (0, 3, 8, 8)}
+    assert [layer.shape[0] for layer in report.layers] == [0] * len(report.layers) and report.layers
+    assert all(m.max_abs == 0 and m.cosine == 1 for layer in report.layers for m in layer.pairs.values())
+    assert report.segmentation is None  # an empty output has no pixels to score
+    assert any(note.startswith("empty input x:0x3x8x8: the file writes a 0 dimension") for note in report.notes)
+    with pytest.raises(InputError, match="which expects 0x3x8x8; drop input_shapes for it to feed the empty input"):
+        trtdiff.compare(net, onnx=str(path), input_shapes=["1x3x8x8"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -162,3 +163,83 @@ def test_export_of_a_model_that_fails_raises_export_error(feeds: dict[str, np.nd
 
     with pytest.raises(ExportError, match="torchscript"):
         export_onnx(from_module(_Broken()), feeds, opset=13, exporter="torchscript", path=tmp_path / "b.onnx")
+
+
+class _RmsNorm(nn.Module):
+    """The TorchScript exporter has no rms_norm; the dynamo exporter has."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.rms_norm(x, (x.shape[-1],))
+
+
+class _DataDependent(nn.Module):
+    """torch.export cannot branch on a value; tracing (the TorchScript exporter) can."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+class _Eigh(nn.Module):
+    """Neither exporter has an ONNX form of eigh."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.eigh(x @ x.transpose(-1, -2))[0]
+
+
+def _export_error(model: nn.Module, opset: int, exporter: str, path: Path) -> str:
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 2, 4, 4)).astype(np.float32)}
+    with pytest.raises(ExportError) as caught:
+        export_onnx(from_module(model), feeds, opset=opset, exporter=exporter, path=path)
+    assert not path.exists()
+    return caught.value.render(lambda name: f"--{name}")
+
+
+def test_advice_after_a_failed_export_was_tried_and_works(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    message = _export_error(_RmsNorm(), 17, "torchscript", tmp_path / "rms.onnx")
+    assert message == (
+        "the torchscript exporter has no ONNX form of aten::rms_norm at opset 17; --exporter dynamo at --opset 18 "
+        "exports it"
+    )
+    feeds = {"x": np.ones((1, 2, 4, 4), np.float32)}
+    export_onnx(from_module(_RmsNorm()), feeds, opset=18, exporter="dynamo", path=tmp_path / "rms18.onnx")
+    message = _export_error(_DataDependent(), 18, "dynamo", tmp_path / "dd.onnx")
+    assert message.startswith("ONNX export with the dynamo exporter at opset 18 failed: Could not guard on data-")
+    branch = inspect.getsourcelines(_DataDependent.forward)[1] + 1  # the user's line that torch.export refused
+    assert message.endswith(f"(at test_export.py:{branch}); --exporter torchscript at --opset 18 exports it")
+    captured = capfd.readouterr()  # the exporters print graphs and banners from C++: none reach the terminal
+    assert captured.out == "" and captured.err == ""
+
+
+def test_advice_never_loops_between_exporters(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    for exporter, opset, other in (("torchscript", 17, "dynamo"), ("dynamo", 18, "torchscript")):
+        message = _export_error(_Eigh(), opset, exporter, tmp_path / "eigh.onnx")
+        assert "\n" not in message and "exports it" not in message
+        assert f"the {other} exporter at opset 18 fails too (no ONNX form of aten" in message
+        assert message.endswith("change that part of the model")
+    captured = capfd.readouterr()
+    assert "Torch IR graph" not in captured.out + captured.err
+
+
+def test_out_of_range_opsets_name_the_range_each_exporter_writes(
+    loaded: LoadedModel, traced: LoadedModel, feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    newest = onnx.defs.onnx_opset_version()
+    cases = [
+        (
+            loaded,
+            99,
+            "auto",
+            f"no exporter writes it: the TorchScript exporter writes opsets 7-20, the dynamo exporter 18-{newest}",
+        ),
+        (loaded, 21, "torchscript", f"writes opsets 7-20; use exporter dynamo (opsets 18-{newest})"),
+        (traced, 99, "auto", "a TorchScript archive is exported by the TorchScript exporter, which writes opsets 7-20"),
+        (traced, 18, "dynamo", "the dynamo exporter cannot read a TorchScript archive; use exporter torchscript"),
+    ]
+    for model, opset, exporter, expected in cases:
+        with pytest.raises(OptionError) as caught:
+            export_onnx(model, feeds, opset=opset, exporter=exporter, path=tmp_path / "x.onnx")
+        assert expected in str(caught.value)
+        if model is traced:
+            assert "use exporter dynamo" not in str(caught.value)

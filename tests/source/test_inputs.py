@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trtdiff.errors import InputError, OptionError
-from trtdiff.source.inputs import load_input_file, make_inputs, parse_input_shape
+from trtdiff.source.inputs import available_memory, check_memory, load_input_file, make_inputs, parse_input_shape
 
 
 @pytest.mark.parametrize(
@@ -172,3 +172,20 @@ def test_pt_file_with_pickled_object_is_refused(tmp_path: Path) -> None:
     torch.save(torch.nn.ReLU(), tmp_path / "in.pt")
     with pytest.raises(InputError, match=r"cannot read it as a torch\.save file"):
         load_input_file(tmp_path / "in.pt")
+
+
+def test_a_shape_too_big_for_memory_is_refused_before_any_work() -> None:
+    shape = (1, 3, 2048, 2048)  # the README's demo size: 48 MiB, three times over
+    given = {"x": (("input_shapes", "1x3x2048x2048"), shape, np.dtype(np.float32))}
+    check_memory(given, available=24 << 30)
+    with pytest.raises(InputError) as caught:
+        check_memory(given, available=100 << 20)
+    assert caught.value.parameter == "input_shapes" and caught.value.value == "1x3x2048x2048"
+    assert str(caught.value) == (
+        "input_shapes 1x3x2048x2048: input 'x' takes 48.0 MiB, and a comparison holds its inputs at least 3 "
+        "times (144.0 MiB), but 100.0 MiB of memory is available here; give a smaller shape"
+    )
+    available = available_memory()
+    assert available is not None and available > 0  # read from /proc/meminfo (and the cgroup) here
+    with pytest.raises(InputError, match="of memory is available here"):  # 12 TB: refused, never allocated
+        make_inputs(["x"], shapes=["1x3x1000000x1000000"])

@@ -334,3 +334,31 @@ def test_from_module(image: torch.Tensor) -> None:
     assert program.kind == "exported_program" and program.input_names == ("input",)
     with pytest.raises(ModelLoadError, match="not a model"):
         from_module(42)
+
+
+def _not_utf8(folder: Path, name: bytes) -> Path:
+    """A path whose name holds a byte that is not UTF-8, as the command line hands it over."""
+    import os
+
+    return Path(os.fsdecode(os.fsencode(folder) + b"/" + name))
+
+
+def test_paths_that_are_not_utf8_are_read_as_they_are(tmp_path: Path, image: torch.Tensor) -> None:
+    from trtdiff.source.loading import utf8_path
+
+    model = tiny()
+    archive, program, weights, onnx_file = (
+        _not_utf8(tmp_path, name) for name in (b"m\xff.pt", b"m\xfe.pt2", b"w\xfd.pt", b"m\xfc.onnx")
+    )
+    assert not utf8_path(archive) and utf8_path(tmp_path / "model.pt")
+    with archive.open("wb") as file:  # torch's C++ writers take only UTF-8 paths: hand them a file
+        torch.jit.save(torch.jit.trace(model, image), file)
+    with program.open("wb") as file:
+        torch.export.save(torch.export.export(model, (image,)), file)
+    torch.save(model, str(weights))
+    write_onnx(onnx_file)
+    for path in (archive, program):
+        check_same_output(load_model(str(path)), model, image)
+    check_same_output(load_model(str(weights), trust=True), model, image)
+    loaded = load_model(str(onnx_file))
+    assert loaded.kind == "onnx" and loaded.notes == ()  # the checker reads it too: no false finding

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trtdiff.pairing.shapes import view_compatible
+from trtdiff.pairing.views import view_compatible
 from trtdiff.report import PairMetrics, Reason, Thresholds
 from trtdiff.source.inputs import non_finite_counts
 

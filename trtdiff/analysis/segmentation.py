@@ -183,7 +183,7 @@ def _nanmean(values: np.ndarray) -> float:
 
 def segmentation_output(shape: Sequence[int]) -> bool:
     """Whether an output of this shape is per-pixel class scores (N, C, H, W) with C > 1."""
-    return len(shape) == 4 and shape[1] > 1
+    return len(shape) == 4 and shape[1] > 1 and 0 not in shape  # an empty output has no pixels
 
 
 class SegmentationTally:

@@ -6,6 +6,7 @@ compared; the CPU provider is the default because it is the numerically plainest
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from trtdiff.source.onnx_graph import GraphInfo
 
 
+_ORT_FATAL = 4  # ONNX Runtime's log severity: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
 # Protobuf cannot serialize a message of 2 GB or more; a margin below it for the exposed outputs.
 PROTOBUF_LIMIT = (1 << 31) - (64 << 20)
 
@@ -48,7 +50,9 @@ class OnnxRuntimeBackend:
         self._exposed_set = frozenset(self._output_of)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.log_severity_level = 3
+        # ONNX Runtime logs each failure to stderr and raises it too: only the raised one is reported (one line).
+        ort.set_default_logger_severity(_ORT_FATAL)
+        options.log_severity_level = _ORT_FATAL
         try:
             self._session = ort.InferenceSession(self._session_source(model), options, providers=[provider])
         except Exception as error:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
@@ -108,9 +112,17 @@ def _ort_feeds(feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
     return converted
 
 
+_SOURCE_CHECK = re.compile(r"\S*onnxruntime_src/\S+:\d+ .*? was false\. ")
+
+
 def _ort_message(error: BaseException, graph: GraphInfo) -> str:
-    """ORT's first line, plus the node and op type when an unsupported op is the cause."""
+    """ORT's first line, plus the node and op type when an unsupported op is the cause.
+
+    The C++ source location and the check that failed ("/onnxruntime_src/...h:84 Helper(...)
+    size != 0 ... was false.") are dropped: the sentence after them says what was wrong.
+    """
     text = first_line(error, limit=10_000) or type(error).__name__
+    text = _SOURCE_CHECK.sub("", text)
     for node in graph.nodes:
         if node.domain not in ("", "ai.onnx") and node.op_type in text:
             return (

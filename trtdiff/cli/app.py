@@ -1,7 +1,8 @@
 """The `trtdiff` command: parse options into typed values and make one library call.
 
-Every TrtdiffError becomes one line and exit code 2 here, in `_Cli.invoke`, and nowhere
-else; `--debug` shows the traceback instead. The library names its parameters
+Every TrtdiffError (and a MemoryError: the machine's limit, not a bug) becomes one line and
+exit code 2 here, in `_Cli.invoke`, and nowhere else; `--debug` shows the traceback too; an
+interrupt is one line and exit code 130. The library names its parameters
 (`input_shapes`); `flag_for` maps each to the flag that sets it (`--input-shape`), in one place.
 """
 
@@ -32,20 +33,41 @@ class _Cli(cloup.Group):
         except TrtdiffError as error:
             if _debug(ctx):
                 traceback.print_exc()
-            click.echo(f"Error: {error.render(flag_for)}", err=True)
+            click.echo(f"Error: {printable(error.render(flag_for))}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
             ctx.exit(130)
+        except MemoryError as error:  # the machine, not trtdiff: inputs or a model larger than this memory
+            if _debug(ctx):
+                traceback.print_exc()
+            click.echo(
+                f"Error: out of memory ({printable(str(error)) or 'MemoryError'}); give smaller inputs with "
+                f"--input-shape, a lower --memory-limit, or run on a machine with more memory",
+                err=True,
+            )
+            ctx.exit(EXIT_BAD_INPUT)
         except Exception as error:  # noqa: BLE001 - a bug in trtdiff: still one line unless --debug
             if _debug(ctx):
                 traceback.print_exc()
             click.echo(
-                f"Error: internal error ({type(error).__name__}: {error}); rerun with --debug and report it", err=True
+                f"Error: internal error ({type(error).__name__}: {printable(str(error))}); "
+                "rerun with --debug and report it",
+                err=True,
             )
             ctx.exit(EXIT_INTERNAL)
+
+
+def printable(text: str) -> str:
+    """`text` with the bytes of a path that is not UTF-8 written as \\xNN (as the shell shows them), one line."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that stands for no byte
+        raw = text.encode("utf-8", "backslashreplace")
+    lines = raw.decode("utf-8", "backslashreplace").splitlines()
+    return lines[0] if lines else ""
 
 
 def flag_for(parameter: str) -> str:
@@ -87,12 +109,7 @@ model_options = cloup.option_group(
                  help="Allow loading a pickled nn.Module (torch.save(model)): unpickling runs code from the file."),
 )
 
-export_options = cloup.option_group(
-    "Export",
-    cloup.option("--opset", default=None, metavar="N[,N...]",
-                 help="ONNX opset to export at (default 17); several (e.g. 11,13,17) compare each: a sweep."),
-    cloup.option("--exporter", default="auto", show_default=True, metavar="NAME[,NAME...]",
-                 help="auto (TorchScript below opset 18, dynamo from 18), torchscript or dynamo; several: a sweep."),
+_export_files = (
     cloup.option("--onnx", type=click.Path(dir_okay=False), default=None,
                  help="Use this ONNX file (e.g. after onnxsim) instead of exporting one."),
     cloup.option("--save-onnx", type=click.Path(dir_okay=False), default=None, help="Keep the exported ONNX file."),
@@ -100,9 +117,24 @@ export_options = cloup.option_group(
                  help="Also compare the ONNX file after onnxslim, side by side (the simplify extra)."),
     cloup.option("--force", is_flag=True, help="Let --save-onnx / --save-engine overwrite an existing file."),
 )
+_EXPORTER_HELP = "auto (TorchScript below opset 18, dynamo from 18), torchscript or dynamo"
+# compare sweeps lists of opsets and exporters; run, build and inspect take one of each.
+export_options = cloup.option_group(
+    "Export",
+    cloup.option("--opset", default=None, metavar="N[,N...]",
+                 help="ONNX opset to export at (default 17); several (e.g. 11,13,17) compare each: a sweep."),
+    cloup.option("--exporter", default="auto", show_default=True, metavar="NAME[,NAME...]",
+                 help=f"{_EXPORTER_HELP}; several: a sweep."),
+    *_export_files,
+)
+export_options_single = cloup.option_group(
+    "Export",
+    cloup.option("--opset", default=None, metavar="N", help="ONNX opset to export at (default 17)."),
+    cloup.option("--exporter", default="auto", show_default=True, metavar="NAME", help=f"{_EXPORTER_HELP}."),
+    *_export_files,
+)
 
-tensorrt_options = cloup.option_group(
-    "TensorRT",
+_tensorrt_settings = (
     cloup.option("--trt-outputs", "outputs", type=click.Choice(["all", "unfused", "none"]), default="all",
                  show_default=True, help="all: mark every layer output (disables fusion); unfused: keep fusion, read "
                  "surviving tensors as debug tensors; none: final outputs only."),
@@ -121,12 +153,18 @@ tensorrt_options = cloup.option_group(
     cloup.option("--trt-mark-budget", "mark_budget_bytes", default=None, metavar="SIZE",
                  help="Device memory the marked tensors of one engine may take (default: half the GPU's free "
                       "memory); over it, one engine per slice of the graph."),
-    cloup.option("--sweep-precision", default=None, metavar="LIST",
-                 help="Compare TensorRT at each precision: fp32 (TF32 off), tf32, fp16, e.g. fp32,tf32: a sweep."),
     cloup.option("--engine-cache", type=click.Path(file_okay=False), default=None,
                  help="Folder of cached engines and the timing cache."),
     cloup.option("--save-engine", type=click.Path(dir_okay=False), default=None, help="Write the TensorRT engine."),
 )
+# run and build make one engine: only compare sweeps precisions.
+tensorrt_options = cloup.option_group(
+    "TensorRT",
+    *_tensorrt_settings,
+    cloup.option("--sweep-precision", default=None, metavar="LIST",
+                 help="Compare TensorRT at each precision: fp32 (TF32 off), tf32, fp16, e.g. fp32,tf32: a sweep."),
+)
+tensorrt_options_single = cloup.option_group("TensorRT", *_tensorrt_settings)
 
 ort_provider_option = cloup.option("--ort-provider", default="CPUExecutionProvider", show_default=True,
                                    help="ONNX Runtime execution provider.")
@@ -169,7 +207,8 @@ gate_options = cloup.option_group(
     cloup.option("--num-samples", type=int, default=None, help="Gate N seeded random inputs (of --input-shape)."),
     cloup.option("--mean", default=None, help="Per-channel mean for images, e.g. 0.485,0.456,0.406."),
     cloup.option("--std", default=None, help="Per-channel std for images, e.g. 0.229,0.224,0.225."),
-    cloup.option("--size", default=None, metavar="H,W", help="Resize images (bilinear) and masks (nearest) to H,W."),
+    cloup.option("--size", default=None, metavar="HxW",
+                 help="Resize images (bilinear) and masks (nearest) to this size, e.g. 512x1024."),
     cloup.option("--ignore-index", type=int, default=None, help="Label value that mIoU ignores (e.g. 255)."),
     cloup.option("--min-miou", type=float, default=None,
                  help="Fail below this mIoU: against --labels when given, else agreement with the reference's argmax."),
@@ -214,6 +253,10 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @debug_option
 def main() -> None:
     """Find the first layer whose numbers change between PyTorch, ONNX Runtime and TensorRT, and why."""
+    for stream in (sys.stdout, sys.stderr):  # a path that is not UTF-8 is shown escaped, never a crash
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
 
 
 @main.command()
@@ -253,8 +296,8 @@ def compare(**options: Any) -> None:
     ort_provider_option,
 )
 @model_options
-@export_options
-@tensorrt_options
+@export_options_single
+@tensorrt_options_single
 @debug_option
 def run(**options: Any) -> None:
     """Run one ONNX backend and record every tensor it produced, for `compare --load`.
@@ -274,8 +317,8 @@ def run(**options: Any) -> None:
 @main.command()
 @cloup.argument("model")
 @model_options
-@export_options
-@tensorrt_options
+@export_options_single
+@tensorrt_options_single
 @cloup.option(
     "--json",
     type=click.Path(dir_okay=False),
@@ -298,7 +341,7 @@ def build(**options: Any) -> None:
 @main.command()
 @cloup.argument("model")
 @model_options
-@export_options
+@export_options_single
 @cloup.option_group(
     "Reports",
     cloup.option("--json", type=click.Path(dir_okay=False), default=None, help="Write the inspection as JSON here."),

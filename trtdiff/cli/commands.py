@@ -66,6 +66,7 @@ def _sweep_command(
     """Compare at each opset and exporter; one table; the JSON holds every report."""
     from rich.console import Console
 
+    from trtdiff.cli.app import flag_for
     from trtdiff.hypotheses.sweep import sweep
     from trtdiff.render.sweep_text import render_sweep
 
@@ -74,7 +75,6 @@ def _sweep_command(
         raise OptionError(
             "writes one comparison's report; a sweep writes JSON (one report per combination)", parameter=others[0]
         )
-    from trtdiff.cli.app import flag_for
 
     with progress_display(quiet) as progress:
         result = sweep(

@@ -52,7 +52,7 @@ def run_demo(
     """Sweep the example over `opsets`; True when each result is the one the demo expects.
 
     `show_all` also prints every failing opset's full layer table; `name_of` writes the
-    parameters inspect's advice names (the CLI passes its flags).
+    parameters that inspect's advice and failing rows name (the CLI passes its flags).
     """
     from trtdiff.hypotheses.inspect import inspect_model
     from trtdiff.render.terminal import render_terminal

@@ -70,7 +70,8 @@ def _input_shapes(graph: GraphInfo) -> dict[str, str]:
     values = [v for v in graph.model.graph.input if v.name in graph.graph_inputs and v.type.HasField("tensor_type")]
     dims = {
         v.name: [
-            str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in v.type.tensor_type.shape.dim
+            str(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else d.dim_param or "?"
+            for d in v.type.tensor_type.shape.dim
         ]
         for v in values
     }

@@ -3,7 +3,11 @@
 The thread's advice ("raise the opset to 13", "lower it to 11", "try the dynamo exporter")
 becomes a table: each combination that can exist is compared with the same options, and
 the sweep fails when any of them does. Combinations no exporter can write are listed as
-skipped, with the reason.
+skipped, with the reason. A combination that fails (an export that breaks, an exporter
+that cannot take this model, a backend that refuses the file) is a failing row with its
+one-line reason, and the other rows still run. Only an error that cannot be the
+combination's (the model, the inputs, an option that is not an axis) and that every row
+hit alike stops the sweep, as bad input.
 """
 
 from __future__ import annotations
@@ -15,11 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtdiff.errors import ExportError, OptionError
+from trtdiff.errors import (
+    InputError,
+    ModelLoadError,
+    ModelRunError,
+    OptionError,
+    TrtdiffError,
+    describe_error,
+)
 from trtdiff.options import CompareOptions
 from trtdiff.report import Report
 from trtdiff.report.serialization import from_jsonable, to_jsonable
-from trtdiff.source.export import DYNAMO_NATIVE_OPSET, TORCHSCRIPT_MAX_OPSET, TORCHSCRIPT_MIN_OPSET
+from trtdiff.source.export import DYNAMO_NATIVE_OPSET, TORCHSCRIPT_MAX_OPSET, TORCHSCRIPT_MIN_OPSET, dynamo_max_opset
 
 if TYPE_CHECKING:
     import torch
@@ -31,8 +42,8 @@ if TYPE_CHECKING:
 class SweepEntry:
     """One combination: the opset and exporter asked for, and its report.
 
-    `skipped` says why no exporter writes the combination; `failed` why its export failed
-    (a failing combination, as a divergence is).
+    `skipped` says why no exporter writes the combination; `failed` why comparing it failed
+    (its export, its exporter, a backend: a failing combination, as a divergence is).
     """
 
     opset: int
@@ -86,13 +97,20 @@ def sweep(
     """Compare `model` at each opset with each exporter (every combination that can exist).
 
     `precisions` adds TensorRT precision as an axis: "fp32" (TF32 off), "tf32", "fp16".
-    `name_of` writes the parameters the culprits' advice names, as for `compare`.
+    `name_of` writes the parameters the culprits' advice and a failing row's reason name (the CLI passes its flags).
     """
     options = (options or CompareOptions()).with_fields(**fields)
     if not opsets:
         raise OptionError("give at least one opset", parameter="opset")
     if options.export.onnx is not None:
         raise OptionError("a given ONNX file has one opset; drop it to sweep opsets and exporters", parameter="onnx")
+    for parameter in ("save_onnx", "save_engine"):
+        if getattr(options.export, parameter, None) or getattr(options.runtime, parameter, None):
+            raise OptionError(
+                "keeps one comparison's file; a sweep makes one per combination: drop it, or compare the "
+                "combination you want to keep on its own",
+                parameter=parameter,
+            )
     unknown = [p for p in precisions if p not in PRECISION_AXIS]
     if unknown:
         raise OptionError(
@@ -100,12 +118,35 @@ def sweep(
             parameter="sweep_precision",
             value=",".join(precisions),
         )
-    entries = []
+    entries: list[SweepEntry] = []
+    errors: list[Exception] = []
     for opset in opsets:
         for exporter in exporters:
             for precision in precisions or (None,):
-                entries.append(_entry(model, options, opset, exporter, precision, progress, name_of))
+                entry, error = _entry(model, options, opset, exporter, precision, progress, name_of)
+                entries.append(entry)
+                errors += [error] if error is not None else []
+    _raise_shared_input_error(entries, errors)
     return Sweep(tuple(entries))
+
+
+_AXES = frozenset({"opset", "exporter", "sweep_precision", "precision", "tf32"})
+
+
+def _raise_shared_input_error(entries: Sequence[SweepEntry], errors: Sequence[Exception]) -> None:
+    """Raise the error every row that ran hit, when it is about the model, inputs or options, not the combination.
+
+    A missing model file or a forward that fails fails every combination alike: that is bad
+    input (one line, exit code 2 on the command line), not a table of identical rows.
+    """
+    ran = [e for e in entries if e.skipped is None]
+    if not errors or len(errors) != len(ran) or len({str(error) for error in errors}) != 1:
+        return
+    error = errors[0]
+    if isinstance(error, (ModelLoadError, InputError, ModelRunError)) or (
+        isinstance(error, OptionError) and error.parameter not in _AXES
+    ):
+        raise error
 
 
 PRECISION_AXIS = ("fp32", "tf32", "fp16")
@@ -118,14 +159,17 @@ def _entry(
     exporter: str,
     precision: str | None,
     progress: Progress | None,
-    name_of: Callable[[str], str] = str,
-) -> SweepEntry:
-    """One combination compared, or why it was skipped or failed to export."""
+    name_of: Callable[[str], str],
+) -> tuple[SweepEntry, Exception | None]:
+    """One combination compared, or why it was skipped or failed (and the error it failed with).
+
+    Any error fails the row and the sweep goes on; an interrupt (not an Exception) stops it.
+    """
     from trtdiff.api import compare
 
     reason = why_not(opset, exporter)
     if reason is not None:
-        return SweepEntry(opset, exporter, skipped=reason, precision=precision)
+        return SweepEntry(opset, exporter, skipped=reason, precision=precision), None
     export = dataclasses.replace(options.export, opset=opset, exporter=exporter)  # type: ignore[arg-type]
     runtime = options.runtime
     if precision is not None:
@@ -134,15 +178,23 @@ def _entry(
     try:
         options = dataclasses.replace(options, export=export, runtime=runtime)
         report = compare(model, options, progress=progress, name_of=name_of)
-    except ExportError as error:
-        return SweepEntry(opset, exporter, failed=str(error), precision=precision)
-    return SweepEntry(opset, exporter, report=report, precision=precision)
+    except TrtdiffError as error:
+        return SweepEntry(opset, exporter, failed=error.render(name_of), precision=precision), error
+    except Exception as error:  # noqa: BLE001 -- a bug in trtdiff or a library: this row fails, the others run
+        failed = f"internal error ({describe_error(error)})"
+        return SweepEntry(opset, exporter, failed=failed, precision=precision), error
+    return SweepEntry(opset, exporter, report=report, precision=precision), None
 
 
 def why_not(opset: int, exporter: str) -> str | None:
     """Why no exporter writes this combination, or None when one can."""
     if exporter == "dynamo" and opset < DYNAMO_NATIVE_OPSET:
         return f"the dynamo exporter writes opsets from {DYNAMO_NATIVE_OPSET}"
+    script, dynamo = f"{TORCHSCRIPT_MIN_OPSET}-{TORCHSCRIPT_MAX_OPSET}", f"{DYNAMO_NATIVE_OPSET}-{dynamo_max_opset()}"
+    if exporter == "dynamo" and opset > dynamo_max_opset():
+        return f"the dynamo exporter writes opsets {dynamo}"
+    if exporter == "auto" and not TORCHSCRIPT_MIN_OPSET <= opset <= dynamo_max_opset():
+        return f"no exporter writes it (TorchScript: opsets {script}, dynamo: {dynamo})"
     if exporter == "torchscript" and not TORCHSCRIPT_MIN_OPSET <= opset <= TORCHSCRIPT_MAX_OPSET:
-        return f"the TorchScript exporter writes opsets {TORCHSCRIPT_MIN_OPSET}-{TORCHSCRIPT_MAX_OPSET}"
+        return f"the TorchScript exporter writes opsets {script}"
     return None

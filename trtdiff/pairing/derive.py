@@ -33,7 +33,7 @@ import torch
 
 from trtdiff.backends.pytorch.capture import DERIVED_PREFIX, TorchCapture, register_derived
 from trtdiff.pairing.evaluate import NodeEvaluator
-from trtdiff.pairing.shapes import view_compatible
+from trtdiff.pairing.views import view_compatible
 from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, TensorType
 
 VOUCH_RTOL = 1e-4

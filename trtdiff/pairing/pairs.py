@@ -45,7 +45,7 @@ from trtdiff.pairing.align import certain_pairs, segments
 from trtdiff.pairing.composite import pair_composites
 from trtdiff.pairing.derive import Derivation, derive, evaluate
 from trtdiff.pairing.kinds import computed_from_inputs, onnx_kinds, record_kind
-from trtdiff.pairing.shapes import view_compatible
+from trtdiff.pairing.views import view_compatible
 from trtdiff.report import PairingMethod
 from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, TensorType, node_module
 

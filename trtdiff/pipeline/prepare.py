@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtdiff.backends.registry import choose_backends, open_backends
-from trtdiff.errors import InputError, OptionError, param
+from trtdiff.errors import ExportError, InputError, ModelRunError, OnnxFileError, OptionError, param
 from trtdiff.options import DEFAULT_OPSET, CompareOptions, ExportOptions, LoadOptions
 from trtdiff.source.inputs import make_inputs
 from trtdiff.source.loading import LoadedModel, from_module, load_model
@@ -113,7 +113,7 @@ def prepare(
     if capture is not None and "torch" in backends and source.loaded.module is not None:
         say("running PyTorch, recording every op")
         with timed(timings, "torch"):
-            recorded = capture(source.loaded.module, source.feeds)
+            recorded = _recorded(capture, source)
         notes += recorded.notes
     with tempfile.TemporaryDirectory(prefix="trtdiff-") as tmp:
         say("exporting to ONNX" if source.given_graph is None else "reading the ONNX file")
@@ -140,6 +140,21 @@ def prepare(
             engine_path=engine_path,
             notes=(*notes, *opened.notes),
         )
+
+
+def _recorded(capture: Capture, source: Source) -> TorchCapture:
+    """The PyTorch reference; a forward that fails or returns no tensor is named with the model it is."""
+    assert source.loaded.module is not None
+    try:
+        recorded = capture(source.loaded.module, source.feeds)
+    except ModelRunError as error:
+        raise ModelRunError(f"{source.loaded.source}: {error.template}") from error
+    if not recorded.output_keys:
+        raise ModelRunError(
+            f"{source.loaded.source}: the model's forward returned no tensor (None, or no tensor among what it "
+            "returns); trtdiff compares the tensors a model returns: return its outputs"
+        )
+    return recorded
 
 
 def load_source(
@@ -169,39 +184,60 @@ def load_source(
         values = list(first_feeds.values())
         feeds = dict(zip(names, values, strict=True)) if len(names) == len(values) else dict(first_feeds)
         return Source(loaded, given, feeds, tuple(names), dtypes)
-    shapes, notes = list(options.input_shapes), list(loaded.notes)
+    notes = list(loaded.notes)
+    derived: dict[str, tuple[int, ...]] = {}
     if given is not None and not options.input_files:
-        derived, dynamic = _file_shapes(given, shapes)
-        shapes += derived
-        if dynamic:
-            notes.append(
-                f"dynamic dimensions set to 1 (give {', '.join(dynamic)} a shape to choose): " + ", ".join(derived)
-            )
-    feeds = make_inputs(list(names), shapes=shapes, files=list(options.input_files), seed=options.seed, dtypes=dtypes)
+        derived = _file_shapes(given, options.input_shapes)
+        notes += _file_shape_notes(given, derived)
+    feeds = make_inputs(
+        list(names),
+        shapes=list(options.input_shapes),
+        files=list(options.input_files),
+        seed=options.seed,
+        dtypes=dtypes,
+        file_shapes=derived,
+    )
     return Source(loaded, given, feeds, tuple(names), dtypes, tuple(notes))
 
 
-def _file_shapes(graph: GraphInfo, given: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Shapes for the inputs `given` does not name, read from the ONNX file (dynamic dimensions 1).
+def _file_shapes(graph: GraphInfo, given: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Shapes for the inputs `given` does not name, read from the ONNX file (dynamic dimensions 1, empty ones 0).
 
-    Returns the shapes and the inputs that had a dynamic dimension. Positional shapes (no
-    name) leave the file's shapes unused; an input of unknown rank gets none.
+    Positional shapes (no name) leave the file's shapes unused; an input of unknown rank gets none.
     """
     from trtdiff.source.inputs import parse_input_shape
 
     named = [parse_input_shape(text)[0] for text in given]
     if given and None in named:
-        return [], []
-    shapes, dynamic = [], []
+        return {}
+    shapes = {}
     for name in graph.graph_inputs:
         shape = graph.tensor_type(name).shape
-        if name in named or shape is None:
-            continue
-        if any(d is None or d <= 0 for d in shape):
-            dynamic.append(name)
-        dims = "x".join(str(d) if d is not None and d > 0 else "1" for d in shape)
-        shapes.append(f"{name}:{dims or 'scalar'}")
-    return shapes, dynamic
+        if name not in named and shape is not None:
+            shapes[name] = tuple(1 if d is None else d for d in shape)
+    return shapes
+
+
+def _file_shape_notes(graph: GraphInfo, derived: Mapping[str, tuple[int, ...]]) -> list[str]:
+    """What was chosen for the file's dynamic dimensions, and which inputs the file declares empty."""
+
+    def written(name: str) -> str:
+        return f"{name}:{'x'.join(map(str, derived[name])) or 'scalar'}"
+
+    dynamic = [n for n in derived if any(d is None for d in graph.tensor_type(n).shape or ())]
+    empty = [n for n in derived if 0 in derived[n]]
+    notes = []
+    if dynamic:
+        notes.append(
+            f"dynamic dimensions set to 1 (give {', '.join(dynamic)} a shape to choose): "
+            + ", ".join(written(n) for n in derived)
+        )
+    if empty:
+        notes.append(
+            f"empty input {', '.join(written(n) for n in empty)}: the file writes a 0 dimension, so the tensors "
+            "computed from it are empty and compare exactly"
+        )
+    return notes
 
 
 def onnx_graph_for(
@@ -219,7 +255,14 @@ def onnx_graph_for(
     result = export_onnx(
         source.loaded, source.feeds, opset=opset or DEFAULT_OPSET, exporter=options.exporter, path=target
     )
-    return load_graph(result.path), result.exporter  # opset and exporter are the report's own fields
+    try:
+        return load_graph(result.path), result.exporter  # opset and exporter are the report's own fields
+    except OnnxFileError as error:  # the file is trtdiff's own export: the model is what to look at
+        raise ExportError(
+            f"{source.loaded.source}: the {result.exporter} exporter wrote an ONNX graph trtdiff cannot use "
+            f"({error.template.removeprefix(f'{result.path}: ').split(';')[0]}): does the model's forward return "
+            "a tensor computed from its inputs?"
+        ) from error
 
 
 def check_new_file(path: str | Path | None, force: bool, parameter: str) -> Path | None:
@@ -262,10 +305,12 @@ def onnx_feeds(graph: GraphInfo, feeds: Mapping[str, np.ndarray]) -> dict[str, n
         if not fits:
             want = "x".join("?" if d is None else str(d) for d in expected.shape)
             got = "x".join(map(str, value.shape))
-            raise InputError(
-                f"input {name}: shape {got} does not fit {graph.path.name}, which expects {want}; "
-                f"use {param('input_shapes')} {name}:{want.replace('?', '1')}"
+            fix = (
+                f"drop {param('input_shapes')} for it to feed the empty input the file declares"
+                if 0 in expected.shape
+                else f"use {param('input_shapes')} {name}:{want.replace('?', '1')}"
             )
+            raise InputError(f"input {name}: shape {got} does not fit {graph.path.name}, which expects {want}; {fix}")
     return named
 
 

@@ -44,9 +44,6 @@ def render_sweep(sweep: Sweep, console: Console) -> None:
                 style="dim",
             )
         )
-    for entry in sweep.entries:
-        if entry.failed:
-            console.print(Text(f"opset {entry.opset} ({entry.exporter}): {entry.failed}"))
     passing = ", ".join(
         f"{e.report.opset}/{e.report.exporter}" + (f"/{e.precision}" if e.precision else "")
         for e in sweep.passing
@@ -65,8 +62,8 @@ def render_sweep(sweep: Sweep, console: Console) -> None:
 def _row(entry: SweepEntry) -> list[str | Text]:
     report = entry.report
     if report is None:
-        label = Text("skipped", style="dim") if entry.skipped else Text("EXPORT FAILED", style="bold red")
-        return [str(entry.opset), entry.exporter, label, entry.skipped or "", "-", "-", "-"]
+        label = Text("skipped", style="dim") if entry.skipped else Text("FAILED", style="bold red")
+        return [str(entry.opset), entry.exporter, label, entry.skipped or entry.failed or "", "-", "-", "-"]
     output = _output_metrics(report)
     result = Text("PASS", style="green") if report.passed else Text("FAIL", style="bold red")
     return [

@@ -11,23 +11,23 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import re
+import shutil
+import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 import torch
 
-from trtdiff.errors import ExportError, OptionError, cause_line, param
+from trtdiff.errors import ExportError, OptionError, cause_line, interrupts_kept, param
 from trtdiff.options import EXPORTERS
+from trtdiff.source.loading import LoadedModel, utf8_path
 from trtdiff.source.onnx_graph import opset_of
-
-if TYPE_CHECKING:
-    from trtdiff.source.loading import LoadedModel
 
 DYNAMO_NATIVE_OPSET = 18
 TORCHSCRIPT_MAX_OPSET = 20
@@ -54,42 +54,109 @@ def choose_exporter(exporter: str, opset: int, loaded: LoadedModel) -> str:
     return "torchscript" if opset < DYNAMO_NATIVE_OPSET else "dynamo"
 
 
+def dynamo_max_opset() -> int:
+    """The newest opset the dynamo exporter writes: the newest the installed onnx package converts to."""
+    return int(onnx.defs.onnx_opset_version())
+
+
+def check_writable(opset: int, exporter: str, loaded: LoadedModel) -> None:
+    """Refuse, before any work, an opset or exporter that cannot write this model, naming what can."""
+    ts_range = f"{TORCHSCRIPT_MIN_OPSET}-{TORCHSCRIPT_MAX_OPSET}"
+    dynamo_range = f"{DYNAMO_NATIVE_OPSET}-{dynamo_max_opset()}"
+    ts_writes = TORCHSCRIPT_MIN_OPSET <= opset <= TORCHSCRIPT_MAX_OPSET
+    if loaded.kind == "torchscript":
+        if exporter == "dynamo":
+            raise OptionError(
+                f"the dynamo exporter cannot read a TorchScript archive; use {param('exporter')} torchscript "
+                f"(opsets {ts_range}), or give the eager model (a factory pkg.module:function) to use dynamo",
+                parameter="exporter",
+                value="dynamo",
+            )
+        if not ts_writes:
+            raise OptionError(
+                f"a TorchScript archive is exported by the TorchScript exporter, which writes opsets {ts_range}; "
+                "choose one of those",
+                parameter="opset",
+                value=opset,
+            )
+        return
+    if exporter == "torchscript" and not ts_writes:
+        other = (
+            f"use {param('exporter')} dynamo (opsets {dynamo_range})"
+            if TORCHSCRIPT_MAX_OPSET < opset <= dynamo_max_opset()
+            else f"choose one of those (ONNX Runtime and TensorRT read opsets from {TORCHSCRIPT_MIN_OPSET} on)"
+        )
+        raise OptionError(f"the TorchScript exporter writes opsets {ts_range}; {other}", parameter="opset", value=opset)
+    if opset > dynamo_max_opset() or opset < TORCHSCRIPT_MIN_OPSET:
+        raise OptionError(
+            f"no exporter writes it: the TorchScript exporter writes opsets {ts_range}, the dynamo exporter "
+            f"{dynamo_range} (ONNX Runtime and TensorRT read opsets from {TORCHSCRIPT_MIN_OPSET} on); "
+            "choose one of those",
+            parameter="opset",
+            value=opset,
+        )
+
+
 def export_onnx(
     loaded: LoadedModel, feeds: Mapping[str, np.ndarray], *, opset: int, exporter: str, path: Path
 ) -> ExportResult:
-    """Export `loaded` to `path` and check the opset that was written."""
+    """Export `loaded` to `path` and check the opset that was written.
+
+    A failure is one line: what the exporter could not write, then advice that was tried
+    (the other exporter is run once on the failure, so a suggestion never leads back here).
+    """
     chosen = choose_exporter(exporter, opset, loaded)
-    if chosen == "torchscript" and opset < TORCHSCRIPT_MIN_OPSET:
-        raise OptionError(
-            f"the TorchScript exporter writes opsets {TORCHSCRIPT_MIN_OPSET}-{TORCHSCRIPT_MAX_OPSET}; "
-            f"choose one of those (ONNX Runtime and TensorRT read opsets from {TORCHSCRIPT_MIN_OPSET} on)",
-            parameter="opset",
-            value=opset,
-        )
-    if chosen == "torchscript" and opset > TORCHSCRIPT_MAX_OPSET:
-        raise OptionError(
-            f"the TorchScript exporter writes opsets 7-{TORCHSCRIPT_MAX_OPSET}; use {param('exporter')} dynamo",
-            parameter="opset",
-            value=opset,
-        )
-    if chosen == "dynamo" and loaded.kind == "torchscript":
-        raise OptionError(
-            f"a TorchScript archive can only be exported with {param('exporter')} torchscript",
-            parameter="exporter",
-            value="dynamo",
-        )
+    check_writable(opset, chosen, loaded)
+    if utf8_path(path):
+        _export_to(loaded, feeds, chosen, opset, path)
+        return ExportResult(path=path, exporter=chosen, opset=opset)
+    # The TorchScript exporter's C++ writes only to UTF-8 paths: export to a scratch folder, then move.
+    with tempfile.TemporaryDirectory(prefix="trtdiff-") as folder:
+        scratch = Path(folder) / "model.onnx"
+        _export_to(loaded, feeds, chosen, opset, scratch)
+        if any(written != scratch for written in Path(folder).iterdir()):
+            raise OptionError(
+                "the exporter wrote the weights beside the ONNX file, which refers to them by name; "
+                "choose a path that is valid UTF-8",
+                parameter="save_onnx",
+                value=path,
+            )
+        shutil.move(scratch, path)
+    return ExportResult(path=path, exporter=chosen, opset=opset)
+
+
+def _export_to(loaded: LoadedModel, feeds: Mapping[str, np.ndarray], exporter: str, opset: int, path: Path) -> None:
+    """Export once; on failure, raise the one-line ExportError with advice that was tried."""
+    failure = _attempt(loaded, feeds, exporter, opset, path)
+    if failure is not None:
+        path.unlink(missing_ok=True)
+        fix = failure.fix or _other_exporter(loaded, feeds, exporter, opset)
+        raise ExportError(f"{failure.what}; {fix}") from failure.error
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """An export that failed: what went wrong in one line, a fix known to work (if any), the error."""
+
+    what: str
+    fix: str | None = None
+    error: BaseException | None = None
+
+    @property
+    def cause(self) -> str:
+        """The cause alone, to quote inside another message."""
+        return short_cause(self.error) if self.error is not None else self.what
+
+
+def _attempt(
+    loaded: LoadedModel, feeds: Mapping[str, np.ndarray], exporter: str, opset: int, path: Path
+) -> _Failure | None:
+    """Export once, quietly; None when `path` holds the opset asked for."""
     args = tuple(torch.from_numpy(np.array(v, copy=True, order="C")) for v in feeds.values())
     names = list(feeds)
-    log = io.StringIO()
     try:
-        with (
-            warnings.catch_warnings(),
-            contextlib.redirect_stdout(log),
-            contextlib.redirect_stderr(log),
-            _quiet_torch_logs(),
-        ):
-            warnings.simplefilter("ignore")
-            if chosen == "torchscript":
+        with interrupts_kept(), _quiet_output(), _quiet_torch_logs():
+            if exporter == "torchscript":
                 assert loaded.module is not None
                 module = _ModeFixed(loaded.module) if loaded.kind == "exported_program" else loaded.module
                 torch.onnx.export(module, args, str(path), opset_version=opset, input_names=names, dynamo=False)
@@ -97,49 +164,85 @@ def export_onnx(
                 target = loaded.exported_program if loaded.exported_program is not None else loaded.module
                 assert target is not None
                 torch.onnx.export(target, args, str(path), opset_version=opset, input_names=names, dynamo=True)
-    except Exception as error:
-        raise ExportError(export_failure(error, chosen, opset)) from error
+    except Exception as error:  # noqa: BLE001 -- the exporters raise anything; its cause is quoted
+        what, fix = export_cause(error, exporter, opset)
+        return _Failure(what, fix, error)
     written = opset_of(onnx.load(str(path), load_external_data=False))
     if written != opset:
-        raise ExportError(
-            f"the {chosen} exporter was asked for opset {opset} but wrote opset {written} (it converts from "
-            f"{DYNAMO_NATIVE_OPSET} and the conversion failed); "
-            + (
-                f"use {param('exporter')} torchscript"
-                if opset <= TORCHSCRIPT_MAX_OPSET
-                else f"use {param('opset')} {written}"
-            )
+        what = (
+            f"the {exporter} exporter was asked for opset {opset} but wrote opset {written} (it converts from "
+            f"{DYNAMO_NATIVE_OPSET} and the conversion failed)"
         )
-    return ExportResult(path=path, exporter=chosen, opset=written)
+        return _Failure(what, None if opset <= TORCHSCRIPT_MAX_OPSET else f"use {param('opset')} {written}")
+    return None
+
+
+def _other_exporter(loaded: LoadedModel, feeds: Mapping[str, np.ndarray], exporter: str, opset: int) -> str:
+    """Advice after a failed export, tried first: the other exporter (or, for an archive, the TorchScript
+    exporter's newest opset) exports the model, or it fails too and the model needs changing."""
+    if loaded.kind == "torchscript":
+        other, other_opset = "torchscript", TORCHSCRIPT_MAX_OPSET
+        if opset == TORCHSCRIPT_MAX_OPSET:
+            return (
+                "only the TorchScript exporter reads a TorchScript archive; give the eager model "
+                "(a factory pkg.module:function) to try the dynamo exporter, or change that part of the model"
+            )
+    elif exporter == "torchscript":
+        other, other_opset = "dynamo", min(max(opset, DYNAMO_NATIVE_OPSET), dynamo_max_opset())
+    else:
+        other, other_opset = "torchscript", min(max(opset, TORCHSCRIPT_MIN_OPSET), TORCHSCRIPT_MAX_OPSET)
+    with tempfile.TemporaryDirectory(prefix="trtdiff-") as folder:
+        failure = _attempt(loaded, feeds, other, other_opset, Path(folder) / "other.onnx")
+    switch = f"{param('exporter')} {other} at " if other != exporter else ""
+    if failure is None:
+        return f"{switch}{param('opset')} {other_opset} exports it"
+    return f"the {other} exporter at opset {other_opset} fails too ({failure.cause}); change that part of the model"
 
 
 _UNSUPPORTED = re.compile(r"Unsupported: ONNX export of operator ([\w.]+)(?:, ([^.]*))?")
+_NOT_SUPPORTED = re.compile(r"Exporting the operator '([\w:.]+)' to ONNX opset version \d+ is not supported")
+_NO_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)'")
+_USER_LINE = re.compile(r'The following call raised this error:\s*File "([^"]+)", line (\d+)')
+
+
+def export_cause(error: BaseException, exporter: str, opset: int) -> tuple[str, str | None]:
+    """What the exporter could not write, in one line, and a fix known to work where there is one.
+
+    The dynamo exporter wraps the real error in a banner ("Failed to export the model with
+    torch.export. This is step 1/3 ..."): the innermost cause is quoted instead.
+    """
+    found = _UNSUPPORTED.search(str(error))
+    if found and "align_corners" in (found.group(2) or "") and opset < 11:
+        what = f"opset {opset} cannot express bilinear align_corners=True ({found.group(1)})"
+        return what, f"use {param('opset')} 11 or higher"
+    cause = short_cause(error)
+    if cause.startswith("no ONNX form of "):
+        return f"the {exporter} exporter has {cause} at opset {opset}", None
+    return f"ONNX export with the {exporter} exporter at opset {opset} failed: {cause}", None
+
+
+def short_cause(error: BaseException) -> str:
+    """'no ONNX form of OP' when an operator is missing, else the innermost error's cause line (and the user's line)."""
+    text = str(error)
+    found = _UNSUPPORTED.search(text)
+    if found:
+        return f"no ONNX form of {found.group(1)}" + (f" with {found.group(2).strip()}" if found.group(2) else "")
+    innermost = error
+    while innermost.__cause__ is not None:
+        innermost = innermost.__cause__
+    for pattern in (_NOT_SUPPORTED, _NO_FUNCTION):
+        named = pattern.search(text) or pattern.search(str(innermost))
+        if named is not None:
+            return f"no ONNX form of {named.group(1)}"
+    where = _USER_LINE.search(text)
+    at = f" (at {Path(where.group(1)).name}:{where.group(2)})" if where else ""
+    return (cause_line(innermost) or type(innermost).__name__) + at
 
 
 def export_failure(error: BaseException, exporter: str, opset: int) -> str:
-    """One line: what the exporter could not write, where, and a fix that works (never a loop)."""
-    text = str(error)
-    found = _UNSUPPORTED.search(text)
-    if found and "align_corners" in (found.group(2) or "") and opset < 11:
-        return (
-            f"opset {opset} cannot express bilinear align_corners=True ({found.group(1)}); "
-            f"use {param('opset')} 11 or higher"
-        )
-    if found:
-        what = f"{found.group(1)}" + (f" with {found.group(2).strip()}" if found.group(2) else "")
-        fix = (
-            f"use {param('opset')} {DYNAMO_NATIVE_OPSET} with {param('exporter')} dynamo"
-            if exporter == "torchscript"
-            else f"use {param('exporter')} torchscript at {param('opset')} 17"
-        )
-        return f"the {exporter} exporter has no ONNX form of {what} at opset {opset}; {fix}"
-    cause = cause_line(error) or type(error).__name__
-    other = (
-        f"{param('exporter')} dynamo at {param('opset')} {DYNAMO_NATIVE_OPSET}"
-        if exporter == "torchscript"
-        else f"{param('exporter')} torchscript at {param('opset')} {min(opset, TORCHSCRIPT_MAX_OPSET)}"
-    )
-    return f"ONNX export with the {exporter} exporter at opset {opset} failed: {cause}; try {other}"
+    """One line: what the exporter could not write, and the fix known to work where there is one."""
+    what, fix = export_cause(error, exporter, opset)
+    return f"{what}; {fix}" if fix else what
 
 
 class _ModeFixed(torch.nn.Module):
@@ -154,6 +257,49 @@ class _ModeFixed(torch.nn.Module):
 
     def train(self, mode: bool = True) -> _ModeFixed:
         return self
+
+
+@contextlib.contextmanager
+def _quiet_output() -> Iterator[None]:
+    """Swallow what the exporters print: Python's warnings and prints, and C++'s writes to stdout and stderr.
+
+    The TorchScript exporter prints its whole graph from C++ when it fails ("Torch IR graph
+    at exception"); the cause is in the error, and `--debug` shows the traceback.
+    """
+    log = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        warnings.simplefilter("ignore")
+        with _quiet_descriptors():
+            yield
+
+
+@contextlib.contextmanager
+def _quiet_descriptors() -> Iterator[None]:
+    """File descriptors 1 and 2 point to a scratch file for the block (where they can be duplicated)."""
+    try:
+        saved = [os.dup(1), os.dup(2)]
+    except OSError:  # no descriptor 1 or 2 to redirect (a detached process): nothing can leak to them
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        try:
+            os.dup2(sink.fileno(), 1)
+            os.dup2(sink.fileno(), 2)
+            yield
+        finally:
+            _flush_c_streams()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def _flush_c_streams() -> None:
+    """Flush C's stdio buffers, so nothing written during the block comes out after it."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)
 
 
 @contextlib.contextmanager

@@ -140,15 +140,24 @@ def make_inputs(
     files: Sequence[str] = (),
     seed: int = 0,
     dtypes: Mapping[str, np.dtype] | None = None,
+    file_shapes: Mapping[str, tuple[int, ...]] | None = None,
 ) -> dict[str, np.ndarray]:
-    """One array per input name, in order: from files where given, else seeded random of the shape given."""
+    """One array per input name, in order: from files where given, else seeded random of the shape given.
+
+    `file_shapes` are shapes read from an ONNX file for the inputs `shapes` and `files` leave
+    out; a 0 there is kept (the file declares an empty input), where a shape given as text
+    must be positive.
+    """
     names = list(input_names)
-    if names and not shapes and not files:
+    if names and not shapes and not files and not file_shapes:
         raise InputError(
             f"the model has inputs {_listed(names)} but no {param(_SHAPES)} or {param(_FILES)} was given; "
             f"pass e.g. {param(_SHAPES)} {names[0]}:1x3x224x224 or {param(_FILES)} inputs.npz"
         )
     given, positional = _gather(names, shapes, files)
+    for name, dims in (file_shapes or {}).items():
+        if name in names and name not in given:
+            given[name] = ((_SHAPES, f"{name}:{'x'.join(map(str, dims))} (read from the ONNX file)"), tuple(dims))
     free = [n for n in names if n not in given]
     if len(positional) > len(free):
         (parameter, text), _ = positional[len(free)]
@@ -168,6 +177,8 @@ def make_inputs(
             f"{param(_SHAPES)} {missing[0]}:1x3x224x224 or {param(_FILES)} {missing[0]}:file.npy"
         )
 
+    wanted = {name: np.dtype((dtypes or {}).get(name, np.float32)) for name in names}
+    check_memory({name: (origin, value, wanted[name]) for name, (origin, value) in given.items()})
     rng = np.random.default_rng(seed)
     result: dict[str, np.ndarray] = {}
     for name in names:
@@ -175,8 +186,67 @@ def make_inputs(
         if isinstance(value, np.ndarray):
             result[name] = value
         else:
-            result[name] = _random(rng, name, value, np.dtype((dtypes or {}).get(name, np.float32)))
+            result[name] = _random(rng, name, value, wanted[name])
     return result
+
+
+RUN_COPIES = 3
+"""A comparison holds each input at least this many times (the array, PyTorch's copy, the
+reference's record of it), before any activation: the least it can need."""
+
+
+def check_memory(inputs: Mapping[str, tuple[Origin, Given, np.dtype]], available: int | None = None) -> None:
+    """Refuse, before any work, random inputs a comparison cannot hold in the memory there is.
+
+    The estimate is a floor (`RUN_COPIES` times the inputs), so a run that could fit is
+    never refused; `available` defaults to what the machine (or its cgroup) has free.
+    """
+    shapes = {
+        name: (origin, value, dtype) for name, (origin, value, dtype) in inputs.items() if isinstance(value, tuple)
+    }
+    sizes = {name: int(np.prod(value, dtype=object)) * dtype.itemsize for name, (_, value, dtype) in shapes.items()}
+    arrays = sum(value.nbytes for _, value, _ in inputs.values() if isinstance(value, np.ndarray))
+    need = sum(sizes.values()) * RUN_COPIES + arrays * (RUN_COPIES - 1)  # the arrays read are in memory already
+    available = available_memory() if available is None else available
+    if not sizes or available is None or need <= available:
+        return
+    name = max(sizes, key=lambda n: sizes[n])
+    origin = shapes[name][0]
+    raise InputError(
+        f"input {name!r} takes {_bytes(sizes[name])}, and a comparison holds its inputs at least "
+        f"{RUN_COPIES} times ({_bytes(need)}), but {_bytes(available)} of memory is available here; "
+        f"give a smaller shape",
+        parameter=origin[0],
+        value=origin[1],
+    )
+
+
+def available_memory() -> int | None:
+    """Bytes of memory free for this process: MemAvailable, capped by a cgroup v2 limit; None if unknown."""
+    found: list[int] = []
+    try:
+        with open("/proc/meminfo") as meminfo:
+            found += [int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
+        if limit.isdigit() and used.isdigit():
+            found.append(int(limit) - int(used))
+    except OSError:
+        pass
+    return min(found) if found else None
+
+
+def _bytes(count: int) -> str:
+    """1234567890 -> '1.1 GiB'."""
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
 
 
 def _gather(
@@ -260,6 +330,16 @@ def _split_named_file(text: str) -> tuple[str | None, str]:
 
 def _random(rng: np.random.Generator, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """Standard normal floats, integers in [0, 10), or random bools, of the input's dtype."""
+    try:
+        return _random_values(rng, name, shape, dtype)
+    except MemoryError:  # the check above is a floor; the allocation itself may still fail
+        raise InputError(
+            f"input {name!r} of shape {'x'.join(map(str, shape))} does not fit in memory here; give a smaller shape",
+            parameter=_SHAPES,
+        ) from None
+
+
+def _random_values(rng: np.random.Generator, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     if dtype.kind == "f" or dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):  # ml_dtypes floats
         return rng.standard_normal(shape, dtype=np.float32).astype(dtype, copy=False)
     if dtype.kind in "iu":

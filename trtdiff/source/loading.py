@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import warnings
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from trtdiff.errors import ModelLoadError, OptionError, describe_error, param
 from trtdiff.source.factories import (
@@ -135,7 +136,8 @@ def _load_torchscript(spec: str, path: Path) -> LoadedModel:
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"`torch\.jit\.load` is deprecated", category=DeprecationWarning)
-            module = torch.jit.load(str(path), map_location="cpu")
+            with _opened(path) as source:
+                module = torch.jit.load(source, map_location="cpu")
     except Exception as e:  # noqa: BLE001 -- a damaged archive can fail in many ways inside the C++ reader
         raise ModelLoadError(
             f"{spec}: cannot load this TorchScript archive ({describe_error(e)}); save it again with torch.jit.save"
@@ -147,7 +149,8 @@ def _load_exported_program(spec: str, path: Path) -> LoadedModel:
     import torch
 
     try:
-        program = torch.export.load(str(path))
+        with _opened(path) as source:
+            program = torch.export.load(source)
     except Exception as e:  # noqa: BLE001 -- deserialization errors come from many layers
         raise ModelLoadError(
             f"{spec}: cannot load this ExportedProgram ({describe_error(e)}); "
@@ -169,13 +172,36 @@ def _load_onnx(spec: str, path: Path) -> LoadedModel:
         raise ModelLoadError(f"{spec}: parses as protobuf but holds no ONNX graph; {_FORMATS_HINT}")
     notes: tuple[str, ...] = ()
     try:
-        onnx.checker.check_model(str(path))
+        onnx.checker.check_model(str(path) if utf8_path(path) else model)  # its C++ reads only UTF-8 paths
     except Exception as e:  # noqa: BLE001 -- ValidationError, or missing external data files
         # A note, not a refusal: the runtimes decide what they can run (ONNX Runtime's refusal is the error).
         notes = (f"the ONNX checker has a finding on {path.name}: {describe_error(e)}",)
     initializers = {init.name for init in model.graph.initializer}
     names = tuple(i.name for i in model.graph.input if i.name not in initializers)
     return LoadedModel(kind="onnx", source=spec, module=None, onnx_path=path, input_names=names, notes=notes)
+
+
+def utf8_path(path: str | Path) -> bool:
+    """Whether `path` is valid UTF-8: the only paths torch's and TensorRT's C++ readers take.
+
+    A name with other bytes (Latin-1 from an old archive, say) arrives from the command line
+    with surrogates in place of those bytes; Python's own file functions open it as it is.
+    """
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _opened(path: Path) -> Iterator[str | IO[bytes]]:
+    """`path` as torch's loaders take it: the path, or an open file where it is not UTF-8."""
+    if utf8_path(path):
+        yield str(path)
+        return
+    with path.open("rb") as file:
+        yield file
 
 
 def _load_torch_save(spec: str, path: Path, *, model_class: str | None, trust: bool) -> LoadedModel:

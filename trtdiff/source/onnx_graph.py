@@ -195,8 +195,14 @@ def _tensor_type(value: onnx.ValueInfoProto) -> TensorType:
     dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type) if tensor_type.elem_type else None
     shape = None
     if tensor_type.HasField("shape"):
-        shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+        shape = tuple(_dim(d) for d in tensor_type.shape.dim)
     return TensorType(dtype, shape)
+
+
+def _dim(dim: onnx.TensorShapeProto.Dimension) -> int | None:
+    """A dimension's size: None when dynamic (a name, nothing, or -1 as some writers put it, which ONNX
+    Runtime reads as dynamic too); 0 is a real size (an empty tensor)."""
+    return dim.dim_value if dim.HasField("dim_value") and dim.dim_value >= 0 else None
 
 
 _CALL_SUFFIX = re.compile(r"_\d+$")

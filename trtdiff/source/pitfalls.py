@@ -332,7 +332,11 @@ def _shapes(context: Context) -> list[Finding]:
     """Shapes computed at run time (Shape chains, dynamic inputs) that a simplifier would fold."""
     chains = [(n, sink) for n in context.graph.nodes if n.op_type == "Shape" and (sink := _sink(context, n))]
     inputs = [v for v in context.graph.model.graph.input if v.name in context.graph.graph_inputs]
-    dynamic = [v.name for v in inputs if any(not d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)]
+    dynamic = [
+        v.name
+        for v in inputs
+        if any(not d.HasField("dim_value") or d.dim_value < 0 for d in v.type.tensor_type.shape.dim)
+    ]
     if not chains and not dynamic:
         return []
     parts = [f"inputs with dynamic dimensions: {', '.join(dynamic)}"] if dynamic else []

@@ -39,7 +39,7 @@ from trtdiff.backends.pytorch.attention import (
 from trtdiff.backends.pytorch.op_kinds import aten_kind
 from trtdiff.backends.pytorch.script import script_paths
 from trtdiff.backends.store import TensorStore
-from trtdiff.errors import ModelRunError, OptionError, cause_line, param
+from trtdiff.errors import InputError, ModelRunError, OptionError, TrtdiffError, cause_line, interrupts_kept, param
 
 
 @dataclass(frozen=True)
@@ -153,6 +153,7 @@ class _Recorder(TorchDispatchMode):
         self._source: dict[int, tuple[weakref.ref, int]] = {}
         self._fresh: int | None = None  # the record the previous op made, if it made one
         self.fused: list[tuple[str, str | None]] = []  # fused attention kernels that ran: (op, module path)
+        self.failure: BaseException | None = None  # the first error raised through the recorder
         self._nested = 0  # inside a fused kernel's decomposition (see _decompose)
 
     def path(self) -> str | None:
@@ -196,6 +197,13 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
+        try:
+            return self._dispatch(func, args, kwargs)
+        except BaseException as error:  # TorchScript's interpreter wraps it, dropping its type and often its text
+            self.failure = self.failure or error
+            raise
+
+    def _dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
         kwargs = kwargs or {}
         if self._nested and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
             with self:  # called from inside this mode, a composite op arrives whole: record its parts
@@ -404,16 +412,20 @@ def _capture(
     for tensor in tensors:
         recorder.mark(tensor, INPUT, produced=False)
     try:
-        with torch.no_grad(), decomposed_attention() if decomposed else nullcontext(), watch or nullcontext():
-            with recorder:
+        with interrupts_kept(), torch.no_grad():
+            with decomposed_attention() if decomposed else nullcontext(), watch or nullcontext(), recorder:
                 result = module(*tensors)
-    except Exception as error:
+    except Exception as wrapped:
+        # Inside a TorchScript archive the interpreter's RuntimeError stands for what was raised through the recorder.
+        error = recorder.failure if recorder.failure is not None and not eager else wrapped
+        if isinstance(error, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
         shapes = ", ".join(f"{name}:{'x'.join(map(str, v.shape))}" for name, v in inputs.items())
-        message = cause_line(error)
-        raise ModelRunError(
-            f"the model's forward raised {type(error).__name__}: {message} (inputs {shapes}); "
-            f"check {param('input_shapes')} / {param('input_files')} against what the model expects"
-        ) from error
+        raise _forward_failure(
+            error,
+            f" (inputs {shapes}); check {param('input_shapes')} / {param('input_files')} against what the model "
+            "expects",
+        ) from wrapped
     finally:
         for handle in handles:
             handle.remove()
@@ -443,6 +455,17 @@ def _capture(
     )
 
 
+def _forward_failure(error: BaseException, advice: str) -> TrtdiffError:
+    """The model's own error, or, when the machine ran out of memory, that (not the model's fault)."""
+    message = cause_line(error)
+    if isinstance(error, MemoryError) or "can't allocate memory" in message:
+        return InputError(
+            f"PyTorch ran out of memory running the model ({message or 'MemoryError'}); give "
+            f"{param('input_shapes')} a smaller shape, or run on a machine with more memory"
+        )
+    return ModelRunError(f"the model's forward raised {type(error).__name__}: {message}{advice}")
+
+
 def run_outputs(
     module: torch.nn.Module, inputs: Sequence[np.ndarray], *, device: str = "cpu", tf32: bool = False
 ) -> list[np.ndarray]:
@@ -450,12 +473,10 @@ def run_outputs(
     with _on_device(module, device, tf32), torch.no_grad():
         tensors = [torch.from_numpy(np.array(value, copy=True, order="C")).to(device) for value in inputs]
         try:
-            result = module(*tensors)
+            with interrupts_kept():
+                result = module(*tensors)
         except Exception as error:
-            message = cause_line(error)
-            raise ModelRunError(
-                f"the model's forward raised {type(error).__name__}: {message}; check the inputs"
-            ) from error
+            raise _forward_failure(error, "; check the inputs") from error
     leaves, _ = tree_flatten(result)
     return [leaf.detach().to("cpu").numpy() for leaf in leaves if isinstance(leaf, torch.Tensor)]
 

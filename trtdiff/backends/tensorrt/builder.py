@@ -33,6 +33,7 @@ from trtdiff.backends.tensorrt.result import BuildResult, EnginePlan
 from trtdiff.backends.tensorrt.slicing import default_budget, select_marks, split_marks
 from trtdiff.errors import BackendError, OptionError, param
 from trtdiff.options import BuildSettings
+from trtdiff.source.loading import utf8_path
 
 if TYPE_CHECKING:
     import numpy as np
@@ -129,7 +130,9 @@ def parse_onnx(
     builder = trt.Builder(logger)
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(path)):
+    # A path its C++ cannot take (not UTF-8) is read here; the weights must then be inside the file.
+    parsed = parser.parse_from_file(str(path)) if utf8_path(path) else parser.parse(path.read_bytes())
+    if not parsed:
         raise BackendError(parser_message(parser, label or path, logger.errors))
     return ParsedNetwork(trt, builder, network, parser, logger, model)
 

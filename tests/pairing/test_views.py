@@ -1,10 +1,10 @@
-"""trtdiff.pairing.shapes: which shapes are views of one another (merged or split adjacent dimensions)."""
+"""trtdiff.pairing.views: which shapes are views of one another (merged or split adjacent dimensions)."""
 
 from __future__ import annotations
 
 import pytest
 
-from trtdiff.pairing.shapes import view_compatible
+from trtdiff.pairing.views import view_compatible
 
 
 @pytest.mark.parametrize(
