@@ -137,3 +137,28 @@ def test_share_at_edges() -> None:
     assert math.isnan(share_at_edges(np.zeros((1, 4), bool), edges))
     with pytest.raises(InputError, match="edge_mask width"):
         edge_mask(np.zeros((3, 3), int), width=0)
+
+
+def test_scores_holding_nan_have_no_miou_and_fail_the_miou_checks() -> None:
+    """argmax of NaN picks a class by accident: a backend whose scores hold NaN/Inf gets no mIoU, never 1.0."""
+    from trtdiff.analysis.segmentation import SegmentationTally
+    from trtdiff.gate.checks import miou_checks
+    from trtdiff.options import GateOptions
+    from trtdiff.report import BackendPair, SampleResult
+
+    pair = BackendPair("torch", "onnxruntime")
+    label = np.zeros((1, 4, 4), dtype=np.int64)
+    scores = np.zeros((1, 2, 4, 4), dtype=np.float32)
+    scores[:, 0] = 1.0
+    nan = np.full_like(scores, np.nan)
+    tally = SegmentationTally(2, ignore_index=None)
+    agreement, changed, against = tally.add({"torch": nan, "onnxruntime": nan}, [pair], label)
+    assert math.isnan(agreement[pair]) and math.isnan(changed[pair]) and math.isnan(against["onnxruntime"])
+    summary = tally.summary("torch")
+    assert math.isnan(summary.agreement_miou[pair]) and math.isnan(summary.label_miou["torch"])
+    sample = SampleResult("s", {}, agreement_miou=agreement, label_miou=against)
+    checks = miou_checks([sample], summary, GateOptions(min_miou=0.5), [pair], "torch")
+    assert checks and not any(check.passed for check in checks)
+    clean = SegmentationTally(2, ignore_index=None)
+    clean.add({"torch": scores, "onnxruntime": scores}, [pair], label)
+    assert clean.summary("torch").label_miou["onnxruntime"] == 1.0

@@ -232,3 +232,30 @@ def test_non_finite_check_and_lines(passing: Report) -> None:
         "the outputs of tensorrt hold NaN/Inf on sample img3; they first appear at /norm/Pow (Pow, module norm): "
         "2 NaN, 12 Inf"
     ]
+
+
+def test_a_culprit_whose_nan_positions_differ_is_worded_by_them(culprits: Report) -> None:
+    """A node that differs only in where NaN/Inf sit has rel-err 0 on its finite values: say what differs."""
+    export = culprits.culprits[0]
+    nan_local = dataclasses.replace(export.local, non_finite_mismatches=2)
+    nan_culprit = dataclasses.replace(export, local=nan_local, accumulated=nan_local)
+    assert fmt.local_vs_accumulated(nan_culprit) == "NaN/Inf differ at 2 positions here (accumulated: 2)"
+    assert fmt.local_vs_accumulated(export).startswith("local rel-err 2.64e-02 vs accumulated")
+    first = culprits.attribution[0]
+    plain = dataclasses.replace(
+        first,
+        miou_before=None,
+        miou_after=None,
+        miou_recovered=None,
+        miou_recovered_alone=None,
+        final_non_finite_before=2,
+        final_non_finite_after=0,
+        final_rel_err_after_alone=first.final_rel_err_before,
+    )
+    assert "final NaN/Inf differing at 2 -> 0 positions" in fmt.attribution_text(culprits, plain)
+    only = dataclasses.replace(
+        culprits, culprits=(nan_culprit,), culprit=nan_culprit, attribution=(plain,), segmentation=None
+    )
+    assert fmt.attribution_summary(only) == [
+        "/decoder/Resize alone carries 100% of the 2 final output positions whose NaN/Inf differ"
+    ]

@@ -139,6 +139,9 @@ def _attribution(
         measurable=_measurable(before, after, thresholds, share),
         measurable_alone=_measurable(base, fixed, thresholds, share),
         miou_pixel_share=share if before.miou is not None else None,
+        final_non_finite_before=before.non_finite,
+        final_non_finite_after=after.non_finite,
+        final_non_finite_after_alone=max(before.non_finite - (base.non_finite - fixed.non_finite), 0),
     )
 
 
@@ -170,7 +173,7 @@ def _measurable(before: _Figures, after: _Figures, thresholds: Thresholds, share
         return after.miou - before.miou >= share
     rel = before.rel_err - after.rel_err > thresholds.rtol
     cos = after.cosine - before.cosine > 1.0 - thresholds.min_cosine
-    return bool(rel or cos)
+    return bool(rel or cos or after.non_finite < before.non_finite)
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,8 @@ class _Figures:
     rel_err: float
     cosine: float
     miou: float | None
+    non_finite: int = 0
+    """Positions, over every sample's final outputs, where the two sides' NaN/Inf differ."""
 
 
 def _before(inputs: AttributionInputs, pair: BackendPair) -> _Figures:
@@ -188,7 +193,7 @@ def _before(inputs: AttributionInputs, pair: BackendPair) -> _Figures:
     miou = None
     if seg is not None:
         miou = seg.label_miou.get(pair.candidate) if seg.label_miou else seg.agreement_miou.get(pair)
-    return _Figures(_worst_rel(metrics), _worst_cosine(metrics), miou)
+    return _Figures(_worst_rel(metrics), _worst_cosine(metrics), miou, _non_finite(metrics))
 
 
 class _Injection:
@@ -233,7 +238,8 @@ class _Injection:
             miou = summary.label_miou.get(self.pair.candidate) if labels else summary.agreement_miou.get(self.pair)
             confusion = self.tally.labels.get(self.pair.candidate) if labels else self.tally.agreement.get(self.pair)
             share = pixel_share(confusion) if confusion is not None else None
-        return _Figures(_worst_rel(self.metrics), _worst_cosine(self.metrics), miou), share
+        figures = _Figures(_worst_rel(self.metrics), _worst_cosine(self.metrics), miou, _non_finite(self.metrics))
+        return figures, share
 
 
 def _tally(
@@ -262,6 +268,10 @@ def _pick(values: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, n
 
 def _worst_rel(metrics: Sequence[PairMetrics]) -> float:
     return max((m.rel_err for m in metrics), default=float("nan"))
+
+
+def _non_finite(metrics: Sequence[PairMetrics]) -> int:
+    return sum(m.non_finite_mismatches for m in metrics)
 
 
 def _worst_cosine(metrics: Sequence[PairMetrics]) -> float:

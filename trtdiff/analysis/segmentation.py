@@ -11,6 +11,7 @@ batches and score the sum with `SegmentationScore.from_confusion`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -195,12 +196,15 @@ class SegmentationTally:
         self.agreement: dict[BackendPair, np.ndarray] = {}
         self.labels: dict[str, np.ndarray] = {}
         self.changed: dict[BackendPair, list[int]] = {}
+        self.non_finite: set[str] = set()  # backends whose scores held NaN/Inf: their argmax means nothing
 
     def add(
         self, logits: Mapping[str, np.ndarray], pairs: Sequence[BackendPair], label: np.ndarray | None
     ) -> tuple[dict[BackendPair, float], dict[BackendPair, float], dict[str, float]]:
         """Add one sample's logits per backend; returns its (agreement mIoU, changed share, label mIoU)."""
         masks = {backend: argmax_masks(value) for backend, value in logits.items()}
+        broken = {backend for backend, value in logits.items() if not np.isfinite(value).all()}
+        self.non_finite |= broken
         agreement: dict[BackendPair, float] = {}
         changed: dict[BackendPair, float] = {}
         for pair in pairs:
@@ -215,25 +219,34 @@ class SegmentationTally:
             total[1] += reference.size
             agreement[pair] = SegmentationScore.from_confusion(confusion).miou
             changed[pair] = differ / reference.size if reference.size else 0.0
+            if {pair.reference, pair.candidate} & broken:
+                agreement[pair] = changed[pair] = float("nan")
         against: dict[str, float] = {}
         if label is not None:
             for backend, mask in masks.items():
                 confusion = confusion_matrix(mask, label, self.num_classes, self.ignore_index)
                 self.labels[backend] = self.labels.get(backend, 0) + confusion
-                against[backend] = SegmentationScore.from_confusion(confusion).miou
+                against[backend] = (
+                    SegmentationScore.from_confusion(confusion).miou if backend not in broken else math.nan
+                )
         return agreement, changed, against
 
     def summary(self, reference: str) -> SegmentationSummary:
         agreement = {k: SegmentationScore.from_confusion(c) for k, c in self.agreement.items()}
         labels = {k: SegmentationScore.from_confusion(c) for k, c in self.labels.items()}
-        drop = {b: labels[reference].miou - s.miou for b, s in labels.items() if b != reference and reference in labels}
+        # A backend whose scores held NaN/Inf on some sample has no mIoU: its masks there are argmax of NaN.
+        label_miou = {k: math.nan if k in self.non_finite else s.miou for k, s in labels.items()}
+        agreement_miou = {
+            k: math.nan if {k.reference, k.candidate} & self.non_finite else s.miou for k, s in agreement.items()
+        }
+        drop = {b: label_miou[reference] - m for b, m in label_miou.items() if b != reference and reference in labels}
         return SegmentationSummary(
             num_classes=self.num_classes,
             ignore_index=self.ignore_index,
-            agreement_miou={k: s.miou for k, s in agreement.items()},
+            agreement_miou=agreement_miou,
             agreement_per_class={k: s.per_class for k, s in agreement.items()},
             changed_pixels={k: (d / n if n else 0.0) for k, (d, n) in self.changed.items()},
-            label_miou={k: s.miou for k, s in labels.items()},
+            label_miou=label_miou,
             label_per_class={k: s.per_class for k, s in labels.items()},
             miou_drop=drop,
         )

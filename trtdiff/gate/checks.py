@@ -150,7 +150,7 @@ def miou_checks(
                     limit=options.max_miou_drop,
                     worst=drop,
                     worst_sample=None,
-                    passed=not drop > options.max_miou_drop,
+                    passed=not _breaks(drop, options.max_miou_drop, is_minimum=False),
                     compared=len(samples),
                 )
             )
@@ -167,7 +167,7 @@ def _min_miou_check(
         return None
     per_sample = [(s.name, s.label_miou.get(backend) if labelled else s.agreement_miou.get(pair)) for s in samples]
     known = [(name, v) for name, v in per_sample if v is not None]
-    failing = tuple(name for name, v in known if v < limit)
+    failing = tuple(name for name, v in known if _breaks(v, limit, is_minimum=True))
     worst_name, worst_value = _worst(known, min)
     return ThresholdCheck(
         id=ThresholdCheck.make_id("labels" if labelled else "agreement", "min_miou", backend if labelled else pair),
@@ -179,7 +179,7 @@ def _min_miou_check(
         limit=limit,
         worst=figure,
         worst_sample=worst_name,
-        passed=not figure < limit,
+        passed=not _breaks(figure, limit, is_minimum=True),
         failing_samples=failing,
         compared=len(samples),
         failed=len(failing),

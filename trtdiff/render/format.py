@@ -271,12 +271,16 @@ def culprits_of(report: Report) -> tuple[Culprit, ...]:
     return (report.culprit,) if report.culprit is not None else ()
 
 
-def local_vs_accumulated(culprit: Culprit) -> str:
-    """ "local rel-err 2.10e-02 vs accumulated 2.10e-02, cosine 0.999730" (the cosine is the local one)."""
-    return (
-        f"local rel-err {sci(culprit.local.rel_err)} vs accumulated {sci(culprit.accumulated.rel_err)}, "
-        f"cosine {cosine(culprit.local.cosine)}"
-    )
+def local_vs_accumulated(culprit: Culprit, *, with_cosine: bool = True) -> str:
+    """ "local rel-err 2.10e-02 vs accumulated 2.10e-02, cosine 0.999730" (the cosine is the local one);
+    for a node whose own NaN/Inf differ, "NaN/Inf differ at 2 positions here (accumulated: 2)"."""
+    if culprit.local.non_finite_mismatches:
+        return (
+            f"NaN/Inf differ at {culprit.local.non_finite_mismatches} positions here "
+            f"(accumulated: {culprit.accumulated.non_finite_mismatches})"
+        )
+    text = f"local rel-err {sci(culprit.local.rel_err)} vs accumulated {sci(culprit.accumulated.rel_err)}"
+    return f"{text}, cosine {cosine(culprit.local.cosine)}" if with_cosine else text
 
 
 def verdict_text(culprit: Culprit, *, short: bool = False) -> str:
@@ -360,6 +364,9 @@ def _recovery(
     report: Report, a: Attribution, head: str, rel_after: float | None, cos_after: float | None, *, alone: bool
 ) -> str:
     final = f"final rel-err {sci(a.final_rel_err_before)} -> {sci(_nan(rel_after))}"
+    if a.final_non_finite_before:
+        after = a.final_non_finite_after_alone if alone else a.final_non_finite_after
+        final += f", final NaN/Inf differing at {a.final_non_finite_before} -> {after} positions"
     recovers = _recovers(report, a, alone=alone)
     if recovers is not None:
         return f"{head} recovers {recovers} ({final})"
@@ -406,8 +413,8 @@ def culprit_brief(
     """A further culprit in one line: node, local vs accumulated rel-err, verdict, what fixing it alone and
     with the earlier ones recovers, the fix."""
     line = (
-        f"{node_text(culprit, code, text)}: local rel-err {sci(culprit.local.rel_err)} vs accumulated "
-        f"{sci(culprit.accumulated.rel_err)}, {text(verdict_text(culprit, short=True))}"
+        f"{node_text(culprit, code, text)}: {local_vs_accumulated(culprit, with_cosine=False)}, "
+        f"{text(verdict_text(culprit, short=True))}"
     )
     if culprit.pair != culprits_of(report)[0].pair:
         line += f" on {text(str(culprit.pair))}"
@@ -423,6 +430,8 @@ def culprit_brief(
 def _brief_gain(report: Report, a: Attribution, *, alone: bool) -> str:
     """ "0.1540 of 0.1540 mIoU recovered, final rel-err 2.00e-07" ("nothing measurable recovered, ...")."""
     final = f"final rel-err {sci(_nan(a.final_rel_err_after_alone if alone else a.final_rel_err_after))}"
+    if a.final_non_finite_before:
+        final += f", NaN/Inf differing at {a.final_non_finite_after_alone if alone else a.final_non_finite_after}"
     recovers = _recovers(report, a, alone=alone)
     if recovers is None and (a.measurable_alone if alone else a.measurable) is False:
         recovers = NOTHING
@@ -460,6 +469,11 @@ def _carries(report: Report, rows: list[tuple[Culprit, Attribution]]) -> tuple[t
     if lost is not None and lost > 0 and all(a.miou_recovered_alone is not None for _, a in rows):
         shares = [(c, _nan(a.miou_recovered_alone) / lost) for c, a in rows if a.measurable_alone is not False]
         loss = f"the {miou(lost)} mIoU lost"
+    elif first.final_non_finite_before:
+        before_nf = first.final_non_finite_before
+        shares = [(c, (before_nf - a.final_non_finite_after_alone) / before_nf) for c, a in rows]
+        shares = [(c, share) for c, share in shares if share > 0]
+        loss = f"the {plural(before_nf, 'final output position')} whose NaN/Inf differ"
     else:
         before = first.final_rel_err_before
         shares = [

@@ -167,15 +167,17 @@ class Layer:
 
 @dataclass(frozen=True)
 class ErrorFigures:
-    """Cosine, max-abs and relative error of one tensor against its reference."""
+    """Cosine, max-abs and relative error of one tensor against its reference (over the finite values),
+    and at how many positions the two sides' NaN/Inf differ."""
 
     cosine: float
     max_abs: float
     rel_err: float
+    non_finite_mismatches: int = 0
 
     @classmethod
     def of(cls, metrics: PairMetrics) -> ErrorFigures:
-        return cls(metrics.cosine, metrics.max_abs, metrics.rel_err)
+        return cls(metrics.cosine, metrics.max_abs, metrics.rel_err, metrics.non_finite_mismatches)
 
 
 @dataclass(frozen=True)
@@ -260,6 +262,9 @@ class Attribution:
     measurable: bool | None = None
     measurable_alone: bool | None = None
     miou_pixel_share: float | None = None
+    final_non_finite_before: int = 0
+    final_non_finite_after: int = 0
+    final_non_finite_after_alone: int = 0
 
 
 @dataclass(frozen=True)
