@@ -91,7 +91,7 @@ def compare(
         divergence = first_divergence(layers, prepared.graph, run.pairs)
         findings = _findings(run, layers, divergence, results, segmentation, stack, timings, say)
         checks = _checks(options, layers, results, segmentation, run, divergence)
-        notes = (*prepared.notes, *_spill_note(store))
+        notes = (*prepared.notes, *_spill_note(store), *findings.notes)
         report = _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings)
         if options.export.simplify:
             report = with_simplified(model, options, prepared.graph.model, report, stack, say)
@@ -378,7 +378,7 @@ def _report(
         environment=environment(prepared.backends, torch_device),
         notes=notes,
         timings={k: round(v, 4) for k, v in timings.items()},
-        tensorrt=ran_summary(prepared.backends) or prepared.tensorrt,
+        tensorrt=ran_summary(prepared.backends, run.options.thresholds) or prepared.tensorrt,
         samples=mark_failures(results, checks),
         checks=tuple(checks),
         segmentation=segmentation,

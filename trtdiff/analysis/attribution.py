@@ -5,6 +5,11 @@ reference's value injected at that culprit's output and at every culprit before 
 same samples: what is left of the final output's error, and with segmentation outputs the
 candidate's mIoU, is what fixing those culprits would give. The shares add up along the
 graph: the last injection leaves what no culprit explains.
+
+The samples (and the reference's values on each, a PyTorch recording per sample) are read
+once into a tensor store (memory up to its budget, then disk); then each injected model is
+opened, run on every stored sample and closed before the next, so one engine is loaded at a
+time. A TensorRT failure on an injected model is a note; the attributions already made stand.
 """
 
 from __future__ import annotations
@@ -15,18 +20,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trtdiff.analysis.culprits import close_backend
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.shadow import inject
 from trtdiff.backends.base import fetch
+from trtdiff.backends.store import TensorStore
+from trtdiff.errors import describe_error
 from trtdiff.gate.checks import SegmentationTally, segmentation_output
 from trtdiff.report import Attribution
 from trtdiff.source.onnx_graph import graph_from_model
+from trtdiff.source.samples import Sample
 
 if TYPE_CHECKING:
     from trtdiff.backends.base import OnnxBackend
     from trtdiff.report import BackendPair, Culprit, PairMetrics, SampleResult, SegmentationSummary, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
-    from trtdiff.source.samples import Sample
 
 # The reference's values on one sample, by ONNX tensor name.
 SampleValues = Callable[[Sequence[str]], dict[str, np.ndarray]]
@@ -45,11 +53,13 @@ class AttributionInputs:
     thresholds: Thresholds
 
 
-def attribute(inputs: AttributionInputs, culprits: Sequence[Culprit]) -> tuple[Attribution, ...]:
+def attribute(
+    inputs: AttributionInputs, culprits: Sequence[Culprit], notes: list[str] | None = None
+) -> tuple[Attribution, ...]:
     """Per culprit, cumulative along each pair's culprits: the final error and mIoU after injecting.
 
-    The samples (and the reference's values on each, a PyTorch recording per sample) are
-    read once; every injection runs on each sample as it comes.
+    The samples (and the reference's values on each) are read once into a store; each
+    injection then runs over them with its own runner, opened and closed in turn.
     """
     injections = [
         _Injection(pair, chain[:count], inputs)
@@ -58,11 +68,44 @@ def attribute(inputs: AttributionInputs, culprits: Sequence[Culprit]) -> tuple[A
         for count in range(1, len(chain) + 1)
     ]
     wanted = list(dict.fromkeys([*(c.tensor for c in culprits), *inputs.graph.graph_outputs]))
-    for sample, feeds, reference in inputs.samples():
-        values = reference(wanted)
+    with TensorStore() as store:
+        stored = [
+            _store(index, sample, feeds, reference(wanted), store)
+            for index, (sample, feeds, reference) in enumerate(inputs.samples())
+        ]
         for injection in injections:
-            injection.add(sample, feeds, values)
+            injection.run_all(stored, store, notes)
     return tuple(a for injection in injections if (a := injection.result(_before(inputs, injection.pair))))
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """One sample in the store: its name, and the keys of its label, feeds and reference values."""
+
+    name: str
+    index: int
+    feeds: tuple[str, ...]
+    values: tuple[str, ...]
+    has_label: bool
+
+
+def _store(
+    index: int, sample: Sample, feeds: Mapping[str, np.ndarray], values: Mapping[str, np.ndarray], store: TensorStore
+) -> _Stored:
+    for name, value in feeds.items():
+        store.put((index, "feed", name), np.asarray(value))
+    for name, value in values.items():
+        store.put((index, "value", name), np.asarray(value))
+    if sample.label is not None:
+        store.put((index, "label"), np.asarray(sample.label))
+    return _Stored(sample.name, index, tuple(feeds), tuple(values), sample.label is not None)
+
+
+def _load(stored: _Stored, store: TensorStore) -> tuple[Sample, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    feeds = {name: store.get((stored.index, "feed", name)) for name in stored.feeds}
+    values = {name: store.get((stored.index, "value", name)) for name in stored.values}
+    label = store.get((stored.index, "label")) if stored.has_label else None
+    return Sample(stored.name, (), label), feeds, values
 
 
 @dataclass(frozen=True)
@@ -95,6 +138,23 @@ class _Injection:
         self.unavailable = False
         self.metrics: list[PairMetrics] = []
         self.tally: SegmentationTally | None = None
+
+    def run_all(self, stored: Sequence[_Stored], store: TensorStore, notes: list[str] | None) -> None:
+        """Run the injected graph on every stored sample with one runner, closed at the end."""
+        try:
+            for item in stored:
+                self.add(*_load(item, store))
+        except Exception as error:
+            if self.pair.candidate != "tensorrt" or notes is None:
+                raise
+            self.unavailable = True
+            notes.append(
+                f"attribution: TensorRT failed on the model injected at {self.culprit.onnx_node}, so its "
+                f"attribution is missing ({describe_error(error)}); the comparison and the other attributions stand"
+            )
+        finally:
+            if self.runner is not None:
+                close_backend(self.runner)
 
     def add(self, sample: Sample, feeds: Mapping[str, np.ndarray], values: Mapping[str, np.ndarray]) -> None:
         """Run the injected graph on one sample and compare its outputs with the reference's."""

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import asdict, dataclass
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from trtdiff.errors import BackendError
+
+if TYPE_CHECKING:
+    from trtdiff.backends.tensorrt.api import TrtModule
 
 MODULE_CANDIDATES = ("tensorrt", "tensorrt_rtx", "tensorrt_rtx_bindings")
 INSTALL_HINT = (
@@ -38,6 +40,7 @@ TRT_API = (
 )
 TRT_OPTIONAL_API = (
     "BuilderFlag.FP16",
+    "INetworkDefinition.mark_debug",
     "INetworkDefinition.mark_unfused_tensors_as_debug_tensors",
     "Runtime.get_engine_validity",
 )
@@ -53,6 +56,7 @@ class TensorRTInfo:
     has_fp16_flag: bool
     has_unfused_debug: bool
     has_engine_validity: bool
+    has_debug_tensors: bool = True  # INetworkDefinition.mark_debug (TensorRT 10.0+, every RTX)
 
     @property
     def strongly_typed_only(self) -> bool:
@@ -99,8 +103,11 @@ class Probe:
         }
 
 
-def import_tensorrt() -> ModuleType:
-    """The first importable TensorRT module of MODULE_CANDIDATES; BackendError naming each failure."""
+def import_tensorrt() -> TrtModule:
+    """The first importable TensorRT module of MODULE_CANDIDATES; BackendError naming each failure.
+
+    The one place the bindings are untyped: the module is returned as the `TrtModule` Protocol.
+    """
     failures: list[str] = []
     for name in MODULE_CANDIDATES:
         try:
@@ -109,12 +116,12 @@ def import_tensorrt() -> ModuleType:
             failures.append(f"{name}: {type(error).__name__}")
             continue
         if hasattr(module, "Builder") and hasattr(module, "OnnxParser"):
-            return module
+            return cast("TrtModule", module)
         failures.append(f"{name}: no Builder/OnnxParser (a stub)")
     raise BackendError(f"TensorRT is not installed ({'; '.join(failures)}); {INSTALL_HINT}")
 
 
-def tensorrt_info(trt: ModuleType | None = None) -> TensorRTInfo:
+def tensorrt_info(trt: TrtModule | None = None) -> TensorRTInfo:
     """Describe the imported module (imports it when not given)."""
     trt = trt or import_tensorrt()
     name = trt.__name__
@@ -122,9 +129,10 @@ def tensorrt_info(trt: ModuleType | None = None) -> TensorRTInfo:
         module_name=name,
         version=str(getattr(trt, "__version__", "unknown")),
         flavour="tensorrt-rtx" if "rtx" in name else "tensorrt",
-        has_fp16_flag=hasattr(trt.BuilderFlag, "FP16"),
+        has_fp16_flag="FP16" in trt.BuilderFlag.__members__,
         has_unfused_debug=hasattr(trt.INetworkDefinition, "mark_unfused_tensors_as_debug_tensors"),
         has_engine_validity=hasattr(trt.Runtime, "get_engine_validity"),
+        has_debug_tensors=hasattr(trt.INetworkDefinition, "mark_debug"),
     )
 
 
