@@ -44,8 +44,8 @@ REASON_BOOL = (
     "#3596), so it is left unmarked; mark_bool=True marks it"
 )
 REASON_QDQ = (
-    "inside a quantize/dequantize pair: marking it would stop TensorRT fusing the pair into the quantized "
-    "layer (explicit quantization) and change the numbers being checked"
+    "inside a quantize/dequantize pair (a Quantize or Dequantize output): marking it would stop TensorRT fusing "
+    "the pair into the quantized layer (explicit quantization) and change the numbers being checked"
 )
 REASON_DTYPE = "type {dtype} has no numpy equivalent, so it cannot be returned for comparison"
 REASON_NO_TENSOR = "no TensorRT tensor: the parser folded it into weights or constants"
@@ -311,14 +311,8 @@ class _Rules:
         return None
 
     def _inside_qdq(self, layer: Layer, kind: EnumValue) -> bool:
-        """A quantized tensor (a Quantize output) or dequantized weights (a Dequantize of a constant)."""
-        if self.quantize is not None and kind == self.quantize:
-            return True
-        if self.dequantize is None or kind != self.dequantize or layer.num_inputs == 0:
-            return False
-        source = layer.get_input(0)
-        producer = self.index.by_name.get(source.name) if source is not None else None
-        return producer is not None and producer[0].type == self.constant
+        """A Quantize output (the quantized tensor between Q and DQ) or a Dequantize output (fused into its consumer)."""
+        return kind is not None and kind in (self.quantize, self.dequantize)
 
 
 def _mark_unfused(network: Network) -> bool:

@@ -42,15 +42,32 @@ if TYPE_CHECKING:
     from trtdiff.backends.tensorrt.builder import BuildResult
     from trtdiff.backends.tensorrt.execution import DebugMode
     from trtdiff.backends.tensorrt.fusion import FusionReport
+    from trtdiff.backends.tensorrt.marking import MarkPlan
     from trtdiff.options import BuildSettings
     from trtdiff.report import MarkingCheck, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
 
-__all__ = ["NO_EXECUTION", "TensorRTBackend"]
+__all__ = ["NO_EXECUTION", "TensorRTBackend", "plan_runs"]
 
 TRT_API = ("Runtime", "ICudaEngine.create_engine_inspector")
 TRT_OPTIONAL_API: tuple[str, ...] = ()
 _LISTED = 5  # names quoted in a note
+
+
+def plan_runs(plan: MarkPlan, names: Sequence[str]) -> list[tuple[list[str], int | None]]:
+    """The runs of one sample for the wanted debug tensors `names` (ONNX names): (TensorRT names to switch on, group).
+
+    Mode "all": the planned groups restricted to `names`, in order, empty groups dropped (at
+    least one run: the outputs). Mode "unfused": one run from group 0 (the engine picks its
+    debug tensors; each further group is one more run, as the listener counts them).
+    """
+    if plan.mode == "unfused":
+        return [([], 0)]
+    group_of = plan.group_of()
+    wanted = {plan.onnx_to_trt[n] for n in names if n in group_of}
+    groups = [[t for t in group if t in wanted] for group in plan.groups]
+    runs: list[tuple[list[str], int | None]] = [(group, None) for group in groups if group]
+    return runs or [([], None)]
 
 
 class TensorRTBackend:
@@ -82,7 +99,6 @@ class TensorRTBackend:
         self._runtime: Runtime = self._trt.Runtime(self._logger)
         plan = self.build.mark_plan
         self._reverse = plan.trt_to_onnx
-        self._group_of = plan.group_of()
         self._available = self._returnable()
         self._marked: EngineSession | None = None
         self._plain: EngineSession | None = None
@@ -152,7 +168,7 @@ class TensorRTBackend:
         outputs = {self._reverse[t] for t in self.build.mark_plan.outputs if t in self._reverse}
         plain = self._plain_outputs(feeds)
         self.answer.new_sample()
-        for debug_names, group in self._runs(names, outputs):
+        for debug_names, group in plan_runs(self.build.mark_plan, [n for n in names if n not in outputs]):
             values = self._execute(feeds, debug_names, group, set(names), plain)
             try:
                 for chunk in chunk_names([n for n in names if n in values], sizes, max_bytes):
@@ -160,16 +176,6 @@ class TensorRTBackend:
             finally:
                 values.clear()
                 _release_cached_memory()
-
-    def _runs(self, names: Sequence[str], outputs: set[str]) -> list[tuple[list[str], int | None]]:
-        """(TensorRT debug names to switch on, unfused group) per run: the planned groups restricted to `names`."""
-        plan = self.build.mark_plan
-        if plan.mode == "unfused":
-            return [([], 0)]  # the first group; _execute runs the rest as the listener reports them
-        wanted = {self.build.mark_plan.onnx_to_trt[n] for n in names if n not in outputs and n in self._group_of}
-        groups = [[t for t in group if t in wanted] for group in plan.groups]
-        runs: list[tuple[list[str], int | None]] = [(group, None) for group in groups if group]
-        return runs or [([], None)]
 
     def _execute(
         self,
