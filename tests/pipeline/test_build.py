@@ -103,7 +103,8 @@ def test_build_of_the_embedded_deeplab_meets_the_issue(tmp_path: Path) -> None:
     debug-marked engine as for the plain one, so the list is empty here and a note says what that means)."""
     out = tmp_path / "build.json"
     result = CliRunner().invoke(
-        main, ["build", FACTORY, "--input-shape", SHAPE, "--opset", "13", "--trt-mark-budget", "64KB", "--json", str(out)]
+        main,
+        ["build", FACTORY, "--input-shape", SHAPE, "--opset", "13", "--trt-mark-budget", "64KB", "--json", str(out)],
     )
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())  # the terminal wraps at 80 columns

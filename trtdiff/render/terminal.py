@@ -20,8 +20,10 @@ from trtdiff.render.format import (
     divergence_figures,
     divergence_head,
     drift_text,
+    engines_line,
     inherited_text,
     inputs_text,
+    marking_changed_line,
     plural,
     precision_text,
     sci,
@@ -124,40 +126,6 @@ def _tensorrt_lines(trt: TensorRTSummary, console: Console) -> None:
                 f"(largest: {biggest} nodes); source: {trt.fusion_source}"
             )
         )
-
-
-def marking_changed_line(trt: TensorRTSummary) -> str:
-    """The first thing said when the marked engine's outputs differ from the plain engine's beyond the thresholds."""
-    check = trt.marking_check
-    assert check is not None
-    worst_cosine = check.cosine if check.cosine is not None else float("nan")
-    figures = f"worst on {check.worst_output}: rel err {sci(check.rel_err or 0.0)}, cosine {cosine(worst_cosine)}"
-    named = ""
-    if check.bisected:
-        more = f" and {len(check.bisected) - 5} more" if len(check.bisected) > 5 else ""
-        shown = ", ".join(check.bisected[:5]) + more
-        named = f"; marking {shown} changes it (bisected in {check.bisect_builds} builds)"
-    elif check.bisect_note:
-        named = f"; {check.bisect_note}"
-    return f"marking changed the answer: the plain engine's outputs differ from the marked engine's ({figures}){named}"
-
-
-def engines_line(trt: TensorRTSummary) -> str:
-    """ "1 engine, N runs per sample", the budget and where it came from, and what the engine returns."""
-    runs = plural(trt.runs_per_sample, "run")
-    budget = ""
-    if trt.mark_budget_bytes is not None and trt.outputs_mode != "none":
-        source = "given" if trt.budget_source == "given" else "fixed default"
-        budget = f" (mark budget {trt.mark_budget_bytes:,} bytes, {source})"
-    coverage = ""
-    if trt.tensors_computed:
-        share = 100.0 * trt.tensors_returned / trt.tensors_computed
-        coverage = (
-            f"; returns {trt.tensors_returned} of {trt.tensors_computed} tensors computed from the inputs "
-            f"({share:.0f}%)"
-        )
-    planned = " planned" if trt.status == "built" else ""
-    return f"{trt.engines} engine, {runs} per sample{planned}{budget}{coverage}"
 
 
 def _build_engine_lines(trt: TensorRTSummary, console: Console) -> None:

@@ -6,6 +6,7 @@ TensorRT-RTX builds on the CPU; executing needs a GPU it supports, which no mach
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -182,9 +183,10 @@ def test_every_tensorrt_attribute_the_code_uses_exists() -> None:
         api.RuntimeConfig: trt.IRuntimeConfig,
         api.EngineInspector: trt.EngineInspector,
     }
+
     def declared(protocol: type) -> set[str]:
         members = {k for k, v in vars(protocol).items() if callable(v) or isinstance(v, property)}
-        return {k for k in members | set(protocol.__dict__.get("__annotations__", {})) if not k.startswith("_")}
+        return {k for k in members | set(inspect.get_annotations(protocol)) if not k.startswith("_")}
 
     missing = [f"{p.__name__}.{n}" for p, real in protocols.items() for n in declared(p) if not hasattr(real, n)]
     assert sum(len(declared(p)) for p in protocols) > 60

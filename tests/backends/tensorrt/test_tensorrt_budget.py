@@ -42,7 +42,7 @@ from trtdiff.errors import OptionError  # noqa: E402
 from trtdiff.source.onnx_graph import GraphInfo, load_graph  # noqa: E402
 
 FACTORY = "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet"
-SHAPE = ((("x", (1, 3, 64, 64)),))
+SHAPE = (("x", (1, 3, 64, 64)),)
 
 
 @pytest.fixture(scope="module")
@@ -165,9 +165,10 @@ def test_groups_run_one_after_another_on_a_supported_gpu(deeplab: GraphInfo, who
         pytest.skip(f"{NO_EXECUTION}: {found.reason}")
     x = np.random.default_rng(0).standard_normal((1, 3, 64, 64), dtype=np.float32)
     small = whole.mark_plan.debug_bytes() // 4
-    with TensorRTBackend(deeplab, BuildSettings(input_shapes=SHAPE)) as one, TensorRTBackend(
-        deeplab, BuildSettings(input_shapes=SHAPE, mark_budget_bytes=small)
-    ) as grouped:
+    with (
+        TensorRTBackend(deeplab, BuildSettings(input_shapes=SHAPE)) as one,
+        TensorRTBackend(deeplab, BuildSettings(input_shapes=SHAPE, mark_budget_bytes=small)) as grouped,
+    ):
         assert grouped.available() == one.available() and grouped.build.mark_plan.runs_per_sample >= 4
         names = sorted(one.available())
         expected = {k: v for chunk in one.run({"x": x}, names) for k, v in chunk.items()}

@@ -36,8 +36,8 @@ from trtdiff.backends.tensorrt import (  # noqa: E402
     fusion,
     probe,
 )
-from trtdiff.backends.tensorrt.logger import shared_logger, step  # noqa: E402
 from trtdiff.backends.tensorrt.importing import GpuInfo  # noqa: E402
+from trtdiff.backends.tensorrt.logger import shared_logger, step  # noqa: E402
 from trtdiff.backends.tensorrt.summary import summarize  # noqa: E402
 from trtdiff.errors import BackendError  # noqa: E402
 from trtdiff.report import Thresholds  # noqa: E402

@@ -311,7 +311,7 @@ class _Rules:
         return None
 
     def _inside_qdq(self, layer: Layer, kind: EnumValue) -> bool:
-        """A Quantize output (the quantized tensor between Q and DQ) or a Dequantize output (fused into its consumer)."""
+        """A Quantize output (the quantized tensor between Q and DQ) or a Dequantize output (fused into its user)."""
         return kind is not None and kind in (self.quantize, self.dequantize)
 
 
