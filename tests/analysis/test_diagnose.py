@@ -213,3 +213,40 @@ def test_local_errors_skip_a_candidate_that_cannot_be_reopened(export_example: C
         graph, report.layers, [ORT], {}, lambda names: {}, lambda *args: None, report.thresholds, 1 << 30
     )
     assert runs == []
+
+
+def test_the_culprit_step_opens_one_candidate_at_a_time(export_example: Callable[..., Path]) -> None:
+    """Each shadow and injected model is opened, run on every sample and closed before the next one opens."""
+    from trtdiff.analysis.attribution import AttributionInputs, attribute
+    from trtdiff.report import Culprit, ErrorFigures
+    from trtdiff.source.samples import Sample
+
+    graph = load_graph(export_example(10))
+    events: list[str] = []
+
+    class Recorded(OnnxRuntimeBackend):  # the real ONNX Runtime backend, with its opening and closing recorded
+        def close(self) -> None:
+            events.append("close")
+
+    def open_like(name: str, rewritten, feeds):
+        events.append("open")
+        return Recorded(rewritten)
+
+    rng = np.random.default_rng(0)
+    samples = [{"x": rng.standard_normal((1, 3, 64, 64), dtype=np.float32)} for _ in range(3)]
+    ort = OnnxRuntimeBackend(graph)
+    culprits = []
+    for layer in [n for n in graph.nodes if n.op_type == "Resize"][:2]:
+        figures = ErrorFigures(cosine=0.9, max_abs=1.0, rel_err=0.5)
+        culprits.append(
+            Culprit(layer.outputs[0], layer.name, "Resize", None, ORT, figures, figures, "export", (layer.name,))
+        )
+
+    def stream():
+        for index, feeds in enumerate(samples):
+            yield Sample(f"s{index}", ()), feeds, lambda names, feeds=feeds: {**feeds, **fetch(ort, feeds, list(names))}
+
+    inputs = AttributionInputs(graph, stream, open_like, (), None, trtdiff.report.Thresholds())
+    attributions = attribute(inputs, culprits, [])
+    assert len(attributions) == 2 and events == ["open", "close", "open", "close"]
+    assert attributions[-1].final_rel_err_after == 0.0  # the reference injected at the last Resize: no error left

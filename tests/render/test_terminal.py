@@ -173,7 +173,9 @@ def test_build_report(build: SimpleNamespace) -> None:
         "GPU: none (built on the CPU; this engine cannot be run here)",
     ]
     assert "           1 fused into a Conv layer (e.g. /backbone/Relu_output_0)" in rows
-    assert "marked engine: 123,456 bytes; built in 1.50s in all (from the engine cache); saved to tiny.plan" in flat(text)
+    assert "marked engine: 123,456 bytes; built in 1.50s in all (from the engine cache); saved to tiny.plan" in flat(
+        text
+    )
     assert "1 engine, 1 run per sample planned" in rows
     assert "ONNX-to-TensorRT name map: 2 tensors (the JSON report holds it)" in rows
     assert rows[-1] == "note: built with 1 GiB workspace"
