@@ -48,6 +48,10 @@ def build(model: str | Path | torch.nn.Module, options: CompareOptions | None = 
         with timed(timings, "read_plans"):
             fusion = result.fusion_hint(prepared.graph)
             plain_fusion = result.plain_fusion_hint(prepared.graph) if result.plain is not None else fusion
+            parsed = result.parsed_graph
+            precision_fusion = (
+                result.fusion_hint(parsed) if parsed is not None and parsed is not prepared.graph else None
+            )
         summary = summarize(
             result,
             fusion,
@@ -57,6 +61,7 @@ def build(model: str | Path | torch.nn.Module, options: CompareOptions | None = 
             plain_fusion=plain_fusion,
             include_name_map=True,
             marking_check=not_run_check(),
+            precision_fusion=precision_fusion,
         )
         return BuildReport(
             model=prepared.loaded.source,

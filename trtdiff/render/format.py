@@ -426,7 +426,11 @@ def engines_line(trt: TensorRTSummary) -> str:
         source = "given" if trt.budget_source == "given" else "fixed default"
         budget = f" (mark budget {trt.mark_budget_bytes:,} bytes, {source})"
     coverage = ""
-    if trt.tensors_computed:
+    if trt.outputs_mode == "unfused":
+        runs = f"at most {runs}"
+        if trt.tensors_computed:
+            coverage = f"; the engine reports those of the {trt.tensors_computed} tensors computed that survive fusion"
+    elif trt.tensors_computed:
         share = 100.0 * trt.tensors_returned / trt.tensors_computed
         coverage = (
             f"; returns {trt.tensors_returned} of {trt.tensors_computed} tensors computed from the inputs "

@@ -196,6 +196,7 @@ def build_engine(
         parsed_what,
         tuple(notes),
         asked_types(parsed_graph),
+        parsed_graph,
     )
 
 

@@ -39,8 +39,8 @@ _NUMPY_NAMES = {
 MISSING_ASKED = "asked: the ONNX file gives no type for this layer's output"
 MISSING_BUILT_PLAN = "built: the plan names no type for what this layer writes"
 NO_INSPECTOR = (
-    "the engine inspector needs a deserialized engine, which needs a GPU this TensorRT supports "
-    "(none here), so precision comes from the plan scan"
+    "the engine inspector's figures (it needs a deserialized engine, so a GPU this TensorRT supports; none "
+    "here): the plan's are shown"
 )
 
 

@@ -40,7 +40,8 @@ class BuildResult:
     """The marked engine (one, whatever the budget), the plain engine beside it, and what went into them.
 
     `plain` is None in mode "none", where nothing is marked and the marked engine is the plain
-    one. `asked` maps ONNX node names to the precision the parsed model asks of them.
+    one. `asked` maps ONNX node names to the precision the parsed model asks of them;
+    `parsed_graph` is that model (the FP16 conversion where one was made, with its Casts).
     Exactly two plans are held, however many runs a sample takes.
     """
 
@@ -54,6 +55,7 @@ class BuildResult:
     parsed: str  # "the given ONNX file" or what it was converted to
     notes: tuple[str, ...] = ()
     asked: Mapping[str, str] = field(default_factory=dict, repr=False)
+    parsed_graph: GraphInfo | None = field(default=None, repr=False)  # the model TensorRT parsed (FP16: converted)
 
     @property
     def plan(self) -> bytes:

@@ -238,10 +238,13 @@ class TensorRTBackend:
             runtime_cache=cache.runtime_cache_path(self.cache_dir, key) if self.cache_dir is not None else None,
         )
 
-    def fusion(self) -> FusionReport:
-        """The marked engine's layers and their ONNX nodes: the engine inspector, else the plan scan (never raises)."""
+    def fusion(self, graph: GraphInfo | None = None) -> FusionReport:
+        """The marked engine's layers and their ONNX nodes: the engine inspector, else the plan scan (never raises).
+
+        `graph`: the model to name nodes from (default the one compared; the FP16 conversion for precision).
+        """
         engine = self._marked.engine if self._marked is not None else None
-        return engine_fusion(engine, self._trt, self.graph, (self.build.plan,))
+        return engine_fusion(engine, self._trt, graph or self.graph, (self.build.plan,))
 
     def plain_fusion(self) -> FusionReport:
         """The plain engine's layers: its inspector where it was loaded, else the plan scan (never raises)."""

@@ -80,6 +80,8 @@ def ran_summary(runners: Sequence[OnnxBackend], thresholds: Thresholds | None = 
     if runner is None:
         return None
     fusion, plain_fusion = runner.fusion(), runner.plain_fusion()  # before a bisection releases the engines
+    parsed = runner.build.parsed_graph
+    precision_fusion = runner.fusion(parsed) if parsed is not None and parsed is not runner.graph else None
     check = runner.marking_check(thresholds or Thresholds())
     return summarize(
         runner.build,
@@ -90,4 +92,5 @@ def ran_summary(runners: Sequence[OnnxBackend], thresholds: Thresholds | None = 
         plain_fusion=plain_fusion,
         run_notes=runner.notes(),
         marking_check=check,
+        precision_fusion=precision_fusion,
     )

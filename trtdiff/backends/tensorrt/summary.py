@@ -34,12 +34,14 @@ def summarize(
     include_name_map: bool = False,
     run_notes: Sequence[str] = (),
     marking_check: MarkingCheck | None = None,
+    precision_fusion: FusionReport | None = None,
 ) -> TensorRTSummary:
     """What a build (and, for status "ran", a run) did: marks, runs, fusions, fusions split, precision as built.
 
     `plain_fusion`: the plain engine's layers (for `fusions_split`); `graph`: for the node order
     precision rows use. `marking_check`: what comparing the two engines' outputs found (a build
-    that runs nothing gets "not run").
+    that runs nothing gets "not run"). `precision_fusion`: the marked engine's layers read
+    against the model TensorRT parsed (an FP16 conversion's Casts included), for precision.
     """
     plan = build.mark_plan
     settings = build.settings
@@ -48,8 +50,10 @@ def summarize(
     )
     fused = tuple(EngineLayerInfo(layer.name, layer.onnx_nodes) for layer in (fusion.fused() if fusion else ()))
     split = fusions_split(plain_fusion, fusion) if fusion is not None and plain_fusion is not None else ()
-    order = {node.name: node.index for node in graph.nodes} if graph is not None else {}
-    precisions = layer_precisions(fusion, build.asked, order) if fusion is not None else ()
+    parsed = build.parsed_graph if precision_fusion is not None and build.parsed_graph is not None else graph
+    order = {node.name: node.index for node in parsed.nodes} if parsed is not None else {}
+    layers = precision_fusion or fusion
+    precisions = layer_precisions(layers, build.asked, order) if layers is not None else ()
     computed = plan.data_tensors
     returned = len(set(plan.returned_onnx()) & _data_tensors(graph)) if graph is not None else 0
     plain = build.plain
