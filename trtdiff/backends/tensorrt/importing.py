@@ -9,7 +9,9 @@ version numbers: TensorRT-RTX reports 1.x while its API matches TensorRT 10.12+.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from trtdiff.errors import BackendError
@@ -137,13 +139,24 @@ def tensorrt_info(trt: TrtModule | None = None) -> TensorRTInfo:
 
 
 def gpu_info(index: int = 0) -> GpuInfo | None:
-    """The CUDA GPU torch sees at `index`, or None when torch has no CUDA device."""
+    """The CUDA GPU torch sees at `index`, or None when torch has no CUDA device.
+
+    Where torch is not imported yet and the machine has no NVIDIA device node at all, the
+    answer is None without importing torch (a second of `trtdiff build` on a CPU machine).
+    """
+    if "torch" not in sys.modules and not _has_gpu_device_nodes():
+        return None
     import torch
 
     if not torch.cuda.is_available() or torch.cuda.device_count() <= index:
         return None
     major, minor = torch.cuda.get_device_capability(index)
     return GpuInfo(index=index, name=torch.cuda.get_device_name(index), compute_capability=(int(major), int(minor)))
+
+
+def _has_gpu_device_nodes() -> bool:
+    """Whether the machine shows an NVIDIA device node (/dev/nvidia0...) or WSL's GPU node (/dev/dxg)."""
+    return any(Path("/dev").glob("nvidia[0-9]*")) or Path("/dev/dxg").exists()
 
 
 def rtx_supports(compute_capability: tuple[int, int]) -> bool:
