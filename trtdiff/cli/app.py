@@ -128,7 +128,8 @@ tensorrt_options = cloup.option_group(
                  help="Compare TensorRT at each precision: fp32 (TF32 off), tf32, fp16, e.g. fp32,tf32: a sweep."),
     cloup.option("--engine-cache", type=click.Path(file_okay=False), default=None,
                  help="Folder of cached engines and the timing cache."),
-    cloup.option("--save-engine", type=click.Path(dir_okay=False), default=None, help="Write the TensorRT engine that ships (the marked one beside it as NAME.marked.engine)."),
+    cloup.option("--save-engine", type=click.Path(dir_okay=False), default=None,
+                 help="Write the TensorRT engine that ships (the marked one beside it as NAME.marked.engine)."),
 )
 
 ort_provider_option = cloup.option("--ort-provider", default="CPUExecutionProvider", show_default=True,

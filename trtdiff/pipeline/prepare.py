@@ -213,6 +213,7 @@ def onnx_graph_for(
             notes.append(f"opset {opset} ignored: the given ONNX file declares opset {given.opset}")
         return given, "given"
     from trtdiff.source.export import export_onnx  # imports torch: only when exporting
+
     target = save_path if save_path is not None else folder / "model.onnx"
     result = export_onnx(
         source.loaded, source.feeds, opset=opset or DEFAULT_OPSET, exporter=options.exporter, path=target
