@@ -90,6 +90,10 @@ def test_a_budget_bounds_what_each_run_of_the_engine_copies() -> None:
     for i, array in enumerate(memory):
         everything.process(array.ctypes.data, True, "FLOAT", (array.size,), f"t{i}", 0)
     assert everything.groups == 1 and len(everything.take()) == 6
+    collector.start(-1)  # an unfused run that wants only the outputs copies nothing
+    for i, array in enumerate(memory):
+        collector.process(array.ctypes.data, True, "FLOAT", (array.size,), f"t{i}", 0)
+    assert collector.take() == {} and collector.calls == 6
     half = np.array([1.5, -2.0], dtype=np.float32).view(np.uint32) >> 16  # bfloat16 bits of 1.5 and -2.0
     bits = half.astype(np.uint16)
     assert buffers.copy_debug_tensor(bits.ctypes.data, "BF16", (2,), 0, on_host=True).tolist() == [1.5, -2.0]

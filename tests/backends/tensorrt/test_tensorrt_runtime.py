@@ -154,7 +154,7 @@ def test_runs_switch_on_one_group_each_and_stay_linear(dotted: GraphInfo) -> Non
     assert len(runs) == 200 and runs[0] == (graph_names[:100], None)  # planned order, whatever the asked order
     assert plan_runs(many, graph_names[150:160]) == [(graph_names[150:160], None)]
     unfused = build_engine(dotted, BuildSettings(outputs="unfused")).mark_plan
-    assert plan_runs(unfused, ["out"]) == [([], 0)]
+    assert plan_runs(unfused, ["out"]) == [([], 0)] and plan_runs(unfused, []) == [([], -1)]
 
 
 def test_one_logger_for_every_builder_and_runtime(dotted: GraphInfo) -> None:

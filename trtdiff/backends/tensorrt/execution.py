@@ -204,7 +204,12 @@ class EngineSession:
                 )
             self._open_runtime_cache(self.engine)
             with step(logger):
-                made = self.engine.create_execution_context(self._runtime_config)
+                config = self._runtime_config
+                made = (
+                    self.engine.create_execution_context(config)
+                    if config is not None
+                    else self.engine.create_execution_context()  # TensorRT 10 has no runtime-config overload
+                )
                 hint = "free GPU memory (TensorRT-RTX also compiles kernels here) or give a smaller mark budget"
                 self.context = require(made, logger, f"create an execution context for {label}", hint)
             make_stream: Callable[[torch.device], torch.cuda.Stream] = torch.cuda.Stream  # unannotated in torch

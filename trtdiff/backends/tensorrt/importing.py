@@ -42,7 +42,6 @@ TRT_API = (
 )
 TRT_OPTIONAL_API = (
     "BuilderFlag.FP16",
-    "INetworkDefinition.mark_debug",
     "INetworkDefinition.mark_unfused_tensors_as_debug_tensors",
     "Runtime.get_engine_validity",
 )

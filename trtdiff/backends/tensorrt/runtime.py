@@ -52,6 +52,7 @@ __all__ = ["NO_EXECUTION", "TensorRTBackend", "plan_runs"]
 TRT_API = ("Runtime", "ICudaEngine.create_engine_inspector")
 TRT_OPTIONAL_API: tuple[str, ...] = ()
 _LISTED = 5  # names quoted in a note
+NO_GROUP = -1  # an unfused run that copies no debug tensor
 
 
 def plan_runs(plan: MarkPlan, names: Sequence[str]) -> list[tuple[list[str], int | None]]:
@@ -59,10 +60,11 @@ def plan_runs(plan: MarkPlan, names: Sequence[str]) -> list[tuple[list[str], int
 
     Mode "all": the planned groups restricted to `names`, in order, empty groups dropped (at
     least one run: the outputs). Mode "unfused": one run from group 0 (the engine picks its
-    debug tensors; each further group is one more run, as the listener counts them).
+    debug tensors; each further group is one more run, as the listener counts them), or one
+    run copying none of them (NO_GROUP) where only outputs are wanted.
     """
     if plan.mode == "unfused":
-        return [([], 0)]
+        return [([], 0 if names else NO_GROUP)]
     group_of = plan.group_of()
     wanted = {plan.onnx_to_trt[n] for n in names if n in group_of}
     groups = [[t for t in group if t in wanted] for group in plan.groups]
@@ -201,7 +203,7 @@ class TensorRTBackend:
             debug.clear()
             values.update((name, _host(value)) for name, value in mapped.items() if name in wanted)
             self._note_debug(session, len(mapped))
-            if group is None or group + 1 >= session.collector.groups:
+            if group is None or group == NO_GROUP or group + 1 >= session.collector.groups:
                 break
             group += 1
         self._notes.update(dict.fromkeys(session.notes))
@@ -306,7 +308,7 @@ class TensorRTBackend:
     def _note_debug(self, session: EngineSession, mapped: int) -> None:
         """Say what a run's debug tensors were: none at all, some unmapped, some of unsupported types."""
         collector = session.collector
-        if self.build.mark_plan.debug and collector.calls == 0:
+        if self._debug_mode() is not None and collector.calls == 0:
             self._notes["the engine reported no debug tensors at all; only the network outputs were compared"] = None
         if self.unmapped_debug:
             listed = ", ".join(self.unmapped_debug[:_LISTED])
