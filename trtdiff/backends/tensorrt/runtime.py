@@ -202,7 +202,7 @@ class TensorRTBackend:
             )
             debug.clear()
             values.update((name, _host(value)) for name, value in mapped.items() if name in wanted)
-            self._note_debug(session, len(mapped))
+            self._note_debug(session, len(mapped), bool(debug_names) or group not in (None, NO_GROUP))
             if group is None or group == NO_GROUP or group + 1 >= session.collector.groups:
                 break
             group += 1
@@ -305,10 +305,10 @@ class TensorRTBackend:
 
         return minimal_marks(self.build.mark_plan.debug, changes)
 
-    def _note_debug(self, session: EngineSession, mapped: int) -> None:
-        """Say what a run's debug tensors were: none at all, some unmapped, some of unsupported types."""
+    def _note_debug(self, session: EngineSession, mapped: int, expected: bool) -> None:
+        """Say what a run's debug tensors were: none at all (where some were switched on), unmapped, unsupported."""
         collector = session.collector
-        if self._debug_mode() is not None and collector.calls == 0:
+        if expected and collector.calls == 0:
             self._notes["the engine reported no debug tensors at all; only the network outputs were compared"] = None
         if self.unmapped_debug:
             listed = ", ".join(self.unmapped_debug[:_LISTED])
