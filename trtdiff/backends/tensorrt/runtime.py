@@ -237,7 +237,7 @@ class TensorRTBackend:
             label=label,
             debug=debug,
             budget=budget,
-            runtime_cache=cache.runtime_cache_path(self.cache_dir, key) if self.cache_dir is not None else None,
+            runtime_cache=cache.runtime_cache_path(self.cache_dir, key) if self.cache_dir is not None and key else None,
         )
 
     def fusion(self, graph: GraphInfo | None = None) -> FusionReport:
