@@ -105,7 +105,7 @@ def compare(
         non_finite = _non_finite(run, layers, results, stack, timings)
         findings = _findings(run, layers, divergence, results, segmentation, stack, timings, say)
         checks = _checks(options, layers, results, segmentation, run, divergence)
-        notes = (*prepared.notes, *samples.notes(), *_spill_note(store))
+        notes = (*prepared.notes, *samples.notes(), *_spill_note(store), *findings.notes)
         report = _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings, non_finite)
         if options.export.simplify:
             report = with_simplified(model, options, prepared.graph.model, report, stack, say)
@@ -455,7 +455,7 @@ def _report(
         environment=environment(prepared.backends, torch_device),
         notes=notes,
         timings={k: round(v, 4) for k, v in timings.items()},
-        tensorrt=ran_summary(prepared.backends) or prepared.tensorrt,
+        tensorrt=ran_summary(prepared.backends, run.options.thresholds) or prepared.tensorrt,
         samples=mark_failures(results, checks),
         checks=tuple(checks),
         segmentation=segmentation,

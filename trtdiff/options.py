@@ -84,9 +84,12 @@ class BuildSettings:
     input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     compute_capabilities: tuple[str, ...] = ()
     mark_bool: bool = False
-    # Device memory the marked tensors of one engine may take; None: half the GPU's free memory where
-    # one is visible, else no limit. Over it, one engine is built per slice of the marks.
+    # Bytes of debug tensors one run of the (one) marked engine may copy; None: a fixed 1 GiB, never the
+    # GPU's free memory. Over it, a sample takes several runs of the same engine. Not part of the cache key.
     mark_budget_bytes: int | None = None
+    # Bisect the marks when marking changed the answer (None), also when the outputs differ at all (True),
+    # or never (False): each step rebuilds the marked engine with half the marks. Not part of the cache key.
+    bisect_marks: bool | None = None
 
     def validate(self) -> None:
         """Raise OptionError for a value no TensorRT accepts."""
@@ -105,6 +108,10 @@ class BuildSettings:
         if self.workspace_bytes is not None and self.workspace_bytes <= 0:
             raise OptionError(
                 "must be a positive number of bytes", parameter="workspace_bytes", value=self.workspace_bytes
+            )
+        if self.mark_budget_bytes is not None and self.mark_budget_bytes <= 0:
+            raise OptionError(
+                "must be a positive number of bytes", parameter="mark_budget_bytes", value=self.mark_budget_bytes
             )
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,10 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 import trtdiff
-from trtdiff.analysis.culprits import local_errors
+from trtdiff.analysis.culprits import Reference, local_errors
 from trtdiff.analysis.shadow import build_shadow, embed
 from trtdiff.backends.base import fetch
+from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
 from trtdiff.cli.app import main
+from trtdiff.errors import BackendError
 from trtdiff.render.format import attribution_summary
 from trtdiff.report import BackendPair
 from trtdiff.source.onnx_graph import load_graph
@@ -130,14 +133,17 @@ def test_onnx_runtime_is_a_reference_for_the_spec_evaluator(export_example: Call
     assert all(c.verdict == "export" for c in report.culprits)
 
 
-def test_tensorrt_shadow_model_builds_with_the_comparison_settings(
+def test_tensorrt_shadow_model_uses_the_comparisons_capture_and_budget(
     export_example: Callable[..., Path], example_feeds: dict[str, np.ndarray], tmp_path: Path
 ) -> None:
+    """The shadow engine: every local output a debug tensor of one engine under the mark budget, not a network output."""
     pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX is not installed (the tensorrt-rtx extra)")
-    from trtdiff.analysis.diagnose import tensorrt_settings
+    from trtdiff.analysis.diagnose import tensorrt_model
+    from trtdiff.analysis.shadow import SINK
     from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
     from trtdiff.backends.tensorrt.builder import build_engine
     from trtdiff.options import BackendOptions, BuildSettings
+    from trtdiff.source.onnx_graph import graph_from_model
 
     graph = load_graph(export_example(13))
     tensors = [t for t in graph.node_outputs if graph.tensor_type(t).is_float and t in graph.data_tensors]
@@ -147,13 +153,93 @@ def test_tensorrt_shadow_model_builds_with_the_comparison_settings(
     shadow = embed(shadow, values)  # shape arithmetic as constants, as the culprit step does
     onnx.save(shadow.model, tmp_path / "shadow.onnx")
     shadow_graph = load_graph(tmp_path / "shadow.onnx")
-    runtime = BackendOptions(tensorrt=BuildSettings(precision="fp32"), tf32=False)
-    settings = tensorrt_settings(shadow_graph, values, runtime)
-    assert settings.outputs == "none" and {name for name, _ in settings.input_shapes} == set(shadow_graph.graph_inputs)
-    result = build_engine(shadow_graph, settings)
-    assert result.plan_nbytes > 100_000
-    assert set(result.mark_plan.returned_onnx()) == set(shadow.outputs.values())
+    runtime = BackendOptions(tensorrt=BuildSettings(precision="fp32", mark_budget_bytes=1 << 16), tf32=False)
+    feeds = {name: values[name] for name in shadow_graph.graph_inputs}
+    model, settings = tensorrt_model(shadow_graph, feeds, runtime)
+    assert settings.outputs == "all" and settings.mark_budget_bytes == 1 << 16
+    assert [o.name for o in model.graph.output] == [SINK]  # one network output; the local outputs are inside
+    assert {name for name, _ in settings.input_shapes} == set(shadow_graph.graph_inputs)
+    path = tmp_path / "sinked.onnx"
+    onnx.save(model, path)
+    result = build_engine(graph_from_model(model, path), settings, plain=False)
+    plan = result.mark_plan
+    assert result.plain is None and plan.outputs == (SINK,) and result.plan_nbytes > 100_000
+    assert set(shadow.outputs.values()) <= set(plan.returned_onnx())  # every local output is a debug tensor
+    assert plan.runs_per_sample > 1  # the comparison's budget bounds each run of the shadow engine too
     assert len(shadow.outputs) == len(tensors) and all(len(s) == 1 for s in shadow.subgraphs.values())
+
+
+def test_shadow_inputs_take_the_types_of_the_values_fed(export_example: Callable[..., Path]) -> None:
+    """Defect: the shadow model's input types came from shape inference alone."""
+    from trtdiff.analysis.shadow import typed_inputs
+
+    graph = load_graph(export_example(13))
+    model = onnx.ModelProto()
+    model.CopyFrom(graph.model)
+    model.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.DOUBLE  # what inference got wrong
+    del model.graph.input[0].type.tensor_type.shape.dim[:]
+    typed = typed_inputs(model, {"x": np.zeros((1, 3, 64, 64), np.float32)})
+    value = typed.graph.input[0].type.tensor_type
+    assert value.elem_type == onnx.TensorProto.FLOAT and [d.dim_value for d in value.shape.dim] == [1, 3, 64, 64]
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.DOUBLE  # the model given is kept
+
+
+def test_a_tensorrt_failure_in_the_culprit_step_is_a_note(export_example: Callable[..., Path]) -> None:
+    """Defect: a TensorRT failure on the shadow or injected model threw away the finished comparison.
+
+    The failure here is real: the TensorRT backend, opened on the rewritten model on this machine, raises
+    the BackendError it raises wherever no engine can run (the same path as any TensorRT error there).
+    """
+    from trtdiff.analysis.attribution import AttributionInputs, attribute
+    from trtdiff.analysis.diagnose import _tensorrt_like
+    from trtdiff.backends.tensorrt import probe
+    from trtdiff.options import BackendOptions
+    from trtdiff.report import Culprit, ErrorFigures
+    from trtdiff.source.samples import Sample
+
+    if probe().can_run:
+        pytest.skip("checks the failure path; TensorRT can run here")
+    report = trtdiff.compare(FACTORY, onnx=export_example(10), input_shapes=["1x3x64x64"], culprit=False)
+    graph = load_graph(export_example(10))
+    trt_pair = BackendPair("torch", "tensorrt")
+    layers = [dataclasses.replace(layer, pairs={**layer.pairs, trt_pair: layer.pairs[ORT]}) for layer in report.layers]
+    runtime = BackendOptions()
+
+    def open_tensorrt(name: str, rewritten, feeds):
+        return _tensorrt_like(rewritten, feeds, runtime)
+
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 64, 64), dtype=np.float32)}
+    ort = OnnxRuntimeBackend(graph)
+    reference = Reference("onnxruntime", lambda names: {**feeds, **fetch(ort, feeds, list(names))}, lambda t: True)
+    notes: list[str] = []
+    runs = local_errors(
+        graph,
+        layers,
+        [trt_pair],
+        {"torch": reference},
+        reference.values,
+        open_tensorrt,
+        report.thresholds,
+        1 << 30,
+        notes,
+    )
+    assert runs == [] and len(notes) == 1
+    assert notes[0].startswith("culprits: TensorRT failed on the shadow model, so torch~tensorrt has no local errors")
+    assert "BackendError: no machine here can execute a TensorRT engine" in notes[0]
+    with pytest.raises(BackendError):  # without a place for notes the error is not swallowed
+        local_errors(
+            graph, layers, [trt_pair], {"torch": reference}, reference.values, open_tensorrt, report.thresholds, 1 << 30
+        )
+    last = layers[-1]
+    figures = ErrorFigures(cosine=0.9, max_abs=1.0, rel_err=0.5)
+    culprit = Culprit(
+        last.tensor, last.onnx_node, last.op_type, last.module, trt_pair, figures, figures, "runtime", (last.onnx_node,)
+    )
+    samples = lambda: iter([(Sample("s0", ()), feeds, reference.values)])  # noqa: E731
+    inputs = AttributionInputs(graph, samples, open_tensorrt, (), None, report.thresholds)
+    attribution_notes: list[str] = []
+    assert attribute(inputs, [culprit], attribution_notes) == ()
+    assert len(attribution_notes) == 1 and attribution_notes[0].startswith("attribution: TensorRT failed")
 
 
 def test_local_errors_skip_a_candidate_that_cannot_be_reopened(export_example: Callable[..., Path]) -> None:
@@ -163,3 +249,40 @@ def test_local_errors_skip_a_candidate_that_cannot_be_reopened(export_example: C
         graph, report.layers, [ORT], {}, lambda names: {}, lambda *args: None, report.thresholds, 1 << 30
     )
     assert runs == []
+
+
+def test_the_culprit_step_opens_one_candidate_at_a_time(export_example: Callable[..., Path]) -> None:
+    """Each shadow and injected model is opened, run on every sample and closed before the next one opens."""
+    from trtdiff.analysis.attribution import AttributionInputs, attribute
+    from trtdiff.report import Culprit, ErrorFigures
+    from trtdiff.source.samples import Sample
+
+    graph = load_graph(export_example(10))
+    events: list[str] = []
+
+    class Recorded(OnnxRuntimeBackend):  # the real ONNX Runtime backend, with its opening and closing recorded
+        def close(self) -> None:
+            events.append("close")
+
+    def open_like(name: str, rewritten, feeds):
+        events.append("open")
+        return Recorded(rewritten)
+
+    rng = np.random.default_rng(0)
+    samples = [{"x": rng.standard_normal((1, 3, 64, 64), dtype=np.float32)} for _ in range(3)]
+    ort = OnnxRuntimeBackend(graph)
+    culprits = []
+    for layer in [n for n in graph.nodes if n.op_type == "Resize"][:2]:
+        figures = ErrorFigures(cosine=0.9, max_abs=1.0, rel_err=0.5)
+        culprits.append(
+            Culprit(layer.outputs[0], layer.name, "Resize", None, ORT, figures, figures, "export", (layer.name,))
+        )
+
+    def stream():
+        for index, feeds in enumerate(samples):
+            yield Sample(f"s{index}", ()), feeds, lambda names, feeds=feeds: {**feeds, **fetch(ort, feeds, list(names))}
+
+    inputs = AttributionInputs(graph, stream, open_like, (), None, trtdiff.report.Thresholds())
+    attributions = attribute(inputs, culprits, [])
+    assert len(attributions) == 2 and events == ["open", "close", "open", "close"]
+    assert attributions[-1].final_rel_err_after == 0.0  # the reference injected at the last Resize: no error left

@@ -57,14 +57,17 @@ def test_build_reports_the_mark_plan_and_name_map(tmp_path: Path) -> None:
         ["build", FACTORY, "--input-shape", SHAPE, "--opset", "13", "--json", str(out), "--save-engine", str(engine)],
     )
     assert result.exit_code == 0, result.output
-    assert "51 marked" in result.stdout and "not returned" in result.stdout
+    text = " ".join(result.stdout.split())  # the terminal wraps at 80 columns
+    assert "50 debug tensors + 1 output" in text and "not returned" in text
+    assert "1 engine, 1 run per sample planned (mark budget 1,073,741,824 bytes, fixed default)" in text
     report = BuildReport.from_json(out.read_text())
     trt = report.tensorrt
-    assert trt.status == "built" and trt.outputs_mode == "all" and trt.marked == 51
+    assert trt.status == "built" and trt.outputs_mode == "all" and trt.marked == 51 and trt.debug_marked == 50
     assert {"network input", "shape tensor", "constant/weights"} <= {r.reason.split(":")[0] for r in trt.not_returned}
     assert trt.name_map["/decoder/Resize_output_0"] == "/decoder/Resize_output_0"
-    assert engine.stat().st_size == trt.plan_bytes > 0
-    assert "TF32" not in trt.flags
+    assert trt.plain_engine is not None and engine.stat().st_size == trt.plain_engine.plan_bytes > 0  # what ships
+    assert (tmp_path / "model.marked.engine").stat().st_size == trt.plan_bytes > 0
+    assert "TF32" not in trt.flags and trt.tf32_built is False
     again = CliRunner().invoke(main, ["build", FACTORY, "--input-shape", SHAPE, "--save-engine", str(engine)])
     assert again.exit_code == 2 and "exists" in again.stderr
 
@@ -91,6 +94,31 @@ def test_build_modes_precision_and_engine_cache(tmp_path: Path) -> None:
         FACTORY, input_shapes=[SHAPE], opset=13, tensorrt=BuildSettings(precision="fp16")
     )
     assert fp16.tensorrt.precision == "fp16" and any("FP16" in note or "fp16" in note for note in fp16.tensorrt.notes)
+
+
+@needs_builder
+def test_build_of_the_embedded_deeplab_meets_the_issue(tmp_path: Path) -> None:
+    """Issue 18, done when: one marked engine naming >= 90% of the ONNX tensors, engines 1, runs >= 2 under a tiny
+    budget; fusions_split is read from the two real plans (TensorRT-RTX 1.7.1 compiles the same kernels for the
+    debug-marked engine as for the plain one, so the list is empty here and a note says what that means)."""
+    out = tmp_path / "build.json"
+    result = CliRunner().invoke(
+        main,
+        ["build", FACTORY, "--input-shape", SHAPE, "--opset", "13", "--trt-mark-budget", "64KB", "--json", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())  # the terminal wraps at 80 columns
+    assert "1 engine, 16 runs per sample planned (mark budget 65,536 bytes, given)" in text, text
+    assert "returns 51 of 51 tensors computed from the inputs (100%)" in text
+    data = json.loads(out.read_text())["tensorrt"]
+    assert data["engines"] == 1 and data["runs_per_sample"] >= 2 and data["mark_budget_bytes"] == 64 * 1024
+    assert data["tensors_returned"] >= 0.9 * data["tensors_computed"] > 0
+    assert data["fusions_split"] == [] and data["fusions_split_source"].startswith("plan-scan")
+    assert data["plain_engine"]["plan_bytes"] > 0 and data["marking_check"]["status"] == "not run"
+    assert len(data["layer_precisions"]) >= 20 and data["precision_source"].startswith("plan-scan")
+    assert {(row["asked"], row["built"]) for row in data["layer_precisions"]} == {("FP32", "FP32")}
+    report = BuildReport.from_json(out.read_text())
+    assert report.tensorrt.marking_check is not None and report.tensorrt.layer_precisions[0].built == "FP32"
 
 
 @needs_builder

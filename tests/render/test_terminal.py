@@ -122,11 +122,29 @@ def test_tensorrt_ran_three_pairs_fit_80_columns(trt_ran: Report) -> None:
     rows = lines(text)
     assert (
         "TensorRT: tensorrt 10.9.0, fp32, TF32 off, outputs unfused: 2 marked, 1 not returned "
-        "engine fused 2 ONNX nodes into 1 layer (largest: 2 nodes); source: engine inspector"
+        "1 engine, at most 1 run per sample engine fused 2 ONNX nodes into 1 layer (largest: 2 nodes); source: "
+        "engine inspector"
     ) in flat(text)
     assert "# op  module / node    pt~ort   max|Δ|   pt~trt   max|Δ|  ort~trt   max|Δ|" in rows
     assert "2 Relu …kbone.stem.1 1.000000 6.00e-07        -        -        -        - ok" in rows
     assert "3 Conv …rom.the.left 1.000000 6.00e-07 0.999998 2.10e-05 0.999998 2.10e-05 ok" in rows
+
+
+def test_marking_changed_the_answer_is_said_first(trt_ran: Report) -> None:
+    """Issue 18: where the plain engine's outputs differ from the marked engine's, that comes before the rest."""
+    from trtdiff.report import MarkingCheck
+
+    check = MarkingCheck(
+        status="changed", samples=2, runs=4, worst_output="y", cosine=0.99, max_abs=0.5, rel_err=0.25,
+        bisected=("/backbone/Relu_output_0",), bisect_builds=3,
+    )  # fmt: skip
+    assert trt_ran.tensorrt is not None
+    report = dataclasses.replace(trt_ran, tensorrt=dataclasses.replace(trt_ran.tensorrt, marking_check=check))
+    text = flat(render(report))
+    changed = text.index("marking changed the answer: the plain engine's outputs differ from the marked engine's")
+    assert changed < text.index("TensorRT: tensorrt 10.9.0")
+    assert "rel err 2.50e-01" in text and "marking /backbone/Relu_output_0 changes it (bisected in 3 builds)" in text
+    assert all(len(row) <= 80 for row in render(report).splitlines())
 
 
 def test_every_report_fits_80_columns(passing: Report, diverged: Report, gated: Report, trt_ran: Report) -> None:
@@ -159,7 +177,10 @@ def test_build_report(build: SimpleNamespace) -> None:
         "GPU: none (built on the CPU; this engine cannot be run here)",
     ]
     assert "           1 fused into a Conv layer (e.g. /backbone/Relu_output_0)" in rows
-    assert "plan: 123,456 bytes, built in 1.50s (from the engine cache); saved to tiny.plan" in rows
+    assert "marked engine: 123,456 bytes; built in 1.50s in all (from the engine cache); saved to tiny.plan" in flat(
+        text
+    )
+    assert "1 engine, at most 1 run per sample planned" in rows
     assert "ONNX-to-TensorRT name map: 2 tensors (the JSON report holds it)" in rows
     assert rows[-1] == "note: built with 1 GiB workspace"
 

@@ -20,6 +20,11 @@ with segmentation outputs the candidate's mIoU, is what fixing those culprits wo
 A recovery smaller than noise is not measurable: with mIoU, less than one pixel's share of
 it (`pixel_share`); without, a final rel-err that falls by no more than the rtol and a cosine
 that rises by no more than 1 - min-cosine.
+
+The samples (and the reference's values on each, a PyTorch recording per sample) are read
+once into a tensor store (memory up to its budget, then disk); then each injected model is
+opened, run on every stored sample and closed before the next, so one engine is loaded at a
+time. A TensorRT failure on an injected model is a note; the attributions already made stand.
 """
 
 from __future__ import annotations
@@ -30,18 +35,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trtdiff.analysis.culprits import close_backend
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.segmentation import SegmentationTally, segmentation_output
 from trtdiff.analysis.shadow import inject
 from trtdiff.backends.base import fetch
+from trtdiff.backends.store import TensorStore
+from trtdiff.errors import describe_error
 from trtdiff.report import Attribution
 from trtdiff.source.onnx_graph import graph_from_model
+from trtdiff.source.samples import Sample
 
 if TYPE_CHECKING:
     from trtdiff.backends.base import OnnxBackend
     from trtdiff.report import BackendPair, Culprit, PairMetrics, SampleResult, SegmentationSummary, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
-    from trtdiff.source.samples import Sample
 
 # The reference's values on one sample, by ONNX tensor name.
 SampleValues = Callable[[Sequence[str]], dict[str, np.ndarray]]
@@ -60,11 +68,14 @@ class AttributionInputs:
     thresholds: Thresholds
 
 
-def attribute(inputs: AttributionInputs, culprits: Sequence[Culprit]) -> tuple[Attribution, ...]:
+def attribute(
+    inputs: AttributionInputs, culprits: Sequence[Culprit], notes: list[str] | None = None
+) -> tuple[Attribution, ...]:
     """Per culprit, the final error and mIoU after fixing it alone, and it with every earlier one.
 
-    The samples (and the reference's values on each, a PyTorch recording per sample) are
-    read once; every injection runs on each sample as it comes, each set of culprits once.
+    The samples (and the reference's values on each) are read once into a store; each set of
+    culprits is injected once, and each injection runs over the stored samples with its own
+    runner, opened and closed in turn. A TensorRT failure there is added to `notes`.
     """
     injections: dict[tuple[BackendPair, frozenset[str]], _Injection] = {}
 
@@ -86,11 +97,44 @@ def attribute(inputs: AttributionInputs, culprits: Sequence[Culprit]) -> tuple[A
             assert together is not None and with_it is not None
             rows.append((culprit, together, with_it, injection(pair, feeding)))
     wanted = list(dict.fromkeys([*(c.tensor for c in culprits), *inputs.graph.graph_outputs]))
-    for sample, feeds, reference in inputs.samples():
-        values = reference(wanted)
+    with TensorStore() as store:
+        stored = [
+            _store(index, sample, feeds, reference(wanted), store)
+            for index, (sample, feeds, reference) in enumerate(inputs.samples())
+        ]
         for each in injections.values():
-            each.add(sample, feeds, values)
+            each.run_all(stored, store, notes)
     return tuple(a for row in rows if (a := _attribution(inputs, *row)) is not None)
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """One sample in the store: its name, and the keys of its label, feeds and reference values."""
+
+    name: str
+    index: int
+    feeds: tuple[str, ...]
+    values: tuple[str, ...]
+    has_label: bool
+
+
+def _store(
+    index: int, sample: Sample, feeds: Mapping[str, np.ndarray], values: Mapping[str, np.ndarray], store: TensorStore
+) -> _Stored:
+    for name, value in feeds.items():
+        store.put((index, "feed", name), np.asarray(value))
+    for name, value in values.items():
+        store.put((index, "value", name), np.asarray(value))
+    if sample.label is not None:
+        store.put((index, "label"), np.asarray(sample.label))
+    return _Stored(sample.name, index, tuple(feeds), tuple(values), sample.label is not None)
+
+
+def _load(stored: _Stored, store: TensorStore) -> tuple[Sample, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    feeds = {name: store.get((stored.index, "feed", name)) for name in stored.feeds}
+    values = {name: store.get((stored.index, "value", name)) for name in stored.values}
+    label = store.get((stored.index, "label")) if stored.has_label else None
+    return Sample(stored.name, (), label), feeds, values
 
 
 def _feeding(graph: GraphInfo, culprit: Culprit, chain: Sequence[Culprit]) -> list[Culprit]:
@@ -200,7 +244,7 @@ class _Injection:
     """The candidate with the reference's values at some culprits' outputs, run sample by sample."""
 
     def __init__(self, pair: BackendPair, culprits: Sequence[Culprit], inputs: AttributionInputs) -> None:
-        self.pair, self.inputs = pair, inputs
+        self.pair, self.culprit, self.inputs = pair, culprits[-1], inputs
         self.tensors = [c.tensor for c in culprits]
         graph = inputs.graph
         self.graph = graph_from_model(inject(graph, self.tensors), graph.path.with_suffix(".injected.onnx"))
@@ -208,6 +252,23 @@ class _Injection:
         self.unavailable = False
         self.metrics: list[PairMetrics] = []
         self.tally: SegmentationTally | None = None
+
+    def run_all(self, stored: Sequence[_Stored], store: TensorStore, notes: list[str] | None) -> None:
+        """Run the injected graph on every stored sample with one runner, closed at the end."""
+        try:
+            for item in stored:
+                self.add(*_load(item, store))
+        except Exception as error:
+            if self.pair.candidate != "tensorrt" or notes is None:
+                raise
+            self.unavailable = True
+            notes.append(
+                f"attribution: TensorRT failed on the model injected at {self.culprit.onnx_node}, so its "
+                f"attribution is missing ({describe_error(error)}); the comparison and the other attributions stand"
+            )
+        finally:
+            if self.runner is not None:
+                close_backend(self.runner)
 
     def add(self, sample: Sample, feeds: Mapping[str, np.ndarray], values: Mapping[str, np.ndarray]) -> None:
         """Run the injected graph on one sample and compare its outputs with the reference's."""

@@ -23,6 +23,7 @@ import numpy as np
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.shadow import ShadowModel, build_shadow, embed, submodel
 from trtdiff.backends.base import fetch
+from trtdiff.errors import describe_error
 from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures
 from trtdiff.source.onnx_graph import graph_from_model
 
@@ -69,8 +70,14 @@ def local_errors(
     open_like: OpenLike,
     thresholds: Thresholds,
     chunk_bytes: int,
+    notes: list[str] | None = None,
 ) -> list[LocalRun]:
-    """The local error of every compared node, per pair whose reference and candidate allow it."""
+    """The local error of every compared node, per pair whose reference and candidate allow it.
+
+    Each candidate is opened on the shadow model, run, and closed before the next (one engine
+    at a time). A TensorRT failure there becomes a line in `notes` and that pair has no local
+    errors; everything measured before stands.
+    """
     runs: list[LocalRun] = []
     for name, reference in references.items():
         candidates = [p for p in pairs if p.reference == name]
@@ -82,10 +89,29 @@ def local_errors(
         feeds = {t: _as_onnx(graph, t, v) for t, v in reference.values(shadow.reference_inputs).items()}
         shadow_graph = graph_from_model(shadow.model, graph.path.with_suffix(".shadow.onnx"))
         for pair in candidates:
-            runner = open_like(pair.candidate, shadow_graph, feeds)
-            if runner is not None:
-                runs.append(_run_local(pair, runner, shadow, feeds, reference, thresholds, chunk_bytes))
+            try:
+                runner = open_like(pair.candidate, shadow_graph, feeds)
+                if runner is None:
+                    continue
+                try:
+                    runs.append(_run_local(pair, runner, shadow, feeds, reference, thresholds, chunk_bytes))
+                finally:
+                    close_backend(runner)
+            except Exception as error:
+                if pair.candidate != "tensorrt" or notes is None:
+                    raise
+                notes.append(
+                    f"culprits: TensorRT failed on the shadow model, so {pair} has no local errors "
+                    f"({describe_error(error)}); the comparison above stands"
+                )
     return runs
+
+
+def close_backend(runner: OnnxBackend) -> None:
+    """Release what a backend holds now (engines, sessions) where it can say so (`close()`)."""
+    close = getattr(runner, "close", None)
+    if callable(close):
+        close()
 
 
 def _as_onnx(graph: GraphInfo, tensor: str, value: np.ndarray) -> np.ndarray:

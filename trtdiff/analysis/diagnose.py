@@ -20,6 +20,7 @@ from trtdiff.backends.base import fetch
 
 if TYPE_CHECKING:
     import numpy as np
+    import onnx
 
     from trtdiff.analysis.engine import CapturedValues
     from trtdiff.backends.base import OnnxBackend
@@ -46,6 +47,7 @@ class Findings:
     culprits: tuple[Culprit, ...] = ()
     drift: Drift | None = None
     attribution: tuple[Attribution, ...] = ()
+    notes: tuple[str, ...] = ()  # what failed on the way (a TensorRT engine that could not run), for the report
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class Inputs:
 def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair]) -> Findings:
     """Local error of every compared node, then the culprits in topological order (each with its fix), or drift."""
     references = _references(inputs, pairs)
+    notes: list[str] = []
     runs = local_errors(
         inputs.graph,
         layers,
@@ -78,11 +81,12 @@ def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair
         _opener(inputs),
         inputs.thresholds,
         inputs.runtime.chunk_bytes,
+        notes,
     )
     updated = with_local(layers, runs)
     culprits, drift = find_culprits(updated, runs, inputs.graph, inputs.thresholds)
     advised = advise(culprits, inputs.graph, inputs.interpolations, inputs.name_of)
-    return Findings(tuple(updated), advised, drift)
+    return Findings(tuple(updated), advised, drift, notes=tuple(notes))
 
 
 def attribute_culprits(
@@ -105,7 +109,9 @@ def attribute_culprits(
     attribution_inputs = AttributionInputs(
         inputs.graph, with_reference, _opener(inputs), results, segmentation, inputs.thresholds
     )
-    return dataclasses.replace(findings, attribution=attribute(attribution_inputs, findings.culprits))
+    notes: list[str] = []
+    attribution = attribute(attribution_inputs, findings.culprits, notes)
+    return dataclasses.replace(findings, attribution=attribution, notes=(*findings.notes, *notes))
 
 
 def _sample_reference(
@@ -202,21 +208,38 @@ def _opener(inputs: Inputs) -> OpenLike:
 
 
 def _tensorrt_like(graph: GraphInfo, feeds: Mapping[str, np.ndarray], runtime: BackendOptions) -> OnnxBackend:
-    """TensorRT on a rewritten model, with the settings of the comparison (its outputs are the network's)."""
+    """TensorRT on a rewritten model, with the settings, capture and mark budget of the comparison."""
     import tempfile
     from pathlib import Path
 
-    import onnx
-
     from trtdiff.backends.tensorrt import TensorRTBackend
+    from trtdiff.backends.tensorrt.onnx_files import save_for_parser
+    from trtdiff.source.onnx_graph import graph_from_model
 
     cache = Path(runtime.engine_cache) if runtime.engine_cache else None
+    model, settings = tensorrt_model(graph, feeds, runtime)
     with tempfile.TemporaryDirectory(prefix="trtdiff-") as folder:  # TensorRT's parser reads a file
-        path = Path(folder) / graph.path.name
-        onnx.save(graph.model, path)
-        return TensorRTBackend(
-            dataclasses.replace(graph, path=path), tensorrt_settings(graph, feeds, runtime), cache_dir=cache
-        )
+        path = save_for_parser(model, Path(folder) / graph.path.name)
+        return TensorRTBackend(graph_from_model(model, path), settings, cache_dir=cache, plain_engine=False)
+
+
+def tensorrt_model(
+    graph: GraphInfo, feeds: Mapping[str, np.ndarray], runtime: BackendOptions
+) -> tuple[onnx.ModelProto, BuildSettings]:
+    """The model TensorRT builds for a rewritten graph, and its settings.
+
+    Inputs typed from the values fed. A model of several outputs (the shadow model: one per
+    compared node) gets a sink (shadow.with_sink): its outputs become debug tensors of one
+    engine, captured under the comparison's mark budget, instead of network outputs.
+    """
+    from trtdiff.analysis.shadow import typed_inputs, with_sink
+
+    model = typed_inputs(graph.model, feeds)
+    settings = tensorrt_settings(graph, feeds, runtime)
+    if len(graph.graph_outputs) > 1:
+        model = with_sink(model, graph.graph_outputs)
+        settings = dataclasses.replace(settings, outputs="all", bisect_marks=False)
+    return model, settings
 
 
 def tensorrt_settings(graph: GraphInfo, feeds: Mapping[str, np.ndarray], runtime: BackendOptions) -> BuildSettings:

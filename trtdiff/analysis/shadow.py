@@ -23,6 +23,7 @@ from onnx import helper, numpy_helper
 from trtdiff.source.onnx_graph import GraphInfo
 
 PREFIX = "trtdiff.local/"
+SINK = "trtdiff.sink"
 
 
 def local_name(tensor: str) -> str:
@@ -181,6 +182,51 @@ class _Builder:
         model = helper.make_model(graph, opset_imports=list(source.opset_import), producer_name="trtdiff")
         model.ir_version = source.ir_version
         return model
+
+
+def with_sink(model: onnx.ModelProto, outputs: Sequence[str]) -> onnx.ModelProto:
+    """A copy of `model` whose one graph output (SINK) depends on each of `outputs`, which become inner values.
+
+    TensorRT then returns them as debug tensors of one engine (the same capture and mark budget
+    as the comparison) instead of as thousands of network outputs; a debug tensor alone does
+    not keep its layer alive (TensorRT-RTX drops a marked tensor nothing consumes), so each is
+    reduced into the sink: Cast to float, ReduceSum to a scalar, one Sum of them all.
+    """
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    kept = [value for value in graph.output if value.name not in set(outputs)]
+    del graph.output[:]
+    graph.output.extend(kept)
+    sums = []
+    for index, name in enumerate(outputs):
+        cast, total = f"{SINK}/cast{index}", f"{SINK}/sum{index}"
+        graph.node.append(helper.make_node("Cast", [name], [cast], name=cast, to=onnx.TensorProto.FLOAT))
+        graph.node.append(helper.make_node("ReduceSum", [cast], [total], name=total, keepdims=0))
+        sums.append(total)
+    graph.node.append(helper.make_node("Sum", sums, [SINK], name=SINK))
+    graph.output.append(helper.make_tensor_value_info(SINK, onnx.TensorProto.FLOAT, []))
+    return copy
+
+
+def typed_inputs(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of `model` whose graph inputs take the element type and shape of the values fed to them.
+
+    Shape inference alone leaves some inputs of a rewritten model untyped or typed wrongly
+    (a value PyTorch holds squeezed, an input inside a decomposed op); TensorRT's parser needs
+    the type and shape the runtime will really get.
+    """
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for value in copy.graph.input:
+        if value.name not in values:
+            continue
+        array = np.asarray(values[value.name])
+        if array.dtype.kind not in "biuf":
+            continue
+        typed = helper.make_tensor_value_info(value.name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
+        value.CopyFrom(typed)
+    return copy
 
 
 def _value_info(graph: GraphInfo, tensor: str, name: str) -> onnx.ValueInfoProto:

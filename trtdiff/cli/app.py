@@ -136,8 +136,8 @@ export_options_single = cloup.option_group(
 
 _tensorrt_settings = (
     cloup.option("--trt-outputs", "outputs", type=click.Choice(["all", "unfused", "none"]), default="all",
-                 show_default=True, help="all: mark every layer output (disables fusion); unfused: keep fusion, read "
-                 "surviving tensors as debug tensors; none: final outputs only."),
+                 show_default=True, help="all: every tensor as a debug tensor of one engine (beside the plain "
+                 "engine); unfused: keep fusion, read surviving tensors; none: final outputs only."),
     cloup.option("--tf32", is_flag=True,
                  help="Allow TF32 in TensorRT and in the PyTorch reference on CUDA (off: true FP32)."),
     cloup.option("--fp16", is_flag=True,
@@ -151,11 +151,15 @@ _tensorrt_settings = (
     cloup.option("--trt-compute-capability", "compute_capabilities", multiple=True, metavar="SMxx",
                  help="TensorRT-RTX only: build for this compute capability (e.g. SM86). Repeatable."),
     cloup.option("--trt-mark-budget", "mark_budget_bytes", default=None, metavar="SIZE",
-                 help="Device memory the marked tensors of one engine may take (default: half the GPU's free "
-                      "memory); over it, one engine per slice of the graph."),
+                 help="Bytes of debug tensors one run of the one marked engine may copy (default: 1GB); over "
+                      "it, a sample takes several runs of the same engine."),
+    cloup.option("--trt-bisect/--no-trt-bisect", "bisect_marks", default=None,
+                 help="Bisect the marks (a rebuild per step) also when outputs differ at all / never; by "
+                      "default when marking changed the answer."),
     cloup.option("--engine-cache", type=click.Path(file_okay=False), default=None,
                  help="Folder of cached engines and the timing cache."),
-    cloup.option("--save-engine", type=click.Path(dir_okay=False), default=None, help="Write the TensorRT engine."),
+    cloup.option("--save-engine", type=click.Path(dir_okay=False), default=None,
+                 help="Write the TensorRT engine that ships (the marked one beside it as NAME.marked.engine)."),
 )
 # run and build make one engine: only compare sweeps precisions.
 tensorrt_options = cloup.option_group(

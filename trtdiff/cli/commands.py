@@ -276,6 +276,7 @@ def _build_settings(options: dict[str, Any]) -> BuildSettings:
         workspace_bytes=_size_or_none(options.pop("workspace_bytes"), "workspace_bytes"),
         compute_capabilities=tuple(options.pop("compute_capabilities")),
         mark_budget_bytes=_size_or_none(options.pop("mark_budget_bytes", None), "mark_budget_bytes"),
+        bisect_marks=options.pop("bisect_marks", None),
     )
 
 

@@ -1,8 +1,9 @@
-"""`trtdiff.pipeline.build`: build the TensorRT engine trtdiff would compare, without running it.
+"""`trtdiff.pipeline.build`: build the TensorRT engines trtdiff would compare, without running them.
 
 Useful on a machine without a GPU TensorRT supports (TensorRT-RTX builds on the CPU), to see
-what would be marked, what could not be and why, how ONNX names map to TensorRT's, and to
-prepare an engine for another machine.
+what would be marked, what could not be and why, how ONNX names map to TensorRT's, how many
+runs a sample would take, which fused layers of the plain engine the marked one splits, the
+precision each layer was built in, and to prepare the engines for another machine.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ if TYPE_CHECKING:
 
 
 def build(model: str | Path | torch.nn.Module, options: CompareOptions | None = None, **fields: Any) -> BuildReport:
-    """Export (or take the given ONNX file) and build its TensorRT engine with the options' settings.
+    """Export (or take the given ONNX file) and build its marked and plain TensorRT engines.
 
     Options as for `compare` (the model, export and backend parts are read).
     """
     from trtdiff.backends.tensorrt.builder import build_engine, input_shapes_from
     from trtdiff.backends.tensorrt.importing import gpu_info
-    from trtdiff.backends.tensorrt.summary import summarize
+    from trtdiff.backends.tensorrt.summary import not_run_check, summarize
 
     options = (options or CompareOptions()).with_fields(**fields)
     options.export.validate()
@@ -44,12 +45,23 @@ def build(model: str | Path | torch.nn.Module, options: CompareOptions | None = 
             result = build_engine(prepared.graph, settings, cache_dir=cache, gpu=gpu)
         if prepared.engine_path is not None:
             result.write_engines(prepared.engine_path)
+        with timed(timings, "read_plans"):
+            fusion = result.fusion_hint(prepared.graph)
+            plain_fusion = result.plain_fusion_hint(prepared.graph) if result.plain is not None else fusion
+            parsed = result.parsed_graph
+            precision_fusion = (
+                result.fusion_hint(parsed) if parsed is not None and parsed is not prepared.graph else None
+            )
         summary = summarize(
             result,
-            result.fusion_hint(prepared.graph),
+            fusion,
             status="built",
             gpu=gpu.describe() if gpu else None,
+            graph=prepared.graph,
+            plain_fusion=plain_fusion,
             include_name_map=True,
+            marking_check=not_run_check(),
+            precision_fusion=precision_fusion,
         )
         return BuildReport(
             model=prepared.loaded.source,

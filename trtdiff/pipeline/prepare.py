@@ -244,13 +244,13 @@ def onnx_graph_for(
     source: Source, options: ExportOptions, save_path: Path | None, folder: Path, notes: list[str]
 ) -> tuple[GraphInfo, str]:
     """The ONNX graph to compare (given, or exported now) and the name of the exporter used."""
-    from trtdiff.source.export import export_onnx
-
     given, opset = source.given_graph, options.opset
     if given is not None:
         if opset is not None and given.opset != opset:
             notes.append(f"opset {opset} ignored: the given ONNX file declares opset {given.opset}")
         return given, "given"
+    from trtdiff.source.export import export_onnx  # imports torch: only when exporting
+
     target = save_path if save_path is not None else folder / "model.onnx"
     result = export_onnx(
         source.loaded, source.feeds, opset=opset or DEFAULT_OPSET, exporter=options.exporter, path=target

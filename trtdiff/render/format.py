@@ -27,6 +27,7 @@ from trtdiff.report import (
     Reason,
     Report,
     SegmentationSummary,
+    TensorRTSummary,
     ThresholdCheck,
     Thresholds,
 )
@@ -583,3 +584,45 @@ def segmentation_parts(summary: SegmentationSummary, text: Callable[[str], str] 
 def escape_html(text: str) -> str:
     """Text safe inside HTML and SVG, attributes included."""
     return html.escape(text, quote=True)
+
+
+# TensorRT
+
+
+def marking_changed_line(trt: TensorRTSummary) -> str:
+    """The first thing said when the marked engine's outputs differ from the plain engine's beyond the thresholds."""
+    check = trt.marking_check
+    if check is None:
+        return ""
+    worst_cosine = check.cosine if check.cosine is not None else float("nan")
+    figures = f"worst on {check.worst_output}: rel err {sci(check.rel_err or 0.0)}, cosine {cosine(worst_cosine)}"
+    named = ""
+    if check.bisected:
+        more = f" and {len(check.bisected) - 5} more" if len(check.bisected) > 5 else ""
+        shown = ", ".join(check.bisected[:5]) + more
+        named = f"; marking {shown} changes it (bisected in {check.bisect_builds} builds)"
+    elif check.bisect_note:
+        named = f"; {check.bisect_note}"
+    return f"marking changed the answer: the plain engine's outputs differ from the marked engine's ({figures}){named}"
+
+
+def engines_line(trt: TensorRTSummary) -> str:
+    """ "1 engine, N runs per sample", the budget and where it came from, and what the engine returns."""
+    runs = plural(trt.runs_per_sample, "run")
+    budget = ""
+    if trt.mark_budget_bytes is not None and trt.outputs_mode != "none":
+        source = "given" if trt.budget_source == "given" else "fixed default"
+        budget = f" (mark budget {trt.mark_budget_bytes:,} bytes, {source})"
+    coverage = ""
+    if trt.outputs_mode == "unfused":
+        runs = f"at most {runs}"
+        if trt.tensors_computed:
+            coverage = f"; the engine reports those of the {trt.tensors_computed} tensors computed that survive fusion"
+    elif trt.tensors_computed:
+        share = 100.0 * trt.tensors_returned / trt.tensors_computed
+        coverage = (
+            f"; returns {trt.tensors_returned} of {trt.tensors_computed} tensors computed from the inputs "
+            f"({share:.0f}%)"
+        )
+    planned = " planned" if trt.status == "built" else ""
+    return f"{trt.engines} engine, {runs} per sample{planned}{budget}{coverage}"

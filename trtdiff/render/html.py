@@ -27,6 +27,7 @@ from trtdiff.render.format import (
     inputs_text,
     layer_index,
     limit_text,
+    marking_changed_line,
     miou,
     miou_lost,
     non_finite_counts_text,
@@ -359,7 +360,10 @@ def _tensorrt(report: Report) -> str:
             + (" (from the engine cache)" if trt.from_cache else "")
         )
     notes = "".join(f"<br><span class='muted'>note: {esc(n)}</span>" for n in trt.notes)
-    return f"<h2>TensorRT</h2>\n<p>{text}{notes}</p>"
+    changed = ""
+    if trt.marking_check is not None and trt.marking_check.status == "changed":
+        changed = f"<p class='fail'><b>{esc(marking_changed_line(trt))}</b></p>\n"
+    return f"<h2>TensorRT</h2>\n{changed}<p>{text}{notes}</p>"
 
 
 def _pair_cells(layer: Layer, pair: BackendPair, local: bool) -> list[str]:

@@ -21,6 +21,7 @@ from trtdiff.render.format import (
     inherited_text,
     inputs_text,
     limit_text,
+    marking_changed_line,
     non_finite_lines,
     plural,
     precision_text,
@@ -168,7 +169,10 @@ def _tensorrt(report: Report) -> str:
     ]
     if trt.gpu:
         details.append(_text(trt.gpu))
-    return f"**TensorRT:** {_text(trt.status)} — " + ", ".join(details)
+    line = f"**TensorRT:** {_text(trt.status)} — " + ", ".join(details)
+    if trt.marking_check is not None and trt.marking_check.status == "changed":
+        line = f"**{_text(marking_changed_line(trt))}**\n\n" + line
+    return line
 
 
 def _environment(report: Report) -> str:

@@ -22,8 +22,10 @@ from trtdiff.render.format import (
     divergence_figures,
     divergence_head,
     drift_text,
+    engines_line,
     inherited_text,
     inputs_text,
+    marking_changed_line,
     non_finite_failed,
     non_finite_lines,
     plural,
@@ -138,12 +140,20 @@ def _header(report: Report, console: Console) -> None:
 
 
 def _tensorrt_lines(trt: TensorRTSummary, console: Console) -> None:
+    check = trt.marking_check
+    if check is not None and check.status == "changed":
+        console.print(Text(marking_changed_line(trt), style="bold red"))
+    returned = f"{trt.marked} marked"
+    if trt.debug_marked:
+        returned = f"{trt.debug_marked} debug tensors + {plural(trt.marked - trt.debug_marked, 'output')}"
     console.print(
         Text(
             f"TensorRT: {trt.version}, {precision_text(trt.precision, trt.tf32)}, outputs "
-            f"{trt.outputs_mode}: {trt.marked} marked, {len(trt.not_returned)} not returned"
+            f"{trt.outputs_mode}: {returned}, {len(trt.not_returned)} not returned"
         )
     )
+    if trt.outputs_mode is not None:
+        console.print(Text(engines_line(trt)))
     if trt.fused_layers:
         biggest = max(len(layer.onnx_nodes) for layer in trt.fused_layers)
         nodes = sum(len(layer.onnx_nodes) for layer in trt.fused_layers)
@@ -155,8 +165,59 @@ def _tensorrt_lines(trt: TensorRTSummary, console: Console) -> None:
         )
 
 
+def _build_engine_lines(trt: TensorRTSummary, console: Console) -> None:
+    """The plain engine, the fusions the marked engine splits, precision as built, the marking check."""
+    plain = trt.plain_engine
+    if plain is not None:
+        console.print(
+            Text(
+                f"plain engine (what ships): {plain.plan_bytes:,} bytes"
+                + (" (from the engine cache)" if plain.from_cache else f", built in {plain.build_seconds:.2f}s")
+                + f"; the marked engine splits {plural(len(trt.fusions_split), 'of its fused layer')}"
+                + (f" (source: {trt.fusions_split_source})" if trt.fusions_split_source else "")
+            )
+        )
+        for split in trt.fusions_split[:5]:
+            console.print(
+                Text(
+                    f"  split: {_shorten(split.layer, 30)} ({len(split.onnx_nodes)} nodes) "
+                    f"into {len(split.split_into)} layers"
+                )
+            )
+        if len(trt.fusions_split) > 5:
+            console.print(Text(f"  … {len(trt.fusions_split) - 5} more (the JSON report lists them)", style="dim"))
+    if trt.layer_precisions or trt.precision_missing:
+        console.print(Text(precision_line(trt)))
+        for row in [r for r in trt.layer_precisions if r.flag][:5]:
+            console.print(Text(f"  {row.flag}: {_shorten(row.layer, 40)} built {row.built}, asked {row.asked}"))
+    check = trt.marking_check
+    if check is not None and check.status != "changed":
+        why = f": {check.reason}" if check.reason else ""
+        console.print(Text(f"marking check (plain vs marked outputs): {check.status}{why}"))
+
+
+def precision_line(trt: TensorRTSummary) -> str:
+    """Precision as built: how many layers as asked, lower, higher, unknown; TF32 as built."""
+    rows = trt.layer_precisions
+    lower = sum(1 for r in rows if r.flag == "lower")
+    higher = sum(1 for r in rows if r.flag == "higher")
+    unknown = sum(1 for r in rows if r.missing)
+    same = len(rows) - lower - higher - unknown
+    kinds = sorted({r.built for r in rows if r.built})
+    tf32 = {True: "TF32 allowed in the plan", False: "TF32 off in the plan", None: "TF32 in the plan: not read"}[
+        trt.tf32_built
+    ]
+    text = (
+        f"precision as built ({trt.precision_source or 'no source'}): {same} layers as asked"
+        f" ({', '.join(kinds) or '-'}), {lower} lower, {higher} higher, {unknown} unknown; {tf32}"
+    )
+    if trt.precision_missing:
+        text += f"; missing: {trt.precision_missing}"
+    return text
+
+
 def render_build(report: BuildReport, console: Console) -> None:
-    """Print what `trtdiff build` did: the mark plan, what was not returned and why, fusions."""
+    """Print what `trtdiff build` did: the marks and runs, what was not returned and why, fusions, precision."""
     console.print(Text.assemble(("trtdiff build ", "bold"), f"{report.model}  (inputs: {inputs_text(report.inputs)})"))
     console.print(Text(_onnx_line(report.opset, report.exporter, report.onnx_path)))
     trt = report.tensorrt
@@ -174,11 +235,12 @@ def render_build(report: BuildReport, console: Console) -> None:
         console.print(table)
     console.print(
         Text(
-            f"plan: {trt.plan_bytes:,} bytes, built in {trt.build_seconds:.2f}s"
+            f"marked engine: {trt.plan_bytes:,} bytes; built in {trt.build_seconds:.2f}s in all"
             + (" (from the engine cache)" if trt.from_cache else "")
             + (f"; saved to {report.saved_engine}" if report.saved_engine else "")
         )
     )
+    _build_engine_lines(trt, console)
     console.print(Text(f"ONNX-to-TensorRT name map: {len(trt.name_map)} tensors (the JSON report holds it)"))
     for note in (*report.notes, *trt.notes):
         console.print(_note(note))

@@ -16,8 +16,12 @@ from trtdiff.report.serialization import from_jsonable, to_jsonable
 from trtdiff.report.tensorrt import (  # the report's TensorRT parts, re-exported
     BuildReport as BuildReport,
     EngineLayerInfo as EngineLayerInfo,
+    FusionSplit as FusionSplit,
+    LayerPrecision as LayerPrecision,
+    MarkingCheck as MarkingCheck,
     NotReturned as NotReturned,
     OutputsMode as OutputsMode,
+    PlainEngine as PlainEngine,
     TensorRTStatus as TensorRTStatus,
     TensorRTSummary as TensorRTSummary,
 )

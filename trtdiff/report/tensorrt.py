@@ -32,6 +32,66 @@ class EngineLayerInfo:
 
 
 @dataclass(frozen=True)
+class FusionSplit:
+    """A fused layer of the plain engine (the one that ships) that the marked engine computes in several layers."""
+
+    layer: str
+    onnx_nodes: tuple[str, ...]
+    split_into: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LayerPrecision:
+    """The precision one engine layer runs in (as built) against what the model asked for.
+
+    `flag`: "lower" or "higher" where the built float type differs from the asked one; None
+    where they agree or either is not known (`missing` then says which figure and why).
+    """
+
+    layer: str
+    onnx_nodes: tuple[str, ...]
+    asked: str | None
+    built: str | None
+    flag: Literal["lower", "higher"] | None = None
+    missing: str | None = None
+
+
+@dataclass(frozen=True)
+class PlainEngine:
+    """The engine without marks: what a user ships, built (or taken from the cache) beside the marked one."""
+
+    plan_bytes: int
+    build_seconds: float
+    cache_key: str
+    from_cache: bool
+    fusion_source: str | None = None
+    engine_layers: int = 0
+
+
+@dataclass(frozen=True)
+class MarkingCheck:
+    """Whether marking changed the answer: the plain engine's final outputs against the marked engine's.
+
+    `status`: "same" (within the thresholds on every sample), "changed" (beyond them: said first
+    in the report), "not run" (`reason` says why: `build` runs nothing, no engine runs here).
+    `bisected`: the marked tensors (ONNX names) whose marking alone changes the answer, found by
+    rebuilding with half the marks at a time (`bisect_builds` builds); empty when not bisected.
+    """
+
+    status: Literal["same", "changed", "not run"]
+    reason: str | None = None
+    samples: int = 0
+    runs: int = 0
+    worst_output: str | None = None
+    cosine: float | None = None
+    max_abs: float | None = None
+    rel_err: float | None = None
+    bisected: tuple[str, ...] = ()
+    bisect_builds: int = 0
+    bisect_note: str | None = None
+
+
+@dataclass(frozen=True)
 class TensorRTSummary:
     """What TensorRT did: skipped (and why), built, or ran; how outputs were marked; what fused.
 
@@ -61,6 +121,19 @@ class TensorRTSummary:
     notes: tuple[str, ...] = ()
     engines: int = 1
     mark_budget_bytes: int | None = None
+    budget_source: str | None = None  # "given" or "default" (a fixed number, never the GPU's free memory)
+    runs_per_sample: int = 1
+    debug_marked: int = 0
+    tensors_returned: int = 0  # ONNX tensors computed from the inputs' values that the engine returns
+    tensors_computed: int = 0  # ONNX tensors computed from the inputs' values
+    plain_engine: PlainEngine | None = None
+    fusions_split: tuple[FusionSplit, ...] = ()
+    fusions_split_source: str | None = None
+    layer_precisions: tuple[LayerPrecision, ...] = ()
+    precision_source: str | None = None
+    precision_missing: str | None = None
+    tf32_built: bool | None = None
+    marking_check: MarkingCheck | None = None
 
 
 @dataclass(frozen=True)

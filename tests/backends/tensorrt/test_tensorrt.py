@@ -6,6 +6,7 @@ TensorRT-RTX builds on the CPU; executing needs a GPU it supports, which no mach
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -148,7 +149,7 @@ def test_every_tensorrt_attribute_the_code_uses_exists() -> None:
     import trtdiff.backends.tensorrt as package
 
     required, optional = set(package.TRT_API), set(package.TRT_OPTIONAL_API)
-    modules = (runtime, package.execution, package.buffers, package.slicing)
+    modules = (runtime, package.execution, package.buffers, package.budget, package.logger, package.names)
     assert len(required) > 50 and set().union(*(m.TRT_API for m in modules)) <= required
 
     def has(name: str) -> bool:
@@ -166,6 +167,30 @@ def test_every_tensorrt_attribute_the_code_uses_exists() -> None:
         "BuilderFlag.OBEY_PRECISION_CONSTRAINTS",
         "BuilderFlag.PREFER_PRECISION_CONSTRAINTS",
     }
+    # The typed Protocols (api.py) name only methods the bindings have.
+    from trtdiff.backends.tensorrt import api
+
+    protocols = {
+        api.Network: trt.INetworkDefinition,
+        api.Layer: trt.ILayer,
+        api.Tensor: trt.ITensor,
+        api.Builder: trt.Builder,
+        api.BuilderConfig: trt.IBuilderConfig,
+        api.OnnxParser: trt.OnnxParser,
+        api.Runtime: trt.Runtime,
+        api.Engine: trt.ICudaEngine,
+        api.ExecutionContext: trt.IExecutionContext,
+        api.RuntimeConfig: trt.IRuntimeConfig,
+        api.EngineInspector: trt.EngineInspector,
+    }
+
+    def declared(protocol: type) -> set[str]:
+        members = {k for k, v in vars(protocol).items() if callable(v) or isinstance(v, property)}
+        return {k for k in members | set(inspect.get_annotations(protocol)) if not k.startswith("_")}
+
+    missing = [f"{p.__name__}.{n}" for p, real in protocols.items() for n in declared(p) if not hasattr(real, n)]
+    assert sum(len(declared(p)) for p in protocols) > 60
+    assert missing == []
 
 
 def test_parser_error_names_the_node_and_op(tmp_path: Path) -> None:

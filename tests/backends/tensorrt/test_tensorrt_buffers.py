@@ -64,6 +64,41 @@ def test_collector_and_output_buffers_never_raise() -> None:
     assert outputs.buffers == {}
 
 
+def test_a_budget_bounds_what_each_run_of_the_engine_copies() -> None:
+    """Defect: unfused mode had no memory bound. The listener copies one budget-sized group per run.
+
+    Called as TensorRT calls it, with real host memory: the same sequence of tensors each run
+    (one engine, one input), and each run keeps only its group.
+    """
+    sizes = [64, 64, 200, 32, 32, 32]  # bytes of FLOAT tensors, in the order the engine reports them
+    memory = [np.full(n // 4, i, dtype=np.float32) for i, n in enumerate(sizes)]
+    collector = buffers.DebugCollector(budget=128)
+    seen: list[list[str]] = []
+    group = 0
+    while True:
+        collector.start(group)
+        for i, array in enumerate(memory):
+            assert collector.process(array.ctypes.data, True, "FLOAT", (array.size,), f"t{i}", 0)
+        copied = collector.take()
+        assert collector.copied_bytes <= 128 or len(copied) == 1  # a tensor over the budget comes alone
+        seen.append(sorted(copied))
+        if group + 1 >= collector.groups:
+            break
+        group += 1
+    assert seen == [["t0", "t1"], ["t2"], ["t3", "t4", "t5"]] and collector.calls == 6
+    everything = buffers.DebugCollector()
+    for i, array in enumerate(memory):
+        everything.process(array.ctypes.data, True, "FLOAT", (array.size,), f"t{i}", 0)
+    assert everything.groups == 1 and len(everything.take()) == 6
+    collector.start(-1)  # an unfused run that wants only the outputs copies nothing
+    for i, array in enumerate(memory):
+        collector.process(array.ctypes.data, True, "FLOAT", (array.size,), f"t{i}", 0)
+    assert collector.take() == {} and collector.calls == 6
+    half = np.array([1.5, -2.0], dtype=np.float32).view(np.uint32) >> 16  # bfloat16 bits of 1.5 and -2.0
+    bits = half.astype(np.uint16)
+    assert buffers.copy_debug_tensor(bits.ctypes.data, "BF16", (2,), 0, on_host=True).tolist() == [1.5, -2.0]
+
+
 @needs_cuda
 def test_host_debug_copy_waits_for_the_stream_on_a_gpu() -> None:
     """Defect 5 on a CUDA GPU: a host read sees what the stream wrote, not what was there before."""
@@ -93,14 +128,19 @@ def test_device_buffers_on_a_gpu() -> None:
     address = outputs.reallocate("nz", 24, 256)
     assert address != 0 and address % 256 == 0 and outputs.buffers["nz"].device.type == "cuda"
     source = torch.arange(6, dtype=torch.float32, device=gpu)
-    collector = buffers.DebugCollector()
+    on_device, to_host = buffers.DebugCollector(to_host=False), buffers.DebugCollector()
     for name, dtype in (("f", "FLOAT"), ("h", "HALF"), ("b", "BF16"), ("i", "INT32")):
         typed = source.to(
             {"FLOAT": torch.float32, "HALF": torch.float16, "BF16": torch.bfloat16, "INT32": torch.int32}[dtype]
         )
-        assert collector.process(typed.data_ptr(), False, dtype, (2, 3), name, stream.cuda_stream)
-    copies = collector.take()
-    assert collector.tensors == {} and all(copies[n].float().cpu().tolist() == [[0, 1, 2], [3, 4, 5]] for n in copies)
+        assert on_device.process(typed.data_ptr(), False, dtype, (2, 3), name, stream.cuda_stream)
+        assert to_host.process(typed.data_ptr(), False, dtype, (2, 3), name, stream.cuda_stream)
+    copies = on_device.take()
+    assert on_device.tensors == {} and all(copies[n].device.type == "cuda" for n in copies)
+    assert all(copies[n].float().cpu().tolist() == [[0, 1, 2], [3, 4, 5]] for n in copies)
+    host = to_host.take()  # the comparison runs on the host: copied there straight from the device
+    assert all(isinstance(host[n], np.ndarray) and host[n].tolist() == [[0, 1, 2], [3, 4, 5]] for n in host)
+    assert host["b"].dtype == np.float32 and to_host.copied_bytes == 6 * (4 + 2 + 2 + 4)
     before = torch.cuda.memory_reserved()
     del copies, outputs
     torch.cuda.empty_cache()  # what the backend does once a run's tensors are on the host

@@ -9,6 +9,7 @@ the reason `probe()` gives where no engine can run.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,10 +36,11 @@ from trtdiff.backends.tensorrt import (  # noqa: E402
     fusion,
     probe,
 )
-from trtdiff.backends.tensorrt.builder import make_logger  # noqa: E402
 from trtdiff.backends.tensorrt.importing import GpuInfo  # noqa: E402
+from trtdiff.backends.tensorrt.logger import shared_logger, step  # noqa: E402
 from trtdiff.backends.tensorrt.summary import summarize  # noqa: E402
 from trtdiff.errors import BackendError  # noqa: E402
+from trtdiff.report import Thresholds  # noqa: E402
 from trtdiff.source.onnx_graph import GraphInfo, load_graph  # noqa: E402
 
 X = helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 8, 8])
@@ -101,7 +103,7 @@ def test_listener_records_failed_copies_and_they_raise_after_the_run() -> None:
 
 def test_output_allocator_returns_aligned_memory_and_the_reported_shape() -> None:
     """Defect 2: data-dependent outputs (NonZero, NMS) get memory when TensorRT knows their size."""
-    allocator = buffers.make_output_allocator(trt, CPU)
+    allocator = buffers.make_output_allocator(trt, buffers.OutputBuffers(CPU))
     assert isinstance(allocator, trt.IOutputAllocator)
     address = allocator.reallocate_output_async("nz", 0, 24, 256, 0)
     assert address != 0 and address % 256 == 0
@@ -132,23 +134,52 @@ def test_debug_names_never_take_real_outputs_or_dotted_tensors(dotted: GraphInfo
     assert unmapped == ("out.2",)  # and `y`, a network output, keeps its real value (the debug copy is dropped)
 
 
-def test_run_plan_runs_each_engine_once_and_prefers_the_loaded_one() -> None:
-    """Defect 13 and the split build: one pass over the wanted names, grouped by engine, in order."""
+def test_runs_switch_on_one_group_each_and_stay_linear(dotted: GraphInfo) -> None:
+    """One engine, several runs: each run switches on the wanted tensors of one planned group, in order."""
     from trtdiff.backends.tensorrt.runtime import plan_runs
 
-    owner = {"a": 0, "b": 0, "c": 1, "d": 2}
-    assert plan_runs(["a", "c", "b", "y"], owner, None) == [(0, ["a", "b"]), (1, ["c", "y"])]
-    assert plan_runs(["d", "a", "y"], owner, 2) == [(2, ["d", "y"]), (0, ["a"])]  # loaded engine first
-    assert plan_runs(["y", "z"], owner, 1) == [(1, ["y", "z"])]  # network outputs: any engine, the loaded one
-    assert plan_runs(["y", "y"], {}, None) == [(0, ["y"])]  # one engine: every name from it, once
-    assert plan_runs([], owner, 0) == []
-    names = [f"t{i}" for i in range(20_000)]
-    assert plan_runs(names, {n: 0 for n in names}, 0) == [(0, names)]  # linear: a big model is one pass
+    plan = build_engine(dotted, BuildSettings(mark_budget_bytes=1)).mark_plan
+    assert plan.debug == ("out", "i") and plan.runs_per_sample == 2  # each tensor over the budget: a run each
+    assert plan_runs(plan, ["i", "out", "y"]) == [(["out"], None), (["i"], None)]
+    assert plan_runs(plan, ["i"]) == [(["i"], None)]
+    assert plan_runs(plan, ["y"]) == [([], None)]  # outputs only: one run, every debug tensor off
+    graph_names = [f"t{i}" for i in range(20_000)]
+    many = dataclasses.replace(
+        plan,
+        debug=tuple(graph_names),
+        groups=tuple(tuple(graph_names[i : i + 100]) for i in range(0, 20_000, 100)),
+        onnx_to_trt={n: n for n in graph_names},
+    )
+    runs = plan_runs(many, graph_names[::-1])
+    assert len(runs) == 200 and runs[0] == (graph_names[:100], None)  # planned order, whatever the asked order
+    assert plan_runs(many, graph_names[150:160]) == [(graph_names[150:160], None)]
+    unfused = build_engine(dotted, BuildSettings(outputs="unfused")).mark_plan
+    assert plan_runs(unfused, ["out"]) == [([], 0)] and plan_runs(unfused, []) == [([], -1)]
+
+
+def test_one_logger_for_every_builder_and_runtime(dotted: GraphInfo) -> None:
+    """Defect: a logger per Builder/Runtime (full TensorRT keeps the first as its global logger and warns)."""
+    from trtdiff.backends.tensorrt import parse_onnx
+
+    logger = shared_logger(trt)
+    assert shared_logger(trt) is logger
+    first = parse_onnx(dotted.path, dotted.model)
+    broken = dotted.path.with_name("broken.onnx")
+    broken.write_bytes(b"not an onnx file")
+    with pytest.raises(BackendError, match="could not read the model"):
+        parse_onnx(broken, onnx.ModelProto())
+    assert first.logger is logger and logger.errors and "MODEL_DESERIALIZE_FAILED" in logger.errors[0]
+    with step(logger):
+        assert logger.errors == []  # each step starts clean, so an error quotes that step
+    runtime = trt.Runtime(logger)
+    with step(logger):
+        assert runtime.deserialize_cuda_engine(b"garbage" * 10) is None
+        assert any("Serialization" in e for e in logger.errors)  # the runtime logs into the same logger
 
 
 def test_errors_quote_what_this_step_logged() -> None:
     """Defects 8 and 9: a None context or a False from set_* raise with the error logged since the step began."""
-    logger = make_logger(trt)
+    logger = shared_logger(trt)
     logger.log(trt.ILogger.Severity.ERROR, "stale: from deserializing another engine")
     logger.errors.clear()  # what the runtime does before each step
     logger.log(trt.ILogger.Severity.ERROR, "out of memory creating the context\nmore detail")
@@ -166,7 +197,7 @@ def test_errors_quote_what_this_step_logged() -> None:
 def test_engine_validity_is_asked_before_loading(tmp_path: Path, dotted: GraphInfo) -> None:
     """A real RTX runtime rates a real plan on this machine (INVALID without a supported GPU) before loading it."""
     plan = build_engine(dotted, BuildSettings(outputs="none")).plan
-    runtime = trt.Runtime(make_logger(trt))
+    runtime = trt.Runtime(shared_logger(trt))
     validity, _ = runtime.get_engine_validity(plan)
     gpu = GpuInfo(0, "NVIDIA H200", (9, 0))
     if validity == trt.EngineValidity.INVALID:
@@ -214,7 +245,7 @@ def test_inspector_json_with_control_characters_and_fallbacks(dotted: GraphInfo)
 def test_summary_reports_what_the_runs_and_the_fusion_fallback_found(dotted: GraphInfo) -> None:
     """Defect 12: unmapped or missing debug tensors reach the report's notes."""
     build = build_engine(dotted, BuildSettings(outputs="unfused"))
-    fallback = fusion.fusion_fallback(build.plans, dotted, "the engine inspector failed (RuntimeError)")
+    fallback = fusion.fusion_fallback([build.plan], dotted, "the engine inspector failed (RuntimeError)")
     note = "unfused: the engine reported no debug tensors at all; only the network outputs were compared"
     summary = summarize(build, fallback, status="ran", gpu=None, run_notes=(note,))
     assert note in summary.notes
@@ -239,8 +270,10 @@ def test_engine_run_paths_on_a_supported_gpu(export_example: Callable[..., Path]
     x = np.random.default_rng(0).standard_normal((1, 3, 64, 64), dtype=np.float32)
     ref = ort.InferenceSession(str(graph.path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     for outputs in ("all", "unfused"):
-        backend = TensorRTBackend(graph, BuildSettings(outputs=outputs))
-        chunks = list(backend.run({"x": x}, sorted(backend.available()), max_bytes=1 << 20))
-        values = {k: v for chunk in chunks for k, v in chunk.items()}
-        assert np.abs(values[graph.graph_outputs[0]] - ref).max() < 1e-3
-        assert backend._session is not None and (backend._session.listener is not None) == (outputs == "unfused")
+        with TensorRTBackend(graph, BuildSettings(outputs=outputs, mark_budget_bytes=1 << 16)) as backend:
+            chunks = list(backend.run({"x": x}, sorted(backend.available()), max_bytes=1 << 20))
+            values = {k: v for chunk in chunks for k, v in chunk.items()}
+            assert np.abs(values[graph.graph_outputs[0]] - ref).max() < 1e-3
+            assert backend._marked is not None and backend._marked.listener is not None
+            assert backend.answer.runs >= 1 and backend.marking_check(Thresholds()).status in ("same", "changed")
+        assert backend._marked is None and backend._plain is None  # close() released both engines

@@ -2,7 +2,9 @@
 
 The logic of TensorRT's two callback interfaces lives in plain classes (`DebugCollector`,
 `OutputBuffers`) that the `trt.IDebugListener` / `trt.IOutputAllocator` subclasses made by
-`make_debug_listener` / `make_output_allocator` delegate to. TensorRT's Python wrappers catch
+`make_debug_listener` / `make_output_allocator` delegate to. Debug tensors are copied to the
+host as they are produced (the comparison runs on the host), as NVIDIA's debugTensorWriter
+sample does; a copy can stay on the device for a comparison that runs there. TensorRT's Python wrappers catch
 and print any exception a callback raises (pyCore.cpp), so the callbacks here never raise:
 they record what went wrong, and the runtime raises it after `execute_async_v3` returns.
 """
@@ -10,9 +12,8 @@ they record what went wrong, and the runtime raises it after `execute_async_v3` 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -20,6 +21,8 @@ from trtdiff.errors import BackendError, describe_error, param
 
 if TYPE_CHECKING:
     import torch
+
+    from trtdiff.backends.tensorrt.api import DebugListener, Dims, EnumValue, OutputAllocator, TrtModule
 
 _TORCH_DTYPES = {
     "FLOAT": "float32",
@@ -47,7 +50,7 @@ TRT_API = ("IDebugListener", "IDebugListener.process_debug_tensor", "IOutputAllo
 TRT_OPTIONAL_API: tuple[str, ...] = ()
 
 
-def torch_dtype(trt_dtype: Any) -> torch.dtype:
+def torch_dtype(trt_dtype: EnumValue) -> torch.dtype:
     """The torch dtype for a TensorRT DataType (by member name, so any TensorRT module works)."""
     import torch
 
@@ -56,7 +59,8 @@ def torch_dtype(trt_dtype: Any) -> torch.dtype:
         raise BackendError(
             f"TensorRT type {name} has no torch equivalent; mark fewer outputs ({param('outputs')} none)"
         )
-    return getattr(torch, _TORCH_DTYPES[name])
+    dtype: torch.dtype = getattr(torch, _TORCH_DTYPES[name])
+    return dtype
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -96,21 +100,39 @@ def synchronize(stream: int) -> None:
     import torch
 
     if stream:
-        torch.cuda.ExternalStream(stream).synchronize()
-    elif torch.cuda.is_available() and torch.cuda.is_initialized():
+        _external_stream(stream).synchronize()
+    elif cuda_initialized():
         torch.cuda.synchronize()
 
 
-def copy_debug_tensor(
-    addr: int, dtype_name: str, shape: tuple[int, ...], stream: int, *, on_host: bool = False
-) -> torch.Tensor:
-    """Copy memory TensorRT owns (valid only during the callback) into a new torch tensor.
-
-    The stream is synchronized first in both cases, as NVIDIA's debugTensorWriter and Polygraphy do:
-    the values are only final once the work TensorRT queued before the callback has run.
-    """
+def cuda_initialized() -> bool:
+    """Whether torch has a CUDA context already (so synchronizing or freeing its cache means something)."""
     import torch
 
+    is_initialized: Callable[[], bool] = torch.cuda.is_initialized  # torch leaves it unannotated
+    return torch.cuda.is_available() and is_initialized()
+
+
+def _external_stream(stream: int) -> torch.cuda.Stream:
+    """TensorRT's stream handle as a torch stream (the current stream for the legacy default stream 0)."""
+    import torch
+
+    if not stream:
+        return torch.cuda.current_stream()
+    external: Callable[[int], torch.cuda.Stream] = torch.cuda.ExternalStream  # torch leaves it unannotated
+    return external(stream)
+
+
+def copy_debug_tensor(
+    addr: int, dtype_name: str, shape: tuple[int, ...], stream: int, *, on_host: bool = False, to_host: bool = True
+) -> np.ndarray | torch.Tensor:
+    """Copy memory TensorRT owns (valid only during the callback) to a numpy array (`to_host` False: a device tensor).
+
+    As NVIDIA's debugTensorWriter does: wait for the stream (the values are only final once the
+    work TensorRT queued before the callback has run), then copy device memory to the host, or
+    read host memory in place. A device copy stays on the device only where the comparison runs
+    there (`to_host` False); bfloat16 comes back as float32 in numpy (numpy has no bfloat16).
+    """
     if dtype_name not in _TYPESTR:
         raise BackendError(REASON_DEBUG_DTYPE.format(dtype=dtype_name))
     if any(d < 0 for d in shape):
@@ -120,30 +142,58 @@ def copy_debug_tensor(
         synchronize(stream)
         itemsize = int(_TYPESTR[dtype_name][2:])
         raw = np.ctypeslib.as_array((ctypes.c_uint8 * (count * itemsize)).from_address(addr)).copy()
-        host = torch.from_numpy(raw).view(_storage_dtype(dtype_name)).reshape(shape)
-        return host.view(torch.bfloat16) if dtype_name == "BF16" else host
+        return _host_array(raw, dtype_name, shape)
+    import torch
+
     view = torch.as_tensor(_CudaArray(addr, shape, _TYPESTR[dtype_name]), device="cuda")
-    external = torch.cuda.ExternalStream(stream) if stream else torch.cuda.current_stream()
+    external = _external_stream(stream)
     with torch.cuda.stream(external):
-        copy = view.clone()
+        copy = view.to("cpu") if to_host else view.clone()
     external.synchronize()
-    return copy.view(torch.bfloat16) if dtype_name == "BF16" else copy
+    if dtype_name == "BF16":
+        copy = copy.view(torch.bfloat16)
+    return to_numpy(copy) if to_host else copy
+
+
+def _host_array(raw: np.ndarray, dtype_name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Raw host bytes as a numpy array of `dtype_name` (bfloat16 widened to float32)."""
+    if dtype_name == "BF16":
+        widened = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        return widened.reshape(shape)
+    return raw.view(np.dtype(_TYPESTR[dtype_name])).reshape(shape)
 
 
 class DebugCollector:
-    """Keeps a copy of each debug tensor by engine-internal name; records failures instead of raising."""
+    """Keeps a copy of each debug tensor by name (what TensorRT's callback hands over); never raises.
 
-    def __init__(self) -> None:
-        self.tensors: dict[str, torch.Tensor] = {}
+    `budget` bounds what one run copies where the engine, not trtdiff, chooses the debug
+    tensors (unfused mode): the tensors are counted into groups of at most `budget` bytes in the
+    order they arrive (the same every run of one engine on one input), and a run copies only
+    group `wanted` (`start(group)`); `groups` says how many groups the last run saw.
+    """
+
+    def __init__(self, *, to_host: bool = True, budget: int | None = None) -> None:
+        self.to_host = to_host
+        self.budget = budget
+        self.tensors: dict[str, np.ndarray | torch.Tensor] = {}
         self.errors: list[str] = []
         self.skipped: dict[str, str] = {}
         self.calls = 0
+        self.copied_bytes = 0
+        self.wanted: int | None = None
+        self.groups = 0
+        self._group = 0
+        self._used = 0
 
-    def reset(self) -> None:
+    def start(self, group: int | None = None) -> None:
+        """Forget the last run; copy only group `group` of this run (None: every tensor)."""
         self.tensors.clear()
         self.errors.clear()
         self.skipped.clear()
-        self.calls = 0
+        self.calls = self.copied_bytes = self.groups = self._group = self._used = 0
+        self.wanted = group
+
+    reset = start
 
     def process(self, addr: int, on_host: bool, dtype_name: str, shape: Sequence[int], name: str, stream: int) -> bool:
         """One debug tensor; False (and an entry in `errors`) when its copy failed."""
@@ -151,16 +201,33 @@ class DebugCollector:
         if dtype_name not in _TYPESTR:
             self.skipped[name] = REASON_DEBUG_DTYPE.format(dtype=dtype_name)
             return True
+        dims = tuple(int(d) for d in shape)
+        if not self._in_window(dims, dtype_name):
+            return True
         try:
             self.tensors[name] = copy_debug_tensor(
-                addr, dtype_name, tuple(int(d) for d in shape), stream, on_host=on_host
+                addr, dtype_name, dims, stream, on_host=on_host, to_host=self.to_host or on_host
             )
         except Exception as error:  # noqa: BLE001 -- TensorRT's wrapper would print and drop it; raised after the run
             self.errors.append(f"{name}: {describe_error(error)}")
             return False
+        self.copied_bytes += _nbytes(dims, dtype_name)
         return True
 
-    def take(self) -> dict[str, torch.Tensor]:
+    def _in_window(self, dims: tuple[int, ...], dtype_name: str) -> bool:
+        """Whether this tensor belongs to the group this run copies (always, without a budget)."""
+        if self.budget is None:
+            self.groups = 1
+            return True
+        size = _nbytes(dims, dtype_name)
+        if self._used and self._used + size > self.budget:
+            self._group += 1
+            self._used = 0
+        self._used += size
+        self.groups = self._group + 1
+        return self.wanted is None or self._group == self.wanted
+
+    def take(self) -> dict[str, np.ndarray | torch.Tensor]:
         """The copies so far, handed over (the collector keeps no reference to them)."""
         taken = dict(self.tensors)
         self.tensors.clear()
@@ -173,7 +240,7 @@ class DebugCollector:
         more = f" (+{len(self.errors) - 1} more)" if len(self.errors) > 1 else ""
         return BackendError(
             f"{where}: copying TensorRT debug tensors failed for {self.errors[0]}{more}; "
-            f"compare the final outputs only ({param('outputs')} none) or free GPU memory"
+            f"compare the final outputs only ({param('outputs')} none) or give a smaller {param('mark_budget_bytes')}"
         )
 
     def raise_errors(self, where: str) -> None:
@@ -182,20 +249,32 @@ class DebugCollector:
             raise error
 
 
-def make_debug_listener(trt: ModuleType) -> Any:
-    """An IDebugListener whose `collector` (a DebugCollector) keeps a copy of each debug tensor."""
+def make_debug_listener(trt: TrtModule, collector: DebugCollector | None = None) -> DebugListener:
+    """An IDebugListener whose `collector` (a DebugCollector) keeps a copy of each debug tensor.
 
-    class TensorCollector(trt.IDebugListener):  # type: ignore[name-defined]
+    TensorRT's wrapper calls `process_debug_tensor(int(addr), location, type, shape, name,
+    int(stream))` and ignores what it returns (pyCore.cpp); the collector records failures.
+    """
+    host = trt.TensorLocation.__members__.get("HOST")
+    base = trt.IDebugListener
+    keeper = collector or DebugCollector()
+
+    class TensorCollector(base):  # type: ignore[misc,valid-type]  # TensorRT's class, chosen at run time
         def __init__(self) -> None:
-            trt.IDebugListener.__init__(self)
-            self.collector = DebugCollector()
+            super().__init__()
+            self.collector = keeper
 
-        def process_debug_tensor(self, addr: int, location: Any, type: Any, shape: Any, name: str, stream: int) -> bool:
-            on_host = location == trt.TensorLocation.HOST
+        def process_debug_tensor(
+            self, addr: int, location: EnumValue, type: EnumValue, shape: Dims, name: str, stream: int
+        ) -> bool:
             dtype_name = getattr(type, "name", str(type))
-            return self.collector.process(addr, on_host, dtype_name, tuple(shape), name, stream)
+            return self.collector.process(addr, location == host, dtype_name, tuple(shape), name, stream)
 
-    return TensorCollector()
+    return cast("DebugListener", TensorCollector())
+
+
+def _nbytes(dims: tuple[int, ...], dtype_name: str) -> int:
+    return int(np.prod(dims, dtype=np.int64)) * int(_TYPESTR[dtype_name][2:])
 
 
 class OutputBuffers:
@@ -252,13 +331,14 @@ class OutputBuffers:
         self.shapes.clear()
 
 
-def make_output_allocator(trt: ModuleType, device: torch.device) -> Any:
-    """An IOutputAllocator whose `outputs` (an OutputBuffers) holds each data-dependent output."""
+def make_output_allocator(trt: TrtModule, buffers: OutputBuffers) -> OutputAllocator:
+    """An IOutputAllocator whose `outputs` (`buffers`) holds each data-dependent output."""
+    base = trt.IOutputAllocator
 
-    class Allocator(trt.IOutputAllocator):  # type: ignore[name-defined]
+    class Allocator(base):  # type: ignore[misc,valid-type]  # TensorRT's class, chosen at run time
         def __init__(self) -> None:
-            trt.IOutputAllocator.__init__(self)
-            self.outputs = OutputBuffers(device)
+            super().__init__()
+            self.outputs = buffers
 
         def reallocate_output(self, tensor_name: str, memory: int, size: int, alignment: int) -> int:
             return self.outputs.reallocate(tensor_name, size, alignment)
@@ -266,10 +346,10 @@ def make_output_allocator(trt: ModuleType, device: torch.device) -> Any:
         def reallocate_output_async(self, tensor_name: str, memory: int, size: int, alignment: int, stream: int) -> int:
             return self.outputs.reallocate(tensor_name, size, alignment)
 
-        def notify_shape(self, tensor_name: str, shape: Any) -> None:
+        def notify_shape(self, tensor_name: str, shape: Dims) -> None:
             self.outputs.notify(tensor_name, tuple(shape))
 
-    return Allocator()
+    return cast("OutputAllocator", Allocator())
 
 
 class _CudaArray:

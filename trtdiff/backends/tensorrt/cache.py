@@ -4,8 +4,9 @@ The key is sha256 over the ONNX bytes (and its external-data files), the build s
 the TensorRT flavour/version/module, the GPU name and compute capability, and anything else
 the builder passes in `extra` (the FP16 converter's version, say). A plan is only valid for
 the TensorRT that built it and, for TensorRT-RTX, the compute capabilities it targets.
-A build split by the mark budget keeps each engine under `slice_key`; TensorRT-RTX's runtime
-cache (its just-in-time kernels) sits beside the engine it was made for.
+A build keeps two engines: the marked one and the plain one (keyed as a build that marks
+nothing, so `--trt-outputs none` finds it too). TensorRT-RTX's runtime cache (its
+just-in-time kernels) sits beside the engine it was made for.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,13 +54,6 @@ def onnx_file_bytes(path: Path, model: onnx.ModelProto) -> bytes:
     )
     chunks += [(path.parent / location).read_bytes() for location in locations if (path.parent / location).is_file()]
     return b"".join(chunks)
-
-
-def slice_key(key: str, index: int, marked: Sequence[str]) -> str:
-    """The key of one engine of a build split by the mark budget: the build's key and what that engine marks."""
-    digest = hashlib.sha256(f"{key}\nslice {index}\n".encode())
-    digest.update("\n".join(marked).encode())
-    return digest.hexdigest()
 
 
 def save_engine(cache_dir: Path, key: str, plan: bytes, meta: Mapping[str, Any]) -> Path:

@@ -9,11 +9,15 @@ version numbers: TensorRT-RTX reports 1.x while its API matches TensorRT 10.12+.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import asdict, dataclass
-from types import ModuleType
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from trtdiff.errors import BackendError
+
+if TYPE_CHECKING:
+    from trtdiff.backends.tensorrt.api import TrtModule
 
 MODULE_CANDIDATES = ("tensorrt", "tensorrt_rtx", "tensorrt_rtx_bindings")
 INSTALL_HINT = (
@@ -53,6 +57,7 @@ class TensorRTInfo:
     has_fp16_flag: bool
     has_unfused_debug: bool
     has_engine_validity: bool
+    has_debug_tensors: bool = True  # INetworkDefinition.mark_debug (TensorRT 10.0+, every RTX)
 
     @property
     def strongly_typed_only(self) -> bool:
@@ -99,8 +104,11 @@ class Probe:
         }
 
 
-def import_tensorrt() -> ModuleType:
-    """The first importable TensorRT module of MODULE_CANDIDATES; BackendError naming each failure."""
+def import_tensorrt() -> TrtModule:
+    """The first importable TensorRT module of MODULE_CANDIDATES; BackendError naming each failure.
+
+    The one place the bindings are untyped: the module is returned as the `TrtModule` Protocol.
+    """
     failures: list[str] = []
     for name in MODULE_CANDIDATES:
         try:
@@ -109,12 +117,12 @@ def import_tensorrt() -> ModuleType:
             failures.append(f"{name}: {type(error).__name__}")
             continue
         if hasattr(module, "Builder") and hasattr(module, "OnnxParser"):
-            return module
+            return cast("TrtModule", module)
         failures.append(f"{name}: no Builder/OnnxParser (a stub)")
     raise BackendError(f"TensorRT is not installed ({'; '.join(failures)}); {INSTALL_HINT}")
 
 
-def tensorrt_info(trt: ModuleType | None = None) -> TensorRTInfo:
+def tensorrt_info(trt: TrtModule | None = None) -> TensorRTInfo:
     """Describe the imported module (imports it when not given)."""
     trt = trt or import_tensorrt()
     name = trt.__name__
@@ -122,20 +130,32 @@ def tensorrt_info(trt: ModuleType | None = None) -> TensorRTInfo:
         module_name=name,
         version=str(getattr(trt, "__version__", "unknown")),
         flavour="tensorrt-rtx" if "rtx" in name else "tensorrt",
-        has_fp16_flag=hasattr(trt.BuilderFlag, "FP16"),
+        has_fp16_flag="FP16" in trt.BuilderFlag.__members__,
         has_unfused_debug=hasattr(trt.INetworkDefinition, "mark_unfused_tensors_as_debug_tensors"),
         has_engine_validity=hasattr(trt.Runtime, "get_engine_validity"),
+        has_debug_tensors=hasattr(trt.INetworkDefinition, "mark_debug"),
     )
 
 
 def gpu_info(index: int = 0) -> GpuInfo | None:
-    """The CUDA GPU torch sees at `index`, or None when torch has no CUDA device."""
+    """The CUDA GPU torch sees at `index`, or None when torch has no CUDA device.
+
+    Where torch is not imported yet and the machine has no NVIDIA device node at all, the
+    answer is None without importing torch (a second of `trtdiff build` on a CPU machine).
+    """
+    if "torch" not in sys.modules and not _has_gpu_device_nodes():
+        return None
     import torch
 
     if not torch.cuda.is_available() or torch.cuda.device_count() <= index:
         return None
     major, minor = torch.cuda.get_device_capability(index)
     return GpuInfo(index=index, name=torch.cuda.get_device_name(index), compute_capability=(int(major), int(minor)))
+
+
+def _has_gpu_device_nodes() -> bool:
+    """Whether the machine shows an NVIDIA device node (/dev/nvidia0...) or WSL's GPU node (/dev/dxg)."""
+    return any(Path("/dev").glob("nvidia[0-9]*")) or Path("/dev/dxg").exists()
 
 
 def rtx_supports(compute_capability: tuple[int, int]) -> bool:

@@ -1,46 +1,59 @@
-"""Which TensorRT tensors become engine outputs, which cannot, and their ONNX names.
+"""Which TensorRT tensors the engine returns, which it cannot, their ONNX names, and the run groups.
 
-Modes: `all` marks every layer output TensorRT allows as an output (this disables fusion
-and changes memory reuse, so it can hide or create errors: NVIDIA/TensorRT #1961, #3258);
-`unfused` keeps fusion and asks the engine to report whatever survives it as debug tensors
-(`mark_unfused_tensors_as_debug_tensors`, TRT 10.12+/RTX); `none` keeps the final outputs.
+Modes: `all` marks every tensor TensorRT can report as a *debug tensor* (`mark_debug`): one
+engine whose values a debug listener copies as they are produced, group by group under the
+mark budget (budget.py); the network's outputs stay its only outputs. `unfused` keeps fusion
+and asks the engine to report whatever survives it (`mark_unfused_tensors_as_debug_tensors`,
+TensorRT 10.12+ and RTX; engine-internal names). `none` keeps the final outputs only.
 
-Names: the ONNX parser keeps each ONNX value name (adding `_N` on a clash) and names layers
-after ONNX nodes; `parser.get_layer_output_tensor(node, i)` is the authoritative map.
+Not marked (each with its reason): network inputs, tensors inside loop and conditional
+bodies, constants, shape tensors (Polygraphy's rules), bool tensors unless asked, types with
+no numpy equivalent, and the tensors inside a quantize/dequantize pair (marking those would
+stop TensorRT from fusing the pair into the quantized layer, changing the very numbers).
 
-Sizes: each marked tensor's bytes come from its ONNX value type, else TensorRT's static shape;
-slicing.py cuts the marks into slices that fit the mark budget, one engine each.
+Marking is planned first (`plan_marks`, no change to the network) and applied afterwards
+(`apply_marks`), so the plain engine can be built from the same parse before the marks go on.
 """
 
 from __future__ import annotations
 
-import re
-from collections import Counter
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 
-from trtdiff.errors import OptionError, param
+from trtdiff.backends.tensorrt.api import member, members
+from trtdiff.backends.tensorrt.budget import Budget, run_groups
+from trtdiff.backends.tensorrt.names import NetworkIndex, map_onnx_names, subgraph_names
+from trtdiff.errors import BackendError, OptionError, param
 from trtdiff.options import OUTPUT_MODES
 
 if TYPE_CHECKING:
+    from trtdiff.backends.tensorrt.api import EnumValue, Layer, Network, OnnxParser, Tensor, TrtModule
     from trtdiff.options import OutputsMode
 
-REASON_INPUT = "network input: TensorRT cannot mark a network input as an output (it is the feed itself)"
-REASON_CONTROL = "inside a loop or conditional body: TensorRT cannot mark such a tensor as a network output"
-REASON_CONSTANT = "constant/weights: TensorRT keeps it as weights of a constant layer, not a computed output"
+REASON_INPUT = "network input: the feed itself, not computed by the engine"
+REASON_CONTROL = "inside a loop or conditional body: TensorRT cannot report such a tensor"
+REASON_CONSTANT = "constant/weights: TensorRT keeps it as weights of a constant layer, not a computed tensor"
 REASON_SHAPE = "shape tensor: TensorRT computes it on the host as a shape; only execution tensors are returned"
 REASON_BOOL = (
     "bool tensor: marking bool tensors broke mark-all builds in TensorRT (NVIDIA/TensorRT #1698, #3592, "
     "#3596), so it is left unmarked; mark_bool=True marks it"
 )
+REASON_QDQ = (
+    "inside a quantize/dequantize pair (a Quantize or Dequantize output): marking it would stop TensorRT fusing "
+    "the pair into the quantized layer (explicit quantization) and change the numbers being checked"
+)
 REASON_DTYPE = "type {dtype} has no numpy equivalent, so it cannot be returned for comparison"
 REASON_NO_TENSOR = "no TensorRT tensor: the parser folded it into weights or constants"
+UNFUSED_NOTE = (
+    "unfused: fusion kept; tensors that survive fusion arrive as debug tensors under engine-internal names, "
+    "with no guarantee that every unfused tensor is reported; each run copies at most the mark budget of them"
+)
+UNFUSED_REFUSED = "unfused: TensorRT refused to mark unfused tensors as debug tensors; only final outputs are returned"
 
 # Layer types that open and close ILoop/IIfConditional regions in a parsed network (Polygraphy's rule).
 _REGION_START = ("TRIP_LIMIT", "ITERATOR", "RECURRENCE", "CONDITION", "CONDITIONAL_INPUT")
@@ -49,17 +62,11 @@ RETURNABLE_TYPES = ("FLOAT", "HALF", "BF16", "INT8", "INT32", "INT64", "BOOL", "
 _ITEMSIZE = {"FLOAT": 4, "HALF": 2, "BF16": 2, "INT8": 1, "INT32": 4, "INT64": 8, "BOOL": 1, "UINT8": 1}
 
 TRT_API = (
-    "INetworkDefinition.num_layers",
-    "INetworkDefinition.get_layer",
-    "INetworkDefinition.mark_output",
-    "INetworkDefinition.num_inputs",
-    "INetworkDefinition.get_input",
-    "ILayer.name",
+    "INetworkDefinition.mark_debug",
+    "INetworkDefinition.is_debug_tensor",
     "ILayer.type",
-    "ILayer.num_outputs",
-    "ILayer.get_output",
-    "ILayer.metadata",
-    "ITensor.name",
+    "ILayer.num_inputs",
+    "ILayer.get_input",
     "ITensor.dtype",
     "ITensor.is_network_input",
     "ITensor.is_network_output",
@@ -67,10 +74,12 @@ TRT_API = (
     "ITensor.shape",
     "LayerType.CONSTANT",
     "LayerType.SHAPE",
+    "LayerType.QUANTIZE",
+    "LayerType.DEQUANTIZE",
     *(f"LayerType.{t}" for t in _REGION_START + _REGION_END),
     *(f"DataType.{t}" for t in RETURNABLE_TYPES),
 )
-TRT_OPTIONAL_API = ("OnnxParser.get_layer_output_tensor", "INetworkDefinition.mark_unfused_tensors_as_debug_tensors")
+TRT_OPTIONAL_API = ("INetworkDefinition.mark_unfused_tensors_as_debug_tensors",)
 
 
 @dataclass(frozen=True)
@@ -85,137 +94,228 @@ class SkippedTensor:
 
 @dataclass(frozen=True)
 class MarkPlan:
-    """What the engine will return: marked TensorRT tensors, skipped ones, ONNX -> TensorRT names."""
+    """What the engine returns: its outputs, its debug tensors in run groups, what is skipped, ONNX names.
+
+    `groups` cuts `debug` (TensorRT names, layer order) into the runs of one sample; in
+    `unfused` mode the engine picks its debug tensors, so `groups` is the planned upper bound
+    over every tensor it could report.
+    """
 
     mode: OutputsMode
-    marked: tuple[str, ...]
+    outputs: tuple[str, ...]  # the network's own outputs (returned by every run)
+    debug: tuple[str, ...]  # marked as debug tensors (mode "all")
     skipped: tuple[SkippedTensor, ...]
     onnx_to_trt: Mapping[str, str] = field(default_factory=dict)
     debug_unfused: bool = False
     notes: tuple[str, ...] = ()
-    outputs: tuple[str, ...] = ()  # the network's own outputs among `marked` (every engine has them)
-    sizes: Mapping[str, int | None] = field(default_factory=dict)  # bytes per marked tensor, None: unknown
-    slices: tuple[tuple[str, ...], ...] = ()  # when split: the extra marks of each engine, in order
-    budget_bytes: int | None = None
+    sizes: Mapping[str, int | None] = field(default_factory=dict)  # bytes per returned tensor, None: unknown
+    groups: tuple[tuple[str, ...], ...] = ()
+    budget: Budget | None = None
     tensor_names: frozenset[str] = frozenset()  # every tensor of the parsed network
+    data_tensors: int = 0  # ONNX tensors computed from the inputs' values (what coverage counts against)
 
     @cached_property
     def trt_to_onnx(self) -> dict[str, str]:
         return {trt_name: onnx_name for onnx_name, trt_name in self.onnx_to_trt.items()}
 
-    def extra_marks(self) -> tuple[str, ...]:
-        """Marked tensors that are not the network's own outputs (what marking added)."""
-        outputs = set(self.outputs)
-        return tuple(t for t in self.marked if t not in outputs)
+    @property
+    def marked(self) -> tuple[str, ...]:
+        """Every tensor the engine returns by name: its outputs, then its debug tensors."""
+        return (*self.outputs, *self.debug)
 
-    def engine_marks(self) -> tuple[tuple[str, ...], ...]:
-        """The extra marks of each engine: the slices, or one engine marking them all."""
-        return self.slices or (self.extra_marks(),)
+    @property
+    def runs_per_sample(self) -> int:
+        """Executions of the one engine per sample: one per run group (at least one)."""
+        return max(1, len(self.groups))
 
-    def owner_of(self) -> dict[str, int]:
-        """ONNX name -> the engine that returns it, for extra marks (network outputs: any engine)."""
+    def group_of(self) -> dict[str, int]:
+        """ONNX name -> the run that returns it, for debug tensors."""
         reverse = self.trt_to_onnx
-        return {reverse[t]: index for index, part in enumerate(self.slices) for t in part if t in reverse}
-
-    def marked_bytes(self) -> int:
-        """Bytes of device memory the marked tensors take (unknown sizes count as the largest known)."""
-        sizes = _known_sizes(self)
-        return sum(sizes[t] for t in self.marked)
+        return {reverse[t]: index for index, group in enumerate(self.groups) for t in group if t in reverse}
 
     def returned_onnx(self) -> tuple[str, ...]:
-        """ONNX names whose tensors are marked outputs (what `all`/`none` engines return)."""
+        """ONNX names the engine returns (outputs and debug tensors; in unfused mode the outputs only)."""
         reverse = self.trt_to_onnx
         return tuple(reverse[t] for t in self.marked if t in reverse)
+
+    def debug_bytes(self) -> int:
+        """Bytes of every debug tensor of one sample (unknown sizes not counted; see `unknown_sizes`)."""
+        return sum(self.sizes.get(t) or 0 for t in self.debug)
+
+    def unknown_sizes(self) -> int:
+        return sum(1 for t in self.debug if self.sizes.get(t) is None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
-            "marked": list(self.marked),
+            "outputs": list(self.outputs),
+            "debug": list(self.debug),
             "skipped": [vars(s).copy() for s in self.skipped],
             "onnx_to_trt": dict(self.onnx_to_trt),
             "debug_unfused": self.debug_unfused,
             "notes": list(self.notes),
-            "outputs": list(self.outputs),
-            "slices": [list(part) for part in self.slices],
-            "budget_bytes": self.budget_bytes,
-            "marked_bytes": self.marked_bytes(),
+            "groups": [list(group) for group in self.groups],
+            "budget_bytes": self.budget.bytes if self.budget else None,
+            "debug_bytes": self.debug_bytes(),
         }
 
 
-def mark_network(
-    trt: ModuleType,
-    network: Any,
-    parser: Any,
+def plan_marks(
+    trt: TrtModule,
+    index: NetworkIndex,
+    parser: OnnxParser,
     model: onnx.ModelProto,
     mode: OutputsMode,
+    budget: Budget,
     *,
     mark_bool: bool = False,
     sizes: Mapping[str, int | None] | None = None,
+    data_tensors: int = 0,
 ) -> MarkPlan:
-    """Mark outputs on a parsed `network` according to `mode` and return the plan.
+    """What `mode` marks on the indexed network, its run groups under `budget`; nothing is changed yet.
 
-    `sizes`: bytes per ONNX value where the ONNX types tell (what the mark budget counts).
+    `sizes`: bytes per ONNX value for the shapes fed (budget.resolved_sizes).
     """
     if mode not in OUTPUT_MODES:
         raise OptionError(f"unknown; choose one of {', '.join(OUTPUT_MODES)}", parameter="outputs", value=mode)
-    onnx_to_trt = map_onnx_names(parser, network, model)
+    onnx_to_trt = map_onnx_names(parser, index, model)
     reverse = {t: o for o, t in onnx_to_trt.items()}
-    sub_nodes, sub_values = subgraph_names(model)
-    marked: list[str] = []
+    _, sub_values = subgraph_names(model)
+    rules = _Rules(trt, index, mark_bool)
     outputs: list[str] = []
+    debug: list[str] = []
     skipped: list[SkippedTensor] = []
-    returnable = {getattr(trt.DataType, t) for t in RETURNABLE_TYPES if hasattr(trt.DataType, t)}
     tensor_sizes: dict[str, int | None] = {}
-    for layer, nested in _nested_layers(trt, network, sub_nodes):
-        for tensor in _outputs(layer):
-            reason = _skip_reason(trt, layer, tensor, nested, mark_bool, returnable)
-            if tensor.is_network_output and reason is None:
-                outputs.append(tensor.name)
-            elif mode != "all":
-                continue
-            elif reason is not None:
-                onnx_name = reverse.get(tensor.name) or (tensor.name if tensor.name in sub_values else None)
-                skipped.append(SkippedTensor(tensor.name, onnx_name, layer.name, reason))
-                continue
-            else:
-                network.mark_output(tensor)
-            marked.append(tensor.name)
-            tensor_sizes[tensor.name] = _tensor_bytes(tensor, (sizes or {}).get(reverse.get(tensor.name, "")))
+    by_onnx = sizes or {}
+    for layer, tensor, nested in rules.walk():
+        name = tensor.name
+        reason = rules.skip_reason(layer, tensor, nested)
+        if tensor.is_network_output and reason is None:
+            outputs.append(name)
+        elif mode != "all":
+            continue
+        elif reason is not None:
+            onnx_name = reverse.get(name) or (name if name in sub_values else None)
+            skipped.append(SkippedTensor(name, onnx_name, layer.name, reason))
+            continue
+        else:
+            debug.append(name)
+        tensor_sizes[name] = _tensor_bytes(tensor, by_onnx.get(reverse.get(name, "")))
     notes: list[str] = []
-    debug_unfused = _mark_unfused(network, notes) if mode == "unfused" else False
+    if mode == "unfused":
+        candidates = [t.name for layer, t, nested in rules.walk() if rules.skip_reason(layer, t, nested) is None]
+        tensor_sizes.update(
+            (n, _tensor_bytes(index.by_name[n][1], by_onnx.get(reverse.get(n, "")))) for n in candidates
+        )
+        groups = run_groups([n for n in candidates if n not in outputs], tensor_sizes, budget.bytes)
+    else:
+        groups = run_groups(debug, tensor_sizes, budget.bytes) if debug else []
     if mode == "all":
         notes.append(
-            f"all: {len(marked)} tensors marked as outputs; marking disables fusion and changes memory reuse, "
-            "so a difference may hide or appear only in this mode"
+            f"all: {len(debug)} tensors marked as debug tensors of one engine (its outputs unchanged); "
+            f"{max(1, len(groups))} runs per sample under the mark budget of {budget.describe()}"
         )
-    names = frozenset(t.name for layer in _layers(network) for t in _outputs(layer))
     return MarkPlan(
         mode,
-        tuple(marked),
-        (*skipped, *_onnx_only_skips(network, model, onnx_to_trt)),
-        onnx_to_trt,
-        debug_unfused,
-        tuple(notes),
         tuple(outputs),
+        tuple(debug),
+        (*skipped, *_onnx_only_skips(model, onnx_to_trt)),
+        onnx_to_trt,
+        False,
+        tuple(notes),
         tensor_sizes,
-        tensor_names=names,
+        tuple(groups),
+        budget,
+        index.tensor_names(),
+        data_tensors,
     )
 
 
-def _nested_layers(trt: ModuleType, network: Any, sub_nodes: frozenset[str]) -> Iterator[tuple[Any, bool]]:
-    """Each layer, and whether it lies inside a loop or conditional body (Polygraphy's rule, or ONNX's bodies)."""
-    starts = {getattr(trt.LayerType, t) for t in _REGION_START if hasattr(trt.LayerType, t)}
-    ends = {getattr(trt.LayerType, t) for t in _REGION_END if hasattr(trt.LayerType, t)}
-    in_region = False
-    for layer in _layers(network):
-        if layer.type in starts:
-            in_region = True
-        elif layer.type in ends:
-            in_region = False
-        yield layer, in_region or layer.name in sub_nodes or " | " in (layer.metadata or "")
+def apply_marks(network: Network, index: NetworkIndex, plan: MarkPlan, only: Sequence[str] | None = None) -> MarkPlan:
+    """Mark the plan's debug tensors on `network` (or `only` those), or the unfused debug state; the plan as applied.
+
+    A tensor TensorRT refuses to mark moves to `skipped` with TensorRT's answer.
+    """
+    if plan.mode == "unfused":
+        agreed = _mark_unfused(network)
+        return replace(plan, debug_unfused=agreed, notes=(*plan.notes, UNFUSED_NOTE if agreed else UNFUSED_REFUSED))
+    wanted = plan.debug if only is None else tuple(only)
+    refused: list[SkippedTensor] = []
+    for name in wanted:
+        layer, tensor = index.by_name[name]
+        if not network.mark_debug(tensor):
+            refused.append(SkippedTensor(name, plan.trt_to_onnx.get(name), layer.name, "TensorRT refused mark_debug"))
+    if not refused and only is None:
+        return plan
+    gone = {s.trt_name for s in refused}
+    debug = tuple(t for t in wanted if t not in gone)
+    return replace(
+        plan,
+        debug=debug,
+        skipped=(*plan.skipped, *refused),
+        groups=tuple(g for g in (tuple(t for t in group if t in debug) for group in plan.groups) if g),
+    )
 
 
-def _mark_unfused(network: Any, notes: list[str]) -> bool:
+class _Rules:
+    """Polygraphy's marking rules over one indexed network, with the type sets looked up once."""
+
+    def __init__(self, trt: TrtModule, index: NetworkIndex, mark_bool: bool) -> None:
+        self.index, self.mark_bool = index, mark_bool
+        kinds = trt.LayerType
+        self.starts = members(kinds, _REGION_START)
+        self.ends = members(kinds, _REGION_END)
+        self.constant = member(kinds, "CONSTANT")
+        self.shape = member(kinds, "SHAPE")
+        self.quantize = member(kinds, "QUANTIZE")
+        self.dequantize = member(kinds, "DEQUANTIZE")
+        self.bool_type = member(trt.DataType, "BOOL")
+        self.returnable = members(trt.DataType, RETURNABLE_TYPES)
+
+    def walk(self) -> list[tuple[Layer, Tensor, bool]]:
+        """Each layer output and whether it lies inside a loop or conditional body."""
+        walked: list[tuple[Layer, Tensor, bool]] = []
+        in_region = False
+        previous: Layer | None = None
+        for layer, tensor in self.index.outputs:
+            if layer is not previous:
+                kind = layer.type
+                if kind in self.starts:
+                    in_region = True
+                elif kind in self.ends:
+                    in_region = False
+                previous = layer
+            walked.append((layer, tensor, in_region or layer.name in self.index.nested_layers))
+        return walked
+
+    def skip_reason(self, layer: Layer, tensor: Tensor, nested: bool) -> str | None:
+        """Why `tensor` is not marked; None when it can be."""
+        if nested:
+            return REASON_CONTROL
+        if tensor.is_network_input:
+            return REASON_INPUT
+        if tensor.is_network_output:
+            return None
+        kind = layer.type
+        if kind == self.constant:
+            return REASON_CONSTANT
+        if kind == self.shape or tensor.is_shape_tensor:
+            return REASON_SHAPE
+        if self._inside_qdq(layer, kind):
+            return REASON_QDQ
+        dtype = tensor.dtype
+        if dtype == self.bool_type and not self.mark_bool:
+            return REASON_BOOL
+        if dtype not in self.returnable:
+            return REASON_DTYPE.format(dtype=dtype.name)
+        return None
+
+    def _inside_qdq(self, layer: Layer, kind: EnumValue) -> bool:
+        """A Quantize output (the quantized tensor between Q and DQ) or a Dequantize output (fused into its user)."""
+        return kind is not None and kind in (self.quantize, self.dequantize)
+
+
+def _mark_unfused(network: Network) -> bool:
     """Ask TensorRT to report whatever survives fusion as debug tensors; whether it agreed."""
     if not hasattr(network, "mark_unfused_tensors_as_debug_tensors"):
         raise OptionError(
@@ -224,108 +324,20 @@ def _mark_unfused(network: Any, notes: list[str]) -> bool:
             parameter="outputs",
             value="unfused",
         )
-    debug_unfused = bool(network.mark_unfused_tensors_as_debug_tensors())
-    notes.append(
-        "unfused: fusion kept; tensors that survive fusion arrive as debug tensors under engine-internal "
-        "names, with no guarantee that every unfused tensor is reported"
-        if debug_unfused
-        else "unfused: TensorRT refused to mark unfused tensors as debug tensors; only final outputs are returned"
-    )
-    return debug_unfused
+    return bool(network.mark_unfused_tensors_as_debug_tensors())
 
 
-def _tensor_bytes(tensor: Any, onnx_bytes: int | None) -> int | None:
-    """Bytes of a marked tensor: from its ONNX value type, else TensorRT's static shape; None when unknown."""
+def _tensor_bytes(tensor: Tensor, onnx_bytes: int | None) -> int | None:
+    """Bytes of a returned tensor: from its ONNX value for the fed shapes, else TensorRT's static shape."""
     if onnx_bytes is not None:
         return int(onnx_bytes)
-    dims = tuple(tensor.shape)
+    dims = tuple(int(d) for d in tensor.shape)
     if any(d < 0 for d in dims):
         return None
     return int(np.prod(dims, dtype=np.int64)) * _ITEMSIZE.get(tensor.dtype.name, 4)
 
 
-def _known_sizes(plan: MarkPlan) -> dict[str, int]:
-    """Each marked tensor's size, unknown ones counted as the largest known (0 when none is known)."""
-    known = [size for size in plan.sizes.values() if size is not None]
-    largest = max(known, default=0)
-    return {t: largest if plan.sizes.get(t) is None else int(plan.sizes[t] or 0) for t in plan.marked}
-
-
-def _skip_reason(
-    trt: ModuleType, layer: Any, tensor: Any, nested: bool, mark_bool: bool, returnable: set[Any]
-) -> str | None:
-    """Why `tensor` cannot (or should not) be marked as an output; None when it can."""
-    if nested:
-        return REASON_CONTROL
-    if tensor.is_network_input:
-        return REASON_INPUT
-    if tensor.is_network_output:
-        return None
-    if layer.type == trt.LayerType.CONSTANT:
-        return REASON_CONSTANT
-    if layer.type == trt.LayerType.SHAPE or tensor.is_shape_tensor:
-        return REASON_SHAPE
-    if tensor.dtype == trt.DataType.BOOL and not mark_bool:
-        return REASON_BOOL
-    if tensor.dtype not in returnable:
-        return REASON_DTYPE.format(dtype=tensor.dtype.name)
-    return None
-
-
-def map_onnx_names(parser: Any, network: Any, model: onnx.ModelProto) -> dict[str, str]:
-    """ONNX top-level value name -> TensorRT tensor name, for every value with a tensor."""
-    by_name = {t.name: layer for layer in _layers(network) for t in _outputs(layer)}
-    inputs = {network.get_input(i).name for i in range(network.num_inputs)}
-    counts = Counter(node.name for node in model.graph.node if node.name)
-    sub_nodes, _ = subgraph_names(model)
-    mapping = {name: name for name in (v.name for v in model.graph.input) if name in inputs}
-    for node in model.graph.node:
-        for index, value in enumerate(node.output):
-            if not value:
-                continue
-            tensor = None
-            if (
-                node.name
-                and counts[node.name] == 1
-                and node.name not in sub_nodes
-                and hasattr(parser, "get_layer_output_tensor")
-            ):
-                tensor = parser.get_layer_output_tensor(node.name, index)
-            if tensor is not None:
-                mapping[value] = tensor.name
-                continue
-            candidates = [n for n in by_name if n == value or re.fullmatch(re.escape(value) + r"_\d+", n)]
-            top = [
-                n for n in candidates if by_name[n].name not in sub_nodes and " | " not in (by_name[n].metadata or "")
-            ]
-            if value in top:
-                mapping[value] = value
-            elif len(top) == 1:
-                mapping[value] = top[0]
-    return mapping
-
-
-def subgraph_names(model: onnx.ModelProto) -> tuple[frozenset[str], frozenset[str]]:
-    """Node names and value names that live inside Loop/If/Scan bodies, at any depth."""
-    nodes: set[str] = set()
-    values: set[str] = set()
-
-    def walk(graph: onnx.GraphProto) -> None:
-        values.update(v.name for v in graph.input)
-        for node in graph.node:
-            nodes.add(node.name)
-            values.update(o for o in node.output if o)
-            for body in _bodies(node):
-                walk(body)
-
-    for node in model.graph.node:
-        for body in _bodies(node):
-            walk(body)
-    nodes.discard("")
-    return frozenset(nodes), frozenset(values)
-
-
-def _onnx_only_skips(network: Any, model: onnx.ModelProto, onnx_to_trt: Mapping[str, str]) -> list[SkippedTensor]:
+def _onnx_only_skips(model: onnx.ModelProto, onnx_to_trt: Mapping[str, str]) -> list[SkippedTensor]:
     """ONNX values that no marking can return: graph inputs and values the parser folded away."""
     initializers = {i.name for i in model.graph.initializer}
     skipped = [
@@ -339,17 +351,7 @@ def _onnx_only_skips(network: Any, model: onnx.ModelProto, onnx_to_trt: Mapping[
     return skipped
 
 
-def _bodies(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    for attribute in node.attribute:
-        if attribute.type == onnx.AttributeProto.GRAPH:
-            yield attribute.g
-        elif attribute.type == onnx.AttributeProto.GRAPHS:
-            yield from attribute.graphs
-
-
-def _layers(network: Any) -> Iterator[Any]:
-    return (network.get_layer(i) for i in range(network.num_layers))
-
-
-def _outputs(layer: Any) -> Iterator[Any]:
-    return (t for t in (layer.get_output(i) for i in range(layer.num_outputs)) if t is not None)
+def require_debug_tensors(has_debug: bool) -> None:
+    """Debug tensors are TensorRT 10.0+; older TensorRT is not supported."""
+    if not has_debug:
+        raise BackendError("this TensorRT has no debug tensors (INetworkDefinition.mark_debug); use TensorRT 10.0+")

@@ -1,12 +1,13 @@
-"""What a build produced: one engine, or one per slice of the marks when the mark budget split it."""
+"""What a build produced: the marked engine that is measured and the plain engine that ships."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtdiff.backends.tensorrt.fusion import fusion_from_plans
+from trtdiff.backends.tensorrt.fusion import fusion_from_plan
 
 if TYPE_CHECKING:
     from trtdiff.backends.tensorrt.fusion import FusionReport
@@ -18,10 +19,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class EnginePlan:
-    """One engine of a build: its plan, the tensors it marks besides the network outputs, its cache key."""
+    """One serialized engine and how it was obtained."""
 
     plan: bytes = field(repr=False)
-    marked: tuple[str, ...]
     cache_key: str
     build_seconds: float
     from_cache: bool
@@ -29,7 +29,6 @@ class EnginePlan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "plan_nbytes": len(self.plan),
-            "marked": len(self.marked),
             "cache_key": self.cache_key,
             "build_seconds": self.build_seconds,
             "from_cache": self.from_cache,
@@ -38,61 +37,78 @@ class EnginePlan:
 
 @dataclass(frozen=True)
 class BuildResult:
-    """A built (or cached) plan and what went into it; `to_dict()` leaves the plan bytes out.
+    """The marked engine (one, whatever the budget), the plain engine beside it, and what went into them.
 
-    `plan` is the first engine's; a build split by the mark budget has one `engines` entry per
-    slice (`mark_plan.slices`), in order.
+    `plain` is None in mode "none", where nothing is marked and the marked engine is the plain
+    one. `asked` maps ONNX node names to the precision the parsed model asks of them;
+    `parsed_graph` is that model (the FP16 conversion where one was made, with its Casts).
+    Exactly two plans are held, however many runs a sample takes.
     """
 
-    plan: bytes = field(repr=False)
-    build_seconds: float
+    marked: EnginePlan
+    plain: EnginePlan | None
     flags: tuple[str, ...]
     settings: BuildSettings
     mark_plan: MarkPlan
     info: TensorRTInfo
     onnx_path: str
     parsed: str  # "the given ONNX file" or what it was converted to
-    cache_key: str
-    from_cache: bool
     notes: tuple[str, ...] = ()
-    engines: tuple[EnginePlan, ...] = ()
+    asked: Mapping[str, str] = field(default_factory=dict, repr=False)
+    parsed_graph: GraphInfo | None = field(default=None, repr=False)  # the model TensorRT parsed (FP16: converted)
 
     @property
-    def plans(self) -> tuple[bytes, ...]:
-        return tuple(engine.plan for engine in self.engines) or (self.plan,)
+    def plan(self) -> bytes:
+        """The marked engine's plan (the one the comparison runs)."""
+        return self.marked.plan
+
+    @property
+    def plain_plan(self) -> bytes:
+        """The plan of the engine that ships: the plain engine, or the marked one where nothing is marked."""
+        return self.plain.plan if self.plain is not None else self.marked.plan
 
     @property
     def plan_nbytes(self) -> int:
-        """Bytes of every engine's plan together."""
-        return sum(len(plan) for plan in self.plans)
+        return len(self.marked.plan)
+
+    @property
+    def build_seconds(self) -> float:
+        return round(self.marked.build_seconds + (self.plain.build_seconds if self.plain else 0.0), 4)
+
+    @property
+    def cache_key(self) -> str:
+        return self.marked.cache_key
+
+    @property
+    def from_cache(self) -> bool:
+        return self.marked.from_cache and (self.plain is None or self.plain.from_cache)
 
     def fusion_hint(self, graph: GraphInfo) -> FusionReport:
-        """Engine layers read from the plan bytes (CPU, best effort; see fusion.py), of every engine."""
-        return fusion_from_plans(self.plans, graph)
+        """The marked engine's layers read from its plan (CPU, best effort; see fusion.py)."""
+        return fusion_from_plan(self.marked.plan, graph)
+
+    def plain_fusion_hint(self, graph: GraphInfo) -> FusionReport:
+        """The plain engine's layers read from its plan."""
+        return fusion_from_plan(self.plain_plan, graph)
 
     def write_engines(self, path: Path) -> tuple[Path, ...]:
-        """Write the engine to `path`; a split build's further engines beside it as `NAME.2of3.engine`..."""
-        plans = self.plans
-        written = [path]
-        path.write_bytes(plans[0])
-        for index, plan in enumerate(plans[1:], start=2):
-            sibling = path.with_name(f"{path.stem}.{index}of{len(plans)}{path.suffix}")
-            sibling.write_bytes(plan)
-            written.append(sibling)
-        return tuple(written)
+        """Write the engine that ships to `path` and, where one was built, the marked engine as `NAME.marked.engine`."""
+        path.write_bytes(self.plain_plan)
+        if self.plain is None:
+            return (path,)
+        marked = path.with_name(f"{path.stem}.marked{path.suffix}")
+        marked.write_bytes(self.marked.plan)
+        return (path, marked)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "plan_nbytes": self.plan_nbytes,
-            "build_seconds": self.build_seconds,
+            "marked": self.marked.to_dict(),
+            "plain": self.plain.to_dict() if self.plain else None,
             "flags": list(self.flags),
             "settings": self.settings.to_dict(),
             "mark_plan": self.mark_plan.to_dict(),
             "tensorrt": self.info.to_dict(),
             "onnx_path": self.onnx_path,
             "parsed": self.parsed,
-            "cache_key": self.cache_key,
-            "from_cache": self.from_cache,
             "notes": list(self.notes),
-            "engines": [engine.to_dict() for engine in self.engines],
         }

@@ -1,72 +1,79 @@
-"""TensorRT as an `OnnxBackend`: build, load one engine at a time, run it, return numpy by ONNX name.
+"""TensorRT as an `OnnxBackend`: one marked engine run group by group, beside the plain engine that ships.
 
 No machine this project has can execute a TensorRT engine (notes/tensorrt.md: the RTX
 runtime refuses the H200, and full TensorRT cannot be installed), so the execution path
 (execution.py) is written against the documented TensorRT 10/11 Python API and never ran.
-What runs here is tested for real: the build (split by the mark budget), the name mapping,
-the choice of engine per request, the listener and allocator objects, the fusion fallback.
+What runs here is tested for real: the builds, the name mapping, the run groups, the
+listener and allocator objects, the fusion and precision reading, the bisection logic.
 
-A build split by the mark budget has several engines; only one is loaded at a time (each
-holds the weights), and `run()` executes those that hold the wanted tensors, in order,
-yielding each engine's tensors before loading the next. Device copies are dropped as soon as
-their chunk is on the host.
+A sample takes `runs_per_sample` runs of the one marked engine: each run switches on the
+debug state of one group of tensors (within the mark budget) and yields them at once, so the
+comparison streams group by group. The plain engine runs once per sample beside it; its final
+outputs are compared with those of every run of the marked engine ("did marking change the
+answer?"). The backend is a context manager: `close()` releases both engines, their contexts
+and buffers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names
 from trtdiff.backends.tensorrt import cache
-from trtdiff.backends.tensorrt.buffers import to_numpy
-from trtdiff.backends.tensorrt.builder import build_engine, make_logger
+from trtdiff.backends.tensorrt.answer import AnswerCheck, Bisection, minimal_marks
+from trtdiff.backends.tensorrt.budget import run_groups
+from trtdiff.backends.tensorrt.buffers import cuda_initialized, to_numpy
+from trtdiff.backends.tensorrt.builder import build_engine, build_with_marks
 from trtdiff.backends.tensorrt.execution import NO_EXECUTION, EngineSession, map_debug_names
 from trtdiff.backends.tensorrt.fusion import engine_fusion
 from trtdiff.backends.tensorrt.importing import import_tensorrt, probe
-from trtdiff.errors import BackendError
+from trtdiff.backends.tensorrt.logger import shared_logger
+from trtdiff.errors import BackendError, describe_error
 
 if TYPE_CHECKING:
-    import numpy as np
     import torch
 
-    from trtdiff.backends.tensorrt.builder import BuildResult, BuildSettings
+    from trtdiff.backends.tensorrt.api import Runtime
+    from trtdiff.backends.tensorrt.builder import BuildResult
+    from trtdiff.backends.tensorrt.execution import DebugMode
     from trtdiff.backends.tensorrt.fusion import FusionReport
+    from trtdiff.backends.tensorrt.marking import MarkPlan
+    from trtdiff.options import BuildSettings
+    from trtdiff.report import MarkingCheck, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
 
 __all__ = ["NO_EXECUTION", "TensorRTBackend", "plan_runs"]
 
 TRT_API = ("Runtime", "ICudaEngine.create_engine_inspector")
 TRT_OPTIONAL_API: tuple[str, ...] = ()
-_LISTED = 5  # unmapped debug names quoted in a note
+_LISTED = 5  # names quoted in a note
+NO_GROUP = -1  # an unfused run that copies no debug tensor
 
 
-def plan_runs(names: Sequence[str], owner: Mapping[str, int], active: int | None) -> list[tuple[int, list[str]]]:
-    """Which engines to run for `names`, in order, and what each returns.
+def plan_runs(plan: MarkPlan, names: Sequence[str]) -> list[tuple[list[str], int | None]]:
+    """The runs of one sample for the wanted debug tensors `names` (ONNX names): (TensorRT names to switch on, group).
 
-    `owner` maps the tensors one engine marks to it; the rest (the network outputs, or all names
-    for a build of one engine) come from any engine: the loaded one where it runs anyway, else the
-    last one that runs, else the loaded one, else the first. The loaded engine runs first.
+    Mode "all": the planned groups restricted to `names`, in order, empty groups dropped (at
+    least one run: the outputs). Mode "unfused": one run from group 0 (the engine picks its
+    debug tensors; each further group is one more run, as the listener counts them), or one
+    run copying none of them (NO_GROUP) where only outputs are wanted.
     """
-    groups: dict[int, list[str]] = {}
-    shared: list[str] = []
-    for name in dict.fromkeys(names):
-        if name in owner:
-            groups.setdefault(owner[name], []).append(name)
-        else:
-            shared.append(name)
-    if shared:
-        if active is not None and (active in groups or not groups):
-            target = active
-        else:
-            target = max(groups) if groups else 0
-        groups.setdefault(target, []).extend(shared)
-    return sorted(groups.items(), key=lambda item: (item[0] != active, item[0]))
+    if plan.mode == "unfused":
+        return [([], 0 if names else NO_GROUP)]
+    group_of = plan.group_of()
+    wanted = {plan.onnx_to_trt[n] for n in names if n in group_of}
+    groups = [[t for t in group if t in wanted] for group in plan.groups]
+    runs: list[tuple[list[str], int | None]] = [(group, None) for group in groups if group]
+    return runs or [([], None)]
 
 
 class TensorRTBackend:
-    """Builds (or loads from `cache_dir`) and runs the engines for the exact ONNX file in `graph`."""
+    """Builds (or loads from `cache_dir`) the marked and the plain engine for the ONNX file in `graph`, runs them."""
 
     name = "tensorrt"
 
@@ -78,7 +85,9 @@ class TensorRTBackend:
         cache_dir: Path | None = None,
         device: int = 0,
         build: BuildResult | None = None,
+        plain_engine: bool = True,
     ) -> None:
+        """`plain_engine` False: no plain engine beside the marked one (a rewritten model of the culprit step)."""
         found = probe(device)
         if not found.can_run or found.gpu is None:
             raise BackendError(f"{NO_EXECUTION}: {found.reason}")
@@ -86,29 +95,47 @@ class TensorRTBackend:
 
         self.graph, self.gpu, self.cache_dir = graph, found.gpu, cache_dir
         with torch.cuda.device(found.gpu.index):
-            self.build = build or build_engine(graph, settings, cache_dir=cache_dir, gpu=found.gpu)
+            self.build = build or build_engine(graph, settings, cache_dir=cache_dir, gpu=found.gpu, plain=plain_engine)
         self._trt = import_tensorrt()
-        self._logger = make_logger(self._trt)
-        self._runtime = self._trt.Runtime(self._logger)
+        self._logger = shared_logger(self._trt)
+        self._runtime: Runtime = self._trt.Runtime(self._logger)
         plan = self.build.mark_plan
         self._reverse = plan.trt_to_onnx
-        self._owner = plan.owner_of()
         self._available = self._returnable()
-        self._session: EngineSession | None = None
-        self._active: int | None = None
+        self._marked: EngineSession | None = None
+        self._plain: EngineSession | None = None
         self._notes: dict[str, None] = {}
         self.unmapped_debug: tuple[str, ...] = ()
-        self._load(0)  # fail now, not in the middle of the comparison
+        self.answer = AnswerCheck()
+        self._marked = self._open(self.build.marked.plan, self.build.marked.cache_key, "marked", self._debug_mode())
+
+    def __enter__(self) -> TensorRTBackend:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release both engines, their contexts and buffers (the backend cannot run afterwards)."""
+        for session in (self._marked, self._plain):
+            if session is not None:
+                session.release()
+        self._marked = self._plain = None
+        _release_cached_memory()
 
     def describe(self) -> str:
         settings = self.build.settings
         precision = settings.precision + ("+tf32" if settings.tf32 else "")
-        engines = len(self.build.plans)
-        split = f", {engines} engines (mark budget)" if engines > 1 else ""
-        return f"{self.build.info.describe()} on {self.gpu.describe()} ({precision}, outputs {settings.outputs}{split})"
+        runs = self.build.mark_plan.runs_per_sample
+        return (
+            f"{self.build.info.describe()} on {self.gpu.describe()} ({precision}, outputs {settings.outputs}, "
+            f"1 engine, {runs} run{'s' if runs != 1 else ''} per sample)"
+        )
 
     def available(self) -> set[str]:
-        """Marked outputs; in unfused mode every mapped tensor, of which the engine reports those it kept."""
+        """Outputs and debug tensors; in unfused mode every mapped tensor, of which the engine reports those it kept."""
         return set(self._available)
 
     def notes(self) -> tuple[str, ...]:
@@ -116,11 +143,16 @@ class TensorRTBackend:
         return tuple(self._notes)
 
     def _returnable(self) -> frozenset[str]:
-        """What `available` returns, computed once: the mark plan does not change after the build."""
         plan = self.build.mark_plan
-        if plan.debug_unfused:
+        if plan.mode == "unfused" and plan.debug_unfused:
             return frozenset(plan.onnx_to_trt) - frozenset(self.graph.graph_inputs)
         return frozenset(plan.returned_onnx())
+
+    def _debug_mode(self) -> DebugMode:
+        plan = self.build.mark_plan
+        if plan.mode == "unfused":
+            return "unfused" if plan.debug_unfused else None
+        return "names" if plan.debug else None
 
     def run(
         self,
@@ -130,91 +162,177 @@ class TensorRTBackend:
         sizes: Mapping[str, int] | None = None,
         max_bytes: int = DEFAULT_CHUNK_BYTES,
     ) -> Iterator[dict[str, np.ndarray]]:
-        """Execute each engine that holds wanted tensors once; copy them to the host chunk by chunk."""
-        names = [t for t in wanted if t in self._available]
-        for index, group in plan_runs(names, self._owner, self._active):
-            values = self._execute(index, feeds, set(group))
+        """Run the marked engine once per group of wanted tensors; yield each group's values as it comes.
+
+        The plain engine runs once beside it; its outputs are compared with every run's (`answer`).
+        """
+        names = [t for t in dict.fromkeys(wanted) if t in self._available]
+        outputs = {self._reverse[t] for t in self.build.mark_plan.outputs if t in self._reverse}
+        plain = self._plain_outputs(feeds)
+        self.answer.new_sample()
+        for debug_names, group in plan_runs(self.build.mark_plan, [n for n in names if n not in outputs]):
+            values = self._execute(feeds, debug_names, group, set(names), plain)
             try:
-                for chunk in chunk_names(group, sizes, max_bytes):
-                    yield {name: to_numpy(values.pop(name)) for name in chunk if name in values}
+                for chunk in chunk_names([n for n in names if n in values], sizes, max_bytes):
+                    yield {name: values.pop(name) for name in chunk}
             finally:
                 values.clear()
                 _release_cached_memory()
 
-    def fusion(self) -> FusionReport:
-        """Which ONNX nodes each engine layer computes: the engine inspector, else the plan scan (never raises)."""
-        if self._session is None or len(self.build.plans) > 1:
-            return self.build.fusion_hint(self.graph)
-        return engine_fusion(self._session.engine, self._trt, self.graph, self.build.plans)
+    def _execute(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        debug_names: list[str],
+        group: int | None,
+        wanted: set[str],
+        plain: dict[str, np.ndarray] | None,
+    ) -> dict[str, np.ndarray]:
+        """One run (unfused: every group of it, one run each); the wanted values by ONNX name, on the host."""
+        session = self._session()
+        values: dict[str, np.ndarray] = {}
+        while True:
+            outputs, debug = session.execute(feeds, debug_names=debug_names, group=group)
+            final = {self._reverse[n]: to_numpy(t) for n, t in outputs.items() if n in self._reverse}
+            outputs.clear()
+            if plain is not None:
+                self.answer.add(feeds, plain, final)
+            values.update((name, value) for name, value in final.items() if name in wanted)
+            mapped, self.unmapped_debug = map_debug_names(
+                debug, self._reverse, self.build.mark_plan.tensor_names, frozenset(final)
+            )
+            debug.clear()
+            values.update((name, _host(value)) for name, value in mapped.items() if name in wanted)
+            self._note_debug(session, len(mapped), bool(debug_names) or group not in (None, NO_GROUP))
+            if group is None or group == NO_GROUP or group + 1 >= session.collector.groups:
+                break
+            group += 1
+        self._notes.update(dict.fromkeys(session.notes))
+        return values
 
-    def _load(self, index: int) -> EngineSession:
-        """The session of engine `index`, loading it in place of the one loaded (one engine at a time)."""
-        if self._session is not None and self._active == index:
-            return self._session
-        if self._session is not None:
-            self._session.release()
-            self._session, self._active = None, None
-            _release_cached_memory()
-        engines = self.build.engines
-        plan, key = (
-            (engines[index].plan, engines[index].cache_key) if engines else (self.build.plan, self.build.cache_key)
-        )
-        label = str(self.graph.path) + (f" (engine {index + 1} of {len(engines)})" if len(engines) > 1 else "")
-        self._session = EngineSession(
+    def _plain_outputs(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """The plain engine's final outputs on `feeds` (None where the marked engine is the plain one)."""
+        if self.build.plain is None:
+            return None
+        if self._plain is None:
+            self._plain = self._open(self.build.plain.plan, self.build.plain.cache_key, "plain", None)
+        outputs, _ = self._plain.execute(feeds)
+        final = {self._reverse.get(n, n): to_numpy(t) for n, t in outputs.items()}
+        outputs.clear()
+        return final
+
+    def _session(self) -> EngineSession:
+        if self._marked is None:
+            raise BackendError(f"the TensorRT backend for {self.graph.path} was closed; open it again")
+        return self._marked
+
+    def _open(self, plan: bytes, key: str, what: str, debug: DebugMode) -> EngineSession:
+        label = f"{self.graph.path} ({what} engine)"
+        budget = self.build.mark_plan.budget.bytes if self.build.mark_plan.budget else None
+        return EngineSession(
             self._trt,
             self._runtime,
             self._logger,
             plan,
             self.gpu,
             label=label,
-            debug=self.build.mark_plan.debug_unfused,
-            runtime_cache=cache.runtime_cache_path(self.cache_dir, key) if self.cache_dir is not None else None,
+            debug=debug,
+            budget=budget,
+            runtime_cache=cache.runtime_cache_path(self.cache_dir, key) if self.cache_dir is not None and key else None,
         )
-        self._active = index
-        return self._session
 
-    def _execute(self, index: int, feeds: Mapping[str, np.ndarray], wanted: set[str]) -> dict[str, torch.Tensor]:
-        """Run engine `index`; the wanted tensors by ONNX name (the rest is dropped at once)."""
-        session = self._load(index)
-        outputs, debug = session.execute(feeds)
-        real = frozenset(self._reverse[n] for n in outputs if n in self._reverse)
-        values = {self._reverse[n]: t for n, t in outputs.items() if self._reverse.get(n) in wanted}
-        outputs.clear()
-        if self.build.mark_plan.debug_unfused:
-            mapped, self.unmapped_debug = map_debug_names(debug, self._reverse, self.build.mark_plan.tensor_names, real)
-            debug.clear()
-            values.update((name, tensor) for name, tensor in mapped.items() if name in wanted)
-            self._note_debug(session, len(mapped))
-        self._notes.update(dict.fromkeys(session.notes))
-        return values
+    def fusion(self, graph: GraphInfo | None = None) -> FusionReport:
+        """The marked engine's layers and their ONNX nodes: the engine inspector, else the plan scan (never raises).
 
-    def _note_debug(self, session: EngineSession, mapped: int) -> None:
-        """Say what the unfused run's debug tensors were: none at all, some unmapped, some of unsupported types."""
-        collector = session.listener.collector if session.listener is not None else None
-        if collector is not None and collector.calls == 0:
-            self._notes[
-                "unfused: the engine reported no debug tensors at all; only the network outputs were compared "
-                "(use outputs all to mark tensors instead)"
-            ] = None
+        `graph`: the model to name nodes from (default the one compared; the FP16 conversion for precision).
+        """
+        engine = self._marked.engine if self._marked is not None else None
+        return engine_fusion(engine, self._trt, graph or self.graph, (self.build.plan,))
+
+    def plain_fusion(self) -> FusionReport:
+        """The plain engine's layers: its inspector where it was loaded, else the plan scan (never raises)."""
+        engine = self._plain.engine if self._plain is not None else None
+        return engine_fusion(engine, self._trt, self.graph, (self.build.plain_plan,))
+
+    def marking_check(self, thresholds: Thresholds) -> MarkingCheck:
+        """Whether marking changed the answer over the samples run, bisecting the marks where asked (settings)."""
+        import dataclasses
+
+        from trtdiff.report import MarkingCheck
+
+        if self.build.plain is None:
+            return MarkingCheck(status="not run", reason="nothing is marked (outputs none): one engine")
+        verdict = self.answer.verdict(thresholds)
+        wanted = self.build.settings.bisect_marks
+        bisect = verdict.status == "changed" if wanted is None else (wanted and self.answer.differs())
+        if not bisect or self.build.mark_plan.mode != "all" or self.answer.witness is None:
+            return verdict
+        try:
+            found = self.bisect(thresholds)
+        except Exception as error:  # noqa: BLE001 -- the check stands without the bisection; say why
+            return dataclasses.replace(verdict, bisect_note=f"bisection failed: {describe_error(error)}")
+        reverse = self._reverse
+        return dataclasses.replace(
+            verdict,
+            bisected=tuple(reverse.get(t, t) for t in found.marks),
+            bisect_builds=found.builds,
+            bisect_note=found.note,
+        )
+
+    def bisect(self, thresholds: Thresholds) -> Bisection:
+        """Rebuild with half the marks at a time on the sample that differed most; one engine loaded at a time."""
+        witness, expected = self.answer.witness, self.answer.witness_plain
+        if witness is None or expected is None:
+            raise BackendError("no sample differed; nothing to bisect")
+        self.close()  # the measured engines are done; each step loads only its own
+        strict = self.build.settings.bisect_marks is True
+
+        def changes(marks: Sequence[str]) -> bool:
+            plan = build_with_marks(self.graph, self.build.settings, marks)
+            session = self._open(plan, "", "bisection", "names")
+            try:
+                check = AnswerCheck()
+                budget = self.build.mark_plan.budget
+                sizes = self.build.mark_plan.sizes
+                for group in run_groups(list(marks), sizes, budget.bytes if budget else 1 << 62) or [()]:
+                    outputs, debug = session.execute(witness, debug_names=group)
+                    debug.clear()
+                    final = {self._reverse.get(n, n): to_numpy(t) for n, t in outputs.items()}
+                    check.add(witness, expected, final)
+            finally:
+                session.release()
+                _release_cached_memory()
+            return check.differs() if strict else check.changed(thresholds)
+
+        return minimal_marks(self.build.mark_plan.debug, changes)
+
+    def _note_debug(self, session: EngineSession, mapped: int, expected: bool) -> None:
+        """Say what a run's debug tensors were: none at all (where some were switched on), unmapped, unsupported."""
+        collector = session.collector
+        if expected and collector.calls == 0:
+            self._notes["the engine reported no debug tensors at all; only the network outputs were compared"] = None
         if self.unmapped_debug:
             listed = ", ".join(self.unmapped_debug[:_LISTED])
             more = f" and {len(self.unmapped_debug) - _LISTED} more" if len(self.unmapped_debug) > _LISTED else ""
             self._notes[
-                f"unfused: {len(self.unmapped_debug)} debug tensors have no ONNX name and were not compared "
+                f"{len(self.unmapped_debug)} debug tensors have no ONNX name and were not compared "
                 f"({listed}{more}); {mapped} were mapped"
             ] = None
-        if collector is not None and collector.skipped:
+        if collector.skipped:
             names = list(collector.skipped)
             more = f" and {len(names) - _LISTED} more" if len(names) > _LISTED else ""
             self._notes[
-                f"unfused: {len(names)} debug tensors of types with no torch equivalent (FP8, INT4, FP4) were not "
+                f"{len(names)} debug tensors of types with no torch equivalent (FP8, INT4, FP4) were not "
                 f"compared ({', '.join(names[:_LISTED])}{more})"
             ] = None
+
+
+def _host(value: np.ndarray | torch.Tensor) -> np.ndarray:
+    return value if isinstance(value, np.ndarray) else to_numpy(value)
 
 
 def _release_cached_memory() -> None:
     """Hand the memory of dropped device copies back to the driver, for ONNX Runtime and PyTorch."""
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if cuda_initialized():
         torch.cuda.empty_cache()

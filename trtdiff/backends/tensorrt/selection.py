@@ -11,7 +11,7 @@ from trtdiff.errors import BackendError
 if TYPE_CHECKING:
     from trtdiff.backends.base import OnnxBackend
     from trtdiff.options import BuildSettings
-    from trtdiff.report import TensorRTSummary
+    from trtdiff.report import TensorRTSummary, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
 
 
@@ -70,12 +70,27 @@ def _without_importing() -> tuple[str, str | None] | None:
     return "no CUDA GPU: torch.cuda.is_available() is False; engines can be built here but not executed", version
 
 
-def ran_summary(runners: Sequence[OnnxBackend]) -> TensorRTSummary | None:
-    """What the live TensorRT backend among `runners` built and fused, or None if there is none."""
+def ran_summary(runners: Sequence[OnnxBackend], thresholds: Thresholds | None = None) -> TensorRTSummary | None:
+    """What the live TensorRT backend among `runners` built, fused and found comparing its two engines."""
     from trtdiff.backends.tensorrt import TensorRTBackend
     from trtdiff.backends.tensorrt.summary import summarize
+    from trtdiff.report import Thresholds
 
     runner = next((r for r in runners if isinstance(r, TensorRTBackend)), None)
     if runner is None:
         return None
-    return summarize(runner.build, runner.fusion(), status="ran", gpu=runner.gpu.describe(), run_notes=runner.notes())
+    fusion, plain_fusion = runner.fusion(), runner.plain_fusion()  # before a bisection releases the engines
+    parsed = runner.build.parsed_graph
+    precision_fusion = runner.fusion(parsed) if parsed is not None and parsed is not runner.graph else None
+    check = runner.marking_check(thresholds or Thresholds())
+    return summarize(
+        runner.build,
+        fusion,
+        status="ran",
+        gpu=runner.gpu.describe(),
+        graph=runner.graph,
+        plain_fusion=plain_fusion,
+        run_notes=runner.notes(),
+        marking_check=check,
+        precision_fusion=precision_fusion,
+    )

@@ -5,12 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from trtdiff.report import EngineLayerInfo, NotReturned, TensorRTSummary
+from trtdiff.backends.tensorrt.fusion import SOURCE_INSPECTOR, fusions_split
+from trtdiff.backends.tensorrt.precision import NO_INSPECTOR, layer_precisions
+from trtdiff.report import EngineLayerInfo, MarkingCheck, NotReturned, PlainEngine, TensorRTSummary
 
 if TYPE_CHECKING:
     from trtdiff.backends.tensorrt.builder import BuildResult
     from trtdiff.backends.tensorrt.fusion import FusionReport
     from trtdiff.report import TensorRTStatus
+    from trtdiff.source.onnx_graph import GraphInfo
+
+NOT_RUN_HERE = "`trtdiff build` runs no engine; `compare` on a GPU this TensorRT supports runs both engines"
 
 
 def skipped(reason: str, version: str | None = None) -> TensorRTSummary:
@@ -24,13 +29,19 @@ def summarize(
     *,
     status: TensorRTStatus,
     gpu: str | None,
+    graph: GraphInfo | None = None,
+    plain_fusion: FusionReport | None = None,
     include_name_map: bool = False,
     run_notes: Sequence[str] = (),
+    marking_check: MarkingCheck | None = None,
+    precision_fusion: FusionReport | None = None,
 ) -> TensorRTSummary:
-    """What a build (and, for status "ran", a run) did, with the fusions the engine made.
+    """What a build (and, for status "ran", a run) did: marks, runs, fusions, fusions split, precision as built.
 
-    `run_notes`: what the runs found (`TensorRTBackend.notes()`). How many engines a build split
-    by the mark budget made, and why, is among the mark plan's notes.
+    `plain_fusion`: the plain engine's layers (for `fusions_split`); `graph`: for the node order
+    precision rows use. `marking_check`: what comparing the two engines' outputs found (a build
+    that runs nothing gets "not run"). `precision_fusion`: the marked engine's layers read
+    against the model TensorRT parsed (an FP16 conversion's Casts included), for precision.
     """
     plan = build.mark_plan
     settings = build.settings
@@ -38,6 +49,15 @@ def summarize(
         NotReturned(tensor=s.onnx_name or s.trt_name or s.layer or "?", reason=s.reason) for s in plan.skipped
     )
     fused = tuple(EngineLayerInfo(layer.name, layer.onnx_nodes) for layer in (fusion.fused() if fusion else ()))
+    split = fusions_split(plain_fusion, fusion) if fusion is not None and plain_fusion is not None else ()
+    parsed = build.parsed_graph if precision_fusion is not None and build.parsed_graph is not None else graph
+    order = {node.name: node.index for node in parsed.nodes} if parsed is not None else {}
+    layers = precision_fusion or fusion
+    precisions = layer_precisions(layers, build.asked, order) if layers is not None else ()
+    computed = plan.data_tensors
+    returned = len(set(plan.returned_onnx()) & _data_tensors(graph)) if graph is not None else 0
+    plain = build.plain
+    notes = (*plan.notes, *build.notes, *_fusion_notes(fusion), *_split_notes(plan.mode, split, fusion), *run_notes)
     return TensorRTSummary(
         status=status,
         version=build.info.describe(),
@@ -56,12 +76,72 @@ def summarize(
         cache_key=build.cache_key,
         from_cache=build.from_cache,
         name_map=dict(plan.onnx_to_trt) if include_name_map else {},
-        engines=max(1, len(build.engines)),
-        mark_budget_bytes=settings.mark_budget_bytes,
-        notes=tuple(dict.fromkeys((*plan.notes, *build.notes, *_fusion_notes(fusion), *run_notes))),
+        engines=1,
+        mark_budget_bytes=plan.budget.bytes if plan.budget else None,
+        budget_source=plan.budget.source if plan.budget else None,
+        runs_per_sample=plan.runs_per_sample,
+        debug_marked=len(plan.debug),
+        tensors_returned=returned,
+        tensors_computed=computed,
+        plain_engine=(
+            PlainEngine(
+                len(plain.plan),
+                plain.build_seconds,
+                plain.cache_key,
+                plain.from_cache,
+                plain_fusion.source if plain_fusion else None,
+                len(plain_fusion.layers) if plain_fusion else 0,
+            )
+            if plain is not None
+            else None
+        ),
+        fusions_split=split,
+        fusions_split_source=(fusion.source if fusion is not None and plain_fusion is not None else None),
+        layer_precisions=precisions,
+        precision_source=fusion.source if fusion else None,
+        precision_missing=_precision_missing(fusion, precisions),
+        tf32_built=fusion.tf32 if fusion else None,
+        marking_check=marking_check,
+        notes=tuple(dict.fromkeys(notes)),
     )
+
+
+def not_run_check() -> MarkingCheck:
+    """The planned check of a build that runs nothing."""
+    return MarkingCheck(status="not run", reason=NOT_RUN_HERE)
+
+
+def _data_tensors(graph: GraphInfo) -> frozenset[str]:
+    return frozenset(t for t in graph.data_tensors if t not in graph.graph_inputs)
 
 
 def _fusion_notes(fusion: FusionReport | None) -> tuple[str, ...]:
     """Why the fusion information is not the engine inspector's, where it was asked first."""
     return (f"fusion: {fusion.note}; read from {fusion.source}",) if fusion is not None and fusion.note else ()
+
+
+def _split_notes(mode: str, split: Sequence[object], fusion: FusionReport | None) -> tuple[str, ...]:
+    """What marking did to fusion, in the words of what TensorRT did (never "disables fusion" where it did not)."""
+    if mode != "all" or fusion is None:
+        return ()
+    if split:
+        return (
+            f"debug marks: the marked engine splits {len(split)} fused layers of the plain engine (fusions_split); "
+            "the numbers of those layers may differ from what ships",
+        )
+    return (
+        "debug marks: the marked engine keeps every fused layer of the plain engine "
+        f"(read from {fusion.source}); a tensor inside a fused kernel reaches the listener only if TensorRT "
+        "emits it at run time, which only a GPU it supports can show",
+    )
+
+
+def _precision_missing(fusion: FusionReport | None, precisions: Sequence[object]) -> str | None:
+    """Which precision figure is missing and why (None when the engine inspector gave every one)."""
+    if fusion is None:
+        return "no layer information: neither the engine inspector nor the plan scan could be read"
+    missing = sum(1 for row in precisions if getattr(row, "missing", None))
+    parts = [] if fusion.source == SOURCE_INSPECTOR else [NO_INSPECTOR]
+    if missing:
+        parts.append(f"{missing} of {len(precisions)} layers miss a figure (see `missing` per layer)")
+    return "; ".join(parts) or None

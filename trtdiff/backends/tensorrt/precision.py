@@ -1,0 +1,87 @@
+"""Precision as built: the type each engine layer writes against the type the model asks for.
+
+TensorRT 11 and TensorRT-RTX have no FP16/INT8 builder flags: every network is strongly
+typed, so a layer runs in the precision of the ONNX model's own types. What the engine
+really does is read from the built engine: the engine inspector's DETAILED layer information
+(`Format/Datatype` of each output) where an engine can be loaded, else the plan's compiled
+program (fusion.py: the descriptors of the tensors each kernel writes). "Asked" is the ONNX
+type of the layer's last node output in the model TensorRT parsed (the FP16 conversion where
+one was made). A layer whose float type is lower or higher than asked is flagged; where a
+figure is missing, `missing` says which and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from trtdiff.report import LayerPrecision
+
+if TYPE_CHECKING:
+    from trtdiff.backends.tensorrt.fusion import FusionReport
+    from trtdiff.source.onnx_graph import GraphInfo
+
+# Float precisions by bits: what "lower" and "higher" compare.
+FLOAT_BITS = {"FP32": 32, "TF32": 19, "BF16": 16, "FP16": 16, "FP8": 8, "FP4": 4}
+_NUMPY_NAMES = {
+    "float32": "FP32",
+    "float16": "FP16",
+    "bfloat16": "BF16",
+    "float64": "FP64",
+    "int8": "INT8",
+    "uint8": "UINT8",
+    "int32": "INT32",
+    "int64": "INT64",
+    "bool": "BOOL",
+}
+MISSING_ASKED = "asked: the ONNX file gives no type for this layer's output"
+MISSING_BUILT_PLAN = "built: the plan names no type for what this layer writes"
+NO_INSPECTOR = (
+    "the engine inspector's figures (it needs a deserialized engine, so a GPU this TensorRT supports; none "
+    "here): the plan's are shown"
+)
+
+
+def asked_types(graph: GraphInfo) -> dict[str, str]:
+    """ONNX node name -> the precision name of its first output, in the model TensorRT parsed."""
+    asked: dict[str, str] = {}
+    for node in graph.nodes:
+        outputs = [o for o in node.outputs if o]
+        dtype = graph.tensor_type(outputs[0]).dtype if outputs else None
+        if dtype is not None:
+            asked[node.name] = _NUMPY_NAMES.get(np.dtype(dtype).name, np.dtype(dtype).name.upper())
+    return asked
+
+
+def layer_precisions(
+    fusion: FusionReport, asked: Mapping[str, str], order: Mapping[str, int]
+) -> tuple[LayerPrecision, ...]:
+    """Each engine layer's built type against what its last ONNX node asks for (`order`: node positions)."""
+    rows: list[LayerPrecision] = []
+    for layer in fusion.layers:
+        last = max(layer.onnx_nodes, key=lambda node: order.get(node, -1))
+        want = asked.get(last)
+        built = _widest(layer.output_types)
+        missing = MISSING_ASKED if want is None else (MISSING_BUILT_PLAN if built is None else None)
+        rows.append(LayerPrecision(layer.name, layer.onnx_nodes, want, built, _flag(want, built), missing))
+    return tuple(rows)
+
+
+def _widest(types: tuple[str, ...]) -> str | None:
+    """The float type a layer writes (its widest output), else its first type, else None."""
+    floats = [t for t in types if t in FLOAT_BITS]
+    if floats:
+        return max(floats, key=lambda t: FLOAT_BITS[t])
+    return types[0] if types else None
+
+
+def _flag(asked: str | None, built: str | None) -> Literal["lower", "higher"] | None:
+    if asked is None or built is None or asked not in FLOAT_BITS or built not in FLOAT_BITS:
+        return None
+    if FLOAT_BITS[built] < FLOAT_BITS[asked]:
+        return "lower"
+    if FLOAT_BITS[built] > FLOAT_BITS[asked]:
+        return "higher"
+    return None
