@@ -362,7 +362,7 @@ def test_cli_inspect_exit_codes_and_json(tmp_path: Path) -> None:
 
 
 def test_advice_names_parameters_for_python_callers_and_flags_for_the_cli() -> None:
-    from trtdiff.cli.app import flag_for
+    from trtdiff.options import flag_of as flag_for
 
     python = inspect_model(FACTORY, input_shapes=[SHAPE], opset=10)
     advice = next(f.advice for f in python.findings if f.code == "resize-no-coordinate-mode")

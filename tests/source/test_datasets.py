@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from trtdiff.errors import InputError, OptionError
-from trtdiff.source.datasets import iter_batches, iter_samples, list_inputs, parse_channel_values, parse_size
+from trtdiff.options.parse import parse_channels
+from trtdiff.source.datasets import iter_batches, iter_samples, list_inputs
 
 
 def _png(path: Path, pixels: np.ndarray) -> Path:
@@ -25,7 +26,7 @@ def _rgb(h: int, w: int, seed: int = 0) -> np.ndarray:
 def test_png_scaled_and_normalised(tmp_path: Path) -> None:
     pixels = _rgb(5, 7)
     _png(tmp_path / "a.png", pixels)
-    mean, std = parse_channel_values("0.485,0.456,0.406", "mean"), parse_channel_values("0.229, 0.224, 0.225", "std")
+    mean, std = parse_channels("0.485,0.456,0.406", "mean"), parse_channels("0.229, 0.224, 0.225", "std")
     [sample] = list(iter_samples(tmp_path, mean=mean, std=std))
     assert sample.name == "a" and sample.image.shape == (1, 3, 5, 7) and sample.image.dtype == np.float32
     expected = (pixels.transpose(2, 0, 1) / 255.0 - np.array(mean)[:, None, None]) / np.array(std)[:, None, None]
@@ -155,26 +156,3 @@ def test_label_errors(tmp_path: Path) -> None:
         list(iter_samples(tmp_path / "img", labels=tmp_path / "lab"))
     with pytest.raises(InputError, match=r"labels_dir .*: no such folder"):
         list(iter_samples(tmp_path / "img", labels=tmp_path / "nowhere"))
-
-
-@pytest.mark.parametrize(
-    ("text", "option", "message"),
-    [
-        ("0.5,abc,0.5", "mean", "not a comma-separated list"),
-        ("0.5,0.5", "mean", "2 values for 3 channels"),
-        ("0.2,0,0.2", "std", "must be positive"),
-        ("nan", "mean", "finite"),
-    ],
-)
-def test_bad_mean_std(text: str, option: str, message: str) -> None:
-    with pytest.raises(OptionError, match=message) as info:
-        parse_channel_values(text, option)
-    assert _one_line(info).startswith(option) and info.value.parameter == option
-
-
-def test_channel_values_and_size() -> None:
-    assert parse_channel_values("0.5", "mean") == (0.5, 0.5, 0.5)
-    assert parse_size("512x1024") == (512, 1024) and parse_size("64") == (64, 64) and parse_size("32,48") == (32, 48)
-    for bad in ("", "0x4", "4x4x4", "axb"):
-        with pytest.raises(OptionError, match=r"^size "):
-            parse_size(bad)

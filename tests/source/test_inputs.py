@@ -9,35 +9,7 @@ import pytest
 import torch
 
 from trtdiff.errors import InputError, OptionError
-from trtdiff.source.inputs import available_memory, check_memory, load_input_file, make_inputs, parse_input_shape
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("1x3x512x512", (None, (1, 3, 512, 512))),
-        ("image:1x3x64x64", ("image", (1, 3, 64, 64))),
-        ("input:0:2x4", ("input:0", (2, 4))),
-        ("7", (None, (7,))),
-        (" 1X3 ", (None, (1, 3))),
-    ],
-)
-def test_parse_input_shape(text: str, expected: tuple[str | None, tuple[int, ...]]) -> None:
-    assert parse_input_shape(text) == expected
-
-
-@pytest.mark.parametrize("text", ["1x3xfoo", "", "image:", "1x3x", "1.5x2", ":1x3"])
-def test_parse_input_shape_bad(text: str) -> None:
-    with pytest.raises(OptionError, match=r"^input_shapes ") as info:
-        parse_input_shape(text)
-    assert "1x3x224x224" in str(info.value) and "\n" not in str(info.value)
-    assert info.value.parameter == "input_shapes" and info.value.value == text
-
-
-@pytest.mark.parametrize("text", ["1x0x8", "1x-3x8"])
-def test_parse_input_shape_non_positive(text: str) -> None:
-    with pytest.raises(OptionError, match="positive"):
-        parse_input_shape(text)
+from trtdiff.source.inputs import available_memory, check_memory, load_input_file, make_inputs
 
 
 def test_random_inputs_positional_and_named() -> None:

@@ -205,7 +205,7 @@ def _file_shapes(graph: GraphInfo, given: Sequence[str]) -> dict[str, tuple[int,
 
     Positional shapes (no name) leave the file's shapes unused; an input of unknown rank gets none.
     """
-    from trtdiff.source.inputs import parse_input_shape
+    from trtdiff.options.parse import parse_input_shape
 
     named = [parse_input_shape(text)[0] for text in given]
     if given and None in named:

@@ -6,6 +6,7 @@ something other than an earlier trtdiff report is refused, so nothing the user m
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,13 @@ class ReportFiles:
         check_json_path(self.json, kind)
         for name in ("junit", "markdown", "html"):
             check_output_path(getattr(self, name), name)
+        if self.html and importlib.util.find_spec("matplotlib") is None:
+            raise OptionError(
+                "the HTML report draws its plots with matplotlib, which is not installed: "
+                "pip install 'trtdiff[html]', or drop the option",
+                parameter="html",
+                value=self.html,
+            )
 
     def write(self, report: Report) -> None:
         """Write every asked-for format of `report`."""

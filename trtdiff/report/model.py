@@ -12,6 +12,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
+from trtdiff.options import Thresholds
 from trtdiff.report.serialization import from_jsonable, to_jsonable
 from trtdiff.report.tensorrt import (  # the report's TensorRT parts, re-exported
     BuildReport as BuildReport,
@@ -81,21 +82,6 @@ class BackendPair:
 def all_pairs(backends: tuple[str, ...] | list[str]) -> tuple[BackendPair, ...]:
     """Every pair of `backends`, earlier ones as reference: (a, b, c) -> a~b, a~c, b~c."""
     return tuple(BackendPair(a, b) for i, a in enumerate(backends) for b in backends[i + 1 :])
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """When a tensor counts as diverged: direction (cosine) and magnitude (relative, absolute).
-
-    Final outputs must also be finite: a NaN or Inf on either side fails the gate, unless
-    `allow_nonfinite`, which asks only that NaN, +Inf and -Inf sit at the same positions on
-    both sides.
-    """
-
-    min_cosine: float = 0.9999
-    rtol: float = 1e-3
-    max_abs: float | None = None
-    allow_nonfinite: bool = False
 
 
 @dataclass(frozen=True)

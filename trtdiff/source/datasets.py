@@ -13,7 +13,6 @@ as (`inputs_dir`, `labels_dir`), so that their errors name it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,50 +44,6 @@ class Sample:
     image: np.ndarray
     label: np.ndarray | None = None
     path: Path | None = None
-
-
-def parse_channel_values(text: str, option: str, channels: int = 3) -> tuple[float, ...]:
-    """'0.485,0.456,0.406' -> one float per channel; a single value is used for every channel.
-
-    `option` is the parameter the text was given as ("mean" or "std"; a std must be positive).
-    """
-    parts = [p.strip() for p in text.split(",")]
-    try:
-        values = tuple(float(p) for p in parts)
-    except ValueError:
-        raise OptionError(
-            f"not a comma-separated list of numbers; {_MEAN_EXAMPLE}", parameter=option, value=repr(text)
-        ) from None
-    if len(values) == 1:
-        values = values * channels
-    if len(values) != channels:
-        raise OptionError(
-            f"{len(values)} values for {channels} channels; give one value or one per channel, {_MEAN_EXAMPLE}",
-            parameter=option,
-            value=repr(text),
-        )
-    if not all(np.isfinite(values)):
-        raise OptionError(f"values must be finite numbers; {_MEAN_EXAMPLE}", parameter=option, value=repr(text))
-    if option.endswith("std") and any(v <= 0 for v in values):
-        raise OptionError(
-            f"every std must be positive (it divides); {_MEAN_EXAMPLE}", parameter=option, value=repr(text)
-        )
-    return values
-
-
-def parse_size(text: str, option: str = "size") -> tuple[int, int]:
-    """'512x1024' or '512,1024' -> (H, W); a single number gives a square size."""
-    parts = [p.strip() for p in re.split(r"[xX,]", text.strip())]
-    if not all(re.fullmatch(r"\d+", p) for p in parts) or len(parts) > 2:
-        raise OptionError(
-            f"not a size; give HEIGHTxWIDTH, e.g. {param(option)} 512x1024", parameter=option, value=repr(text)
-        )
-    dims = [int(p) for p in parts]
-    if any(d <= 0 for d in dims):
-        raise OptionError(
-            f"height and width must be positive; e.g. {param(option)} 512x1024", parameter=option, value=repr(text)
-        )
-    return (dims[0], dims[0]) if len(dims) == 1 else (dims[0], dims[1])
 
 
 def list_inputs(folder: str | Path, option: str = "inputs_dir") -> list[Path]:

@@ -15,37 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from trtdiff.errors import InputError, OptionError, describe_error, param
+from trtdiff.errors import InputError, describe_error, param
+from trtdiff.options.parse import parse_input_shape
 
-_SHAPE_EXAMPLE = "e.g. 1x3x224x224 or input:1x3x224x224"
 _FILE_KINDS = ".npy, .npz, .pt or .pth"
 _SHAPES = "input_shapes"
 _FILES = "input_files"
 
 Origin = tuple[str, str]  # (parameter, the text given for it): where an input came from
 Given = np.ndarray | tuple[int, ...]  # an array from a file, or the shape of a random one
-
-
-def parse_input_shape(text: str) -> tuple[str | None, tuple[int, ...]]:
-    """'1x3x512x512' -> (None, (1, 3, 512, 512)); 'name:1x3x512x512' names the input."""
-    name, sep, dims_text = text.strip().rpartition(":")  # names may hold ':' (e.g. 'input:0')
-    if sep and not name:
-        raise OptionError(f"the input name before ':' is empty; {_SHAPE_EXAMPLE}", parameter=_SHAPES, value=text)
-    if dims_text.strip().lower() == "scalar":
-        return (name or None), ()
-    parts = [p.strip() for p in re.split(r"[xX,]", dims_text)] if dims_text.strip() else []
-    if not parts or not all(re.fullmatch(r"[+-]?\d+", p) for p in parts):
-        raise OptionError(
-            f"{dims_text.strip() or 'nothing'!r} is not a list of integers separated by 'x'; {_SHAPE_EXAMPLE}",
-            parameter=_SHAPES,
-            value=text,
-        )
-    dims = tuple(int(p) for p in parts)
-    if any(d <= 0 for d in dims):
-        raise OptionError(
-            f"every dimension must be a positive integer; {_SHAPE_EXAMPLE}", parameter=_SHAPES, value=text
-        )
-    return (name or None), dims
 
 
 def load_input_file(path: str | Path) -> dict[str, np.ndarray] | list[np.ndarray]:

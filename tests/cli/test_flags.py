@@ -1,0 +1,80 @@
+"""trtdiff.cli.flags: every flag comes from one declaration, and what it parses reaches the library."""
+
+from __future__ import annotations
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from trtdiff.cli.app import main
+from trtdiff.cli.flags import default_text, given, help_text
+from trtdiff.options import declared_of, for_command
+
+PLUMBING = {"debug", "help", "model"}  # --debug, --help and the MODEL argument are not options
+
+
+@pytest.mark.parametrize("command", ["compare", "run", "build", "inspect", "demo"])
+def test_a_commands_flags_are_exactly_its_declared_options(command: str) -> None:
+    params = {p.name for p in main.commands[command].params} - PLUMBING
+    assert params == {d.name for d in for_command(command)}
+    for param in main.commands[command].params:
+        if isinstance(param, click.Option) and param.name not in PLUMBING:
+            declared = declared_of(param.name)
+            assert declared is not None and declared.flag in param.opts + param.secondary_opts
+            assert param.default is None, "every flag defaults to None: what is not None was given"
+
+
+def test_help_shows_the_declared_help_and_default() -> None:
+    memory = declared_of("memory_bytes")
+    assert memory is not None and default_text(memory) == "2GB"
+    assert help_text(memory) == "Reference tensors kept in RAM before spilling to disk. [default: 2GB]"
+    result = CliRunner().invoke(main, ["compare", "--help"], terminal_width=200)
+    assert "--memory-limit SIZE" in result.output and "[default: 2GB]" in result.output
+
+
+def test_given_reads_each_value_with_its_declaration() -> None:
+    read = given(
+        {
+            "input_shapes": ("1x3x8x8",),
+            "precision": "fp16",
+            "memory_bytes": "512MB",
+            "mean": "0.5",
+            "recordings": ("onnxruntime=ort.npz",),
+            "opsets": "11,13",
+            "json": "r.json",
+            "quiet": None,
+            "seed": None,
+            "compute_capabilities": (),
+        }
+    )
+    assert read.compare == {
+        "input_shapes": ("1x3x8x8",),
+        "precision": "fp16",
+        "memory_bytes": 512 << 20,
+        "mean": (0.5, 0.5, 0.5),
+        "recordings": {"onnxruntime": "ort.npz"},
+    }
+    assert read.axes.opsets == (11, 13) and read.axes.many and read.reports.json == "r.json"
+    assert read.reports.quiet is False, "not given: the declared default"
+
+
+def test_options_are_checked_before_any_work(tmp_path) -> None:
+    """A bad threshold is named even though the model does not exist: nothing was loaded first."""
+    result = CliRunner().invoke(main, ["compare", str(tmp_path / "missing.pt"), "--min-cosine", "2"])
+    assert result.exit_code == 2 and result.stderr.startswith("Error: --min-cosine 2.0: must be between -1 and 1")
+
+
+def test_html_without_matplotlib_is_refused_before_any_work(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    result = CliRunner().invoke(main, ["compare", str(tmp_path / "missing.pt"), "--html", str(tmp_path / "r.html")])
+    assert result.exit_code == 2
+    assert "matplotlib, which is not installed: pip install 'trtdiff[html]'" in result.stderr
+
+
+def test_a_flag_click_refuses_is_one_line() -> None:
+    result = CliRunner().invoke(main, ["compare", "m.pt", "--no-such-flag"])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith("Error: No such option '--no-such-flag'") and "trtdiff compare --help" in result.stderr

@@ -1,0 +1,130 @@
+"""The command line's flags, generated from the option declarations, and their values read back.
+
+`flags(command)` adds a click/cloup option for every option the command shows, in the
+groups the declarations name; every flag defaults to None, so what the user gave is what is
+not None. `given(values)` reads those values with each option's own reader (the same one
+`compare(**fields)` and a config file use) and sorts them into the parts they belong to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import cloup
+
+from trtdiff.options import (
+    COMPARE_PARTS,
+    Command,
+    Declared,
+    DemoOptions,
+    ReportOptions,
+    RunOptions,
+    SweepAxes,
+    declared_of,
+    for_command,
+)
+from trtdiff.options.parse import format_bytes, parse_bytes
+
+F = TypeVar("F", bound=Callable[..., Any])
+GROUPS = (
+    "Model and inputs",
+    "Export",
+    "Backends",
+    "TensorRT",
+    "Thresholds and culprits",
+    "CI gate over many samples",
+    "Reports",
+    "Recording",
+    "Demo",
+)
+
+
+def flags(command: Command) -> Callable[[F], F]:
+    """A decorator adding every option `command` shows, one cloup option group per declared group."""
+    declared = for_command(command)
+    groups = [(title, [d for d in declared if d.option.group == title]) for title in GROUPS]
+
+    def decorate(function: F) -> F:
+        for title, members in reversed(groups):
+            if members:
+                function = cloup.option_group(title, *(_click_option(d) for d in members))(function)
+        return function
+
+    return decorate
+
+
+def _click_option(declared: Declared) -> Callable[[F], F]:
+    """One click option for `declared`: its flag(s), default None, its help with the default."""
+    assert declared.flag is not None
+    option = declared.option
+    names = [name for name in (option.short, declared.flag) if name]
+    if option.secondary:
+        names = [f"{declared.flag}/{option.secondary}"]
+    kwargs: dict[str, Any] = {"default": None, "help": help_text(declared)}
+    if option.flag_value is not None:
+        kwargs["flag_value"] = option.flag_value
+    elif declared.is_bool:
+        kwargs["is_flag"] = True
+    if option.metavar or declared.choices is not None:
+        # Choices are checked by the option's reader, so a wrong one is one line like every other error.
+        kwargs["metavar"] = option.metavar or "|".join(declared.choices or ())
+    if option.repeat:
+        kwargs["multiple"] = True
+    if option.required:
+        kwargs["required"] = True
+    return cloup.option(*names, declared.name, **kwargs)
+
+
+def help_text(declared: Declared) -> str:
+    """The option's help, with its default where the default says something."""
+    default = default_text(declared)
+    return f"{declared.option.help} [default: {default}]" if default else declared.option.help
+
+
+def default_text(declared: Declared) -> str | None:
+    """How the default reads on the command line ("2GB", "0.9999"); None where there is nothing to show."""
+    if declared.option.default_text is not None:
+        return declared.option.default_text
+    value = declared.default
+    if value is None or value is False or value == () or value == {} or declared.option.flag_value is not None:
+        return None
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    if declared.option.parse is parse_bytes and isinstance(value, int):
+        return format_bytes(value)
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Given:
+    """What the command line gave, read and sorted: options for `compare` and the command line's own parts."""
+
+    compare: dict[str, Any] = field(default_factory=dict)
+    axes: SweepAxes = field(default_factory=SweepAxes)
+    reports: ReportOptions = field(default_factory=ReportOptions)
+    run: RunOptions = field(default_factory=RunOptions)
+    demo: DemoOptions = field(default_factory=DemoOptions)
+
+
+def given(values: Mapping[str, Any]) -> Given:
+    """The options the user gave (None and empty repeats are not given), read by their declarations."""
+    compare: dict[str, Any] = {}
+    own: dict[type, dict[str, Any]] = {}
+    for name, raw in values.items():
+        declared = declared_of(name)
+        if declared is None or raw is None or raw == ():
+            continue
+        value = declared.read(raw)
+        if declared.part in COMPARE_PARTS:
+            compare[name] = value
+        else:
+            own.setdefault(declared.part, {})[name] = value
+    return Given(
+        compare=compare,
+        axes=SweepAxes(**own.get(SweepAxes, {})),
+        reports=ReportOptions(**own.get(ReportOptions, {})),
+        run=RunOptions(**own.get(RunOptions, {})),
+        demo=DemoOptions(**own.get(DemoOptions, {})),
+    )
