@@ -139,6 +139,7 @@ def test_given_onnx_with_other_input_shape_is_refused(
         trtdiff.compare(resnet_model, input_shapes=["1x3x32x32"], onnx=export_example(13))
 
 
+@pytest.mark.slow
 def test_dynamo_exporter_writes_the_opset_asked_for_or_fails(resnet_model: nn.Module) -> None:
     report = trtdiff.compare(resnet_model, input_shapes=[SHAPE], opset=18, exporter="auto")
     assert report.exporter == "dynamo" and report.opset == 18 and report.passed
@@ -158,6 +159,7 @@ def test_save_onnx_keeps_the_file_and_never_overwrites(resnet_model: nn.Module, 
         trtdiff.compare(resnet_model, input_shapes=[SHAPE], opset=13, save_onnx=target)
 
 
+@pytest.mark.slow
 def test_chunked_runs_and_spilled_reference_give_the_same_report(
     resnet_model: nn.Module, report_at: Callable[[int], Report]
 ) -> None:
@@ -207,6 +209,7 @@ def test_several_inputs_and_dict_outputs(tmp_path: Path) -> None:
         "injecting the reference",
     ],
 )
+@pytest.mark.slow
 def test_an_interrupt_at_any_step_leaves_no_temporary_files(
     resnet_model: nn.Module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:

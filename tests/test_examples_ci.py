@@ -15,6 +15,7 @@ from trtdiff.report import Report
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("opset", "code"), [("10", 1), ("13", 0)])
 def test_gate_script(tmp_path: Path, opset: str, code: int) -> None:
     env = {

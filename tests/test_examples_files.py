@@ -32,6 +32,7 @@ def model_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("deeplab_pickled.pt", {"trust": True}),
     ],
 )
+@pytest.mark.slow
 def test_every_format_pairs_every_float_tensor_and_agrees_at_opset13(
     model_files: Path, name: str, options: dict
 ) -> None:
@@ -40,6 +41,7 @@ def test_every_format_pairs_every_float_tensor_and_agrees_at_opset13(
     assert report.pairing.paired_with_torch == report.pairing.float_tensors
 
 
+@pytest.mark.slow
 def test_exported_program_at_opset10_still_finds_a_resize(model_files: Path) -> None:
     report = trtdiff.compare(model_files / "deeplab.pt2", input_shapes=["1x3x128x128"], opset=10)
     resizes = [layer for layer in report.layers if layer.op_type == "Resize"]

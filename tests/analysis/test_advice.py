@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 from culprit_models import edited, export, node, set_attribute
@@ -79,6 +80,7 @@ class AlignedUp(nn.Module):
         return self.head(y)
 
 
+@pytest.mark.slow
 def test_align_corners_lost_is_read_from_the_pytorch_call(tmp_path: Path) -> None:
     """The file says half_pixel, which the graph alone cannot fault; PyTorch's call had align_corners=True."""
     model = AlignedUp().eval()

@@ -124,6 +124,7 @@ def test_reports_without_the_alone_figures_still_read(tmp_path: Path, reports: t
     assert attribution_summary(old) == []
 
 
+@pytest.mark.slow
 def test_a_feeding_culprit_whose_fix_is_noise_is_credited_nothing() -> None:
     """The demo's case: at 128x128 fixing the decoder Resize alone moves the agreement mIoU by -0.0005 (a
     few pixels the other way); the final Resize alone then carries the whole loss, not more than it."""

@@ -170,6 +170,7 @@ CLEAN = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "opset", "exporter"), CLEAN)
 def test_clean_export_has_no_culprit_and_no_drift(
     name: str, opset: int, exporter: str, models: dict[str, tuple[nn.Module, str]]
@@ -211,6 +212,7 @@ def test_small_errors_that_add_up_are_drift_not_a_culprit(folder: Path) -> None:
     assert sizes == sorted(sizes, reverse=True)
 
 
+@pytest.mark.slow
 def test_opset10_example_names_both_bilinear_resizes_and_attributes_them() -> None:
     report = trtdiff.compare(
         "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet", input_shapes=["1x3x64x64"], opset=10

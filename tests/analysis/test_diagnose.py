@@ -35,6 +35,7 @@ def shapes_opset10() -> trtdiff.Report:
     )
 
 
+@pytest.mark.slow
 def test_trained_example_names_both_resizes_and_what_fixing_them_recovers(shapes_opset10: trtdiff.Report) -> None:
     report = shapes_opset10
     assert [(c.onnx_node, c.module, c.verdict) for c in report.culprits] == [
@@ -86,6 +87,7 @@ def test_the_aspp_pooling_resize_is_not_a_culprit_and_its_local_error_is_tiny(sh
     assert decoder.local is not None and decoder.local[ORT].diverged
 
 
+@pytest.mark.slow
 def test_no_culprit_skips_the_step_and_culprit_forces_it() -> None:
     skipped = trtdiff.compare(FACTORY, input_shapes=["1x3x32x32"], opset=10, culprit=False)
     assert skipped.culprits == () and all(layer.local is None for layer in skipped.layers)
@@ -95,6 +97,7 @@ def test_no_culprit_skips_the_step_and_culprit_forces_it() -> None:
     assert all(layer.local is not None and not layer.local[ORT].diverged for layer in forced.layers)
 
 
+@pytest.mark.slow
 def test_cli_culprit_flags_reach_the_library(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     result = CliRunner().invoke(
@@ -120,6 +123,7 @@ def test_cli_culprit_flags_reach_the_library(tmp_path: Path) -> None:
     assert text.endswith("fix: as for culprit 1") and len(result.output.splitlines()) <= 8
 
 
+@pytest.mark.slow
 def test_onnx_runtime_is_a_reference_for_the_spec_evaluator(export_example: Callable[..., Path]) -> None:
     # onnxruntime~onnx-reference: ONNX Runtime follows the spec at opset 10, so nothing is a culprit there.
     report = trtdiff.compare(

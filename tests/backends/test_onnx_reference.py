@@ -257,6 +257,7 @@ def test_example_at_opset13_agrees_on_all_three_pairs() -> None:
             assert BackendPair("torch", "onnx-reference") in layer.pairs, layer.tensor
 
 
+@pytest.mark.slow
 def test_example_at_opset10_reference_sides_with_onnxruntime_at_the_decoder_resize() -> None:
     report = trtdiff.compare(
         FACTORY, input_shapes=["1x3x32x32"], opset=10, backends=["torch", "onnxruntime", "onnx-reference"]

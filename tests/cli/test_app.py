@@ -35,6 +35,7 @@ def _one_error_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_divergence_exits_1_and_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     code, stdout, _ = _run("compare", FACTORY, "--opset", "10", "--input-shape", SHAPE, "--json", str(out))
@@ -46,6 +47,7 @@ def test_divergence_exits_1_and_writes_json(tmp_path: Path) -> None:
     assert data["opset"] == 10 and data["backends"] == ["torch", "onnxruntime"]
 
 
+@pytest.mark.slow
 def test_agreement_exits_0_and_output_fits_80_columns_without_colour(tmp_path: Path) -> None:
     code, stdout, _ = _run("compare", FACTORY, "--opset", "13", "--input-shape", SHAPE, "--all")
     assert code == 0 and "PASS" in stdout
@@ -147,6 +149,7 @@ def test_debug_shows_the_traceback() -> None:
     assert result.exit_code == 2 and "Traceback" in result.stderr
 
 
+@pytest.mark.slow
 def test_torchscript_archive_from_the_command_line(tmp_path: Path, resnet_model: nn.Module) -> None:
     path = tmp_path / "model.pt"
     torch.jit.save(torch.jit.trace(resnet_model, torch.zeros(1, 3, 64, 64)), str(path))
@@ -223,6 +226,7 @@ class _Slow(nn.Module):
         return x
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_recording_a_torchscript_archive_exits_130_and_leaves_nothing(tmp_path: Path) -> None:
     import os
     import signal
@@ -397,3 +401,8 @@ def test_a_partly_nan_input_is_noted(tmp_path: Path) -> None:
         report.notes
     )
     assert not report.passed and {e.backend for e in report.non_finite} == {"torch", "onnxruntime"}
+
+
+def test_python_dash_m_trtdiff_is_the_command() -> None:
+    result = subprocess.run([sys.executable, "-m", "trtdiff", "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "Usage: python -m trtdiff" in result.stdout and "compare" in result.stdout

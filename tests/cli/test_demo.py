@@ -20,6 +20,7 @@ def test_examples_are_seeded_modules_in_eval_mode(name: str) -> None:
     assert all(torch.equal(first.state_dict()[k], second.state_dict()[k]) for k in first.state_dict())
 
 
+@pytest.mark.slow
 def test_run_demo_sweeps_names_the_culprits_and_what_inspect_says() -> None:
     buffer = io.StringIO()
     console = Console(file=buffer, width=120, color_system=None)

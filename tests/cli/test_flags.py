@@ -77,4 +77,6 @@ def test_html_without_matplotlib_is_refused_before_any_work(tmp_path, monkeypatc
 def test_a_flag_click_refuses_is_one_line() -> None:
     result = CliRunner().invoke(main, ["compare", "m.pt", "--no-such-flag"])
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
-    assert result.stderr.startswith("Error: No such option '--no-such-flag'") and "trtdiff compare --help" in result.stderr
+    assert (
+        result.stderr.startswith("Error: No such option '--no-such-flag'") and "trtdiff compare --help" in result.stderr
+    )

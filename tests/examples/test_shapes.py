@@ -107,6 +107,7 @@ def _ort_logits(model: torch.nn.Module, images: np.ndarray, opset: int, folder: 
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": images})[0]
 
 
+@pytest.mark.slow
 def test_opset10_resize_drops_miou_opset13_keeps_it(
     shipped: tuple[torch.nn.Module, np.ndarray, np.ndarray, np.ndarray], tmp_path: Path
 ) -> None:

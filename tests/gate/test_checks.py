@@ -34,6 +34,7 @@ def opset10_gate():
     )
 
 
+@pytest.mark.slow
 def test_every_sample_is_gated_and_named(opset10_gate) -> None:
     report = opset10_gate
     assert [s.name for s in report.samples] == ["sample-0", "sample-1", "sample-2"]
@@ -51,6 +52,7 @@ def test_every_sample_is_gated_and_named(opset10_gate) -> None:
     assert report.segmentation is not None and 0 < report.segmentation.changed_pixels[ORT] < 0.1
 
 
+@pytest.mark.slow
 def test_exit_code_flips_exactly_at_the_cosine_threshold(opset10_gate) -> None:
     worst = next(c for c in opset10_gate.checks if c.id == "outputs/min-cosine/torch~onnxruntime").worst
     common = ["compare", FACTORY, "--input-shape", SHAPE, "--opset", "10", "--num-samples", "3", "--rtol", "1", "-q"]
@@ -60,6 +62,7 @@ def test_exit_code_flips_exactly_at_the_cosine_threshold(opset10_gate) -> None:
     assert above.exit_code == 1 and "FAIL: 1 of 3 checks failed: outputs/min-cosine/torch~onnxruntime" in above.stdout
 
 
+@pytest.mark.slow
 def test_per_layer_gates_the_layers_too() -> None:
     from trtdiff.examples.deeplabv3plus import deeplabv3plus_resnet
 
@@ -105,6 +108,7 @@ def test_segmentation_tally_on_hand_made_masks() -> None:
     assert summary.miou_drop["onnxruntime"] == pytest.approx(1 - (4 / 5 + 3 / 4 + 1) / 3)
 
 
+@pytest.mark.slow
 def test_images_and_labels_from_folders(tmp_path) -> None:
     images, labels = tmp_path / "images", tmp_path / "labels"
     images.mkdir()

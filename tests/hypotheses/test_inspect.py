@@ -255,6 +255,7 @@ def deeplab() -> dict[int, Inspection]:
     return {opset: inspect_model(FACTORY, input_shapes=[SHAPE], opset=opset) for opset in (10, 11, 13)}
 
 
+@pytest.mark.slow
 def test_deeplab_opset10_flags_the_decoder_and_final_resizes(deeplab: dict[int, Inspection]) -> None:
     """The ASPP pooling Resize upsamples a 1x1 map: every coordinate mode gives the same values, so it is not
     flagged (the README's demo shows it agreeing with PyTorch at opset 10)."""
@@ -307,6 +308,7 @@ class _Net(nn.Module):
         return F.interpolate(self.head(x), scale_factor=0.5, mode="bilinear", align_corners=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("opset", "exporter"), [(13, "torchscript"), (18, "dynamo")])
 def test_pytorch_model_reports_the_module_of_each_resize(opset: int, exporter: str) -> None:
     inspection = inspect_model(_Net().eval(), input_shapes=["1x2x4x4"], opset=opset)
@@ -341,6 +343,7 @@ def test_bad_input_raises_an_error_naming_the_file(tmp_path: Path) -> None:
         inspect_model(tmp_path / "missing.onnx")
 
 
+@pytest.mark.slow
 def test_cli_inspect_exit_codes_and_json(tmp_path: Path) -> None:
     from click.testing import CliRunner
 

@@ -16,6 +16,7 @@ FACTORY = "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet"
 SHAPE = "1x3x32x32"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("opset", "culprits"), [(10, ["/decoder/Resize", "/Resize"]), (13, [])])
 def test_simplified_file_keeps_the_pairing_and_the_culprit(opset: int, culprits: list[str]) -> None:
     report = trtdiff.compare(FACTORY, input_shapes=[SHAPE], opset=opset, simplify=True)
@@ -28,6 +29,7 @@ def test_simplified_file_keeps_the_pairing_and_the_culprit(opset: int, culprits:
     assert report.passed == (opset != 10) and trtdiff.Report.from_json(report.to_json()).simplified is not None
 
 
+@pytest.mark.slow
 def test_cli_prints_the_simplified_line() -> None:
     result = CliRunner().invoke(main, ["compare", FACTORY, "--input-shape", SHAPE, "--opset", "13", "--simplify"])
     assert result.exit_code == 0, result.output

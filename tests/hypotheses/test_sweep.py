@@ -26,6 +26,7 @@ def opset_sweep() -> Sweep:
     return sweep(FACTORY, opsets=[10, 13], exporters=["torchscript", "dynamo"], input_shapes=[SHAPE])
 
 
+@pytest.mark.slow
 def test_each_combination_that_can_exist_is_compared(opset_sweep: Sweep) -> None:
     rows = [(e.opset, e.exporter, e.report is not None, e.passed) for e in opset_sweep.entries]
     assert rows == [
@@ -62,6 +63,7 @@ def test_json_holds_one_full_report_per_combination(opset_sweep: Sweep, tmp_path
     assert Sweep.from_json(path.read_text()).to_json() == opset_sweep.to_json()  # NaN != NaN: compare text
 
 
+@pytest.mark.slow
 def test_cli_sweep_exit_code_and_report_files(tmp_path: Path) -> None:
     out = tmp_path / "s.json"
     args = ["compare", FACTORY, "--input-shape", SHAPE, "--opset", "10,13", "--json", str(out)]
@@ -86,6 +88,7 @@ def test_combinations_no_exporter_writes_and_bad_lists() -> None:
     assert bad.exit_code == 2 and "--opset 13,x" in bad.stderr
 
 
+@pytest.mark.slow
 def test_precision_is_a_sweep_axis_for_tensorrt() -> None:
     result = sweep(FACTORY, opsets=[13], precisions=["fp32", "tf32", "fp16"], input_shapes=[SHAPE])
     assert [(e.precision, e.report is not None) for e in result.entries] == [

@@ -69,6 +69,7 @@ def _check_clean(report: Report, arch: Architecture) -> None:
     assert len(outputs) == sum(layer.is_output for layer in report.layers) >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "opset", "exporter"), _cases())
 def test_a_clean_export_passes_with_its_float_tensors_paired(
     models: dict[str, nn.Module], name: str, opset: int, exporter: str
@@ -79,6 +80,7 @@ def test_a_clean_export_passes_with_its_float_tensors_paired(
     _check_clean(report, arch)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [name for name, arch in ARCHITECTURES.items() if arch.transformer])
 def test_a_torchscript_archive_of_a_transformer_passes_with_its_float_tensors_paired(
     models: dict[str, nn.Module], name: str, tmp_path: Path

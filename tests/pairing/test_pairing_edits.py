@@ -78,6 +78,7 @@ def _pair(path: Path, captured: tuple[TorchCapture, set[str]]) -> Pairing:
     return pair(load_graph(path), *captured)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["eager", "archive"])
 @pytest.mark.parametrize("name", EDITED)
 def test_a_swapped_relu_leaves_every_other_pair_as_it_was(
@@ -133,6 +134,7 @@ def test_the_other_call_of_a_module_called_twice_stays_paired(
         assert kept.module_path == "backbone.layer2.relu"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["eager", "archive"])
 def test_the_first_divergence_is_the_edited_node(
     models: dict[str, nn.Module | Path], export_example: Callable[..., Path], tmp_path: Path, kind: str

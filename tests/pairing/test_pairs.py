@@ -67,6 +67,7 @@ def test_torchscript_export_pairs_every_float_tensor_with_bn_folding(
     assert methods["op"] >= 25
 
 
+@pytest.mark.slow
 def test_dynamo_export_pairs_every_float_tensor(
     resnet_model: nn.Module, export_example: Callable[..., Path], example_feeds: dict[str, np.ndarray]
 ) -> None:
@@ -74,6 +75,7 @@ def test_dynamo_export_pairs_every_float_tensor(
     assert methods["folded"] == 21
 
 
+@pytest.mark.slow
 def test_traced_torchscript_module_pairs_without_module_paths(
     resnet_model: nn.Module, export_example: Callable[..., Path], example_feeds: dict[str, np.ndarray]
 ) -> None:
@@ -84,6 +86,7 @@ def test_traced_torchscript_module_pairs_without_module_paths(
     _check_all_floats_paired_and_equal(traced, export_example(13), example_feeds)
 
 
+@pytest.mark.slow
 def test_traced_torchscript_module_without_recovered_paths_pairs_by_kind_and_alignment(
     resnet_model: nn.Module, export_example: Callable[..., Path], example_feeds: dict[str, np.ndarray]
 ) -> None:

@@ -72,6 +72,7 @@ def test_build_reports_the_mark_plan_and_name_map(tmp_path: Path) -> None:
     assert again.exit_code == 2 and "exists" in again.stderr
 
 
+@pytest.mark.slow
 @needs_builder
 def test_build_modes_precision_and_engine_cache(tmp_path: Path) -> None:
     cache = tmp_path / "cache"

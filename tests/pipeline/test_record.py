@@ -16,6 +16,7 @@ FACTORY = "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet"
 SHAPE = "1x3x64x64"
 
 
+@pytest.mark.slow
 def test_recorded_onnxruntime_compares_like_a_live_one(tmp_path: Path) -> None:
     onnx_file, recording = tmp_path / "m.onnx", tmp_path / "ort.npz"
     result = CliRunner().invoke(

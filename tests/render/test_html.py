@@ -57,6 +57,7 @@ def _layer_rows(text: str) -> list[dict[str, str | None]]:
     return [attrs for tag, attrs in _tags(text) if tag == "tr" and (attrs.get("id") or "").startswith("layer-")]
 
 
+@pytest.mark.slow
 def test_self_contained_structure(gated: Report, gated_html: Path) -> None:
     text = gated_html.read_text()
     tags = _tags(text)
@@ -141,6 +142,7 @@ def test_import_does_not_load_matplotlib() -> None:
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_real_comparison(real_report: Report) -> None:
     """End to end: the page of a real comparison marks the decoder Resize as the first divergence."""
     text = render_html(real_report)
@@ -252,6 +254,7 @@ def test_drift_and_inherited(drift: Report, inherited: Report) -> None:
     assert "<h3>Attribution</h3>" not in text, "no attribution in this report"
 
 
+@pytest.mark.slow
 def test_non_finite_box_and_badges(passing: Report) -> None:
     from nonfinite_reports import allowed_report, nan_report
 

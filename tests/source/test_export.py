@@ -70,6 +70,7 @@ def test_torchscript_export_at_opset_13(
     np.testing.assert_allclose(_ort_output(path, feeds), _expected(tiny, feeds), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_dynamo_export_at_opset_18(
     tiny: nn.Module, loaded: LoadedModel, feeds: dict[str, np.ndarray], tmp_path: Path
 ) -> None:
@@ -115,6 +116,7 @@ def test_choose_exporter_rejects_an_unknown_exporter(loaded: LoadedModel) -> Non
         choose_exporter("tensorflow", 13, loaded)
 
 
+@pytest.mark.slow
 def test_dynamo_exporter_asked_for_opset_13_writes_18_and_is_refused(
     loaded: LoadedModel, feeds: dict[str, np.ndarray], tmp_path: Path
 ) -> None:
@@ -156,6 +158,7 @@ def test_torchscript_archive_cannot_use_the_dynamo_exporter(
         export_onnx(traced, feeds, opset=DYNAMO_NATIVE_OPSET, exporter="dynamo", path=tmp_path / "x.onnx")
 
 
+@pytest.mark.slow
 def test_export_of_a_model_that_fails_raises_export_error(feeds: dict[str, np.ndarray], tmp_path: Path) -> None:
     class _Broken(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -196,6 +199,7 @@ def _export_error(model: nn.Module, opset: int, exporter: str, path: Path) -> st
     return caught.value.render(lambda name: f"--{name}")
 
 
+@pytest.mark.slow
 def test_advice_after_a_failed_export_was_tried_and_works(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     message = _export_error(_RmsNorm(), 17, "torchscript", tmp_path / "rms.onnx")
     assert message == (
@@ -212,6 +216,7 @@ def test_advice_after_a_failed_export_was_tried_and_works(tmp_path: Path, capfd:
     assert captured.out == "" and captured.err == ""
 
 
+@pytest.mark.slow
 def test_advice_never_loops_between_exporters(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     for exporter, opset, other in (("torchscript", 17, "dynamo"), ("dynamo", 18, "torchscript")):
         message = _export_error(_Eigh(), opset, exporter, tmp_path / "eigh.onnx")

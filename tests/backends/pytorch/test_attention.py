@@ -209,6 +209,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "given"), CASES)
 def test_a_softmax_turned_sigmoid_is_the_culprit(name: str, given: str, folder: Path) -> None:
     arch = ARCHITECTURES[name]

@@ -122,6 +122,7 @@ def every_reason(tmp_path_factory: pytest.TempPathFactory) -> GraphInfo:
     return save(tmp_path_factory.mktemp("reasons"), nodes, inputs=[X, cond])
 
 
+@pytest.mark.slow
 def test_import_does_not_import_tensorrt_or_torch() -> None:
     code = (
         "import sys, trtdiff.backends.tensorrt; "
@@ -292,6 +293,7 @@ def test_unfused_mode_marks_debug_tensors_and_keeps_fusion(every_reason: GraphIn
     assert none.marked == ("y",) and not none.debug_unfused
 
 
+@pytest.mark.slow
 def test_deeplab_builds_with_every_output_marked(export_example: Callable[..., Path]) -> None:
     graph = load_graph(export_example(17))
     result = build_engine(graph)
@@ -306,6 +308,7 @@ def test_deeplab_builds_with_every_output_marked(export_example: Callable[..., P
     assert all(node in {n.name for n in graph.nodes} for layer in hint.layers for node in layer.onnx_nodes)
 
 
+@pytest.mark.slow
 def test_fp16_converts_the_model_types(export_example: Callable[..., Path]) -> None:
     import onnxruntime as ort
 
