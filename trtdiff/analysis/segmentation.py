@@ -112,7 +112,8 @@ def argmax_masks(logits: np.ndarray) -> np.ndarray:
             f"segmentation logits must be (N, C, H, W), got shape {logits.shape}; "
             "the model's output is not a per-pixel class score"
         )
-    return logits.argmax(axis=1).astype(np.int64)
+    masks: np.ndarray = logits.argmax(axis=1).astype(np.int64)
+    return masks
 
 
 def agreement(reference_logits: np.ndarray, candidate_logits: np.ndarray) -> SegmentationScore:
@@ -134,7 +135,8 @@ def agreement(reference_logits: np.ndarray, candidate_logits: np.ndarray) -> Seg
 
 def changed_mask(reference_logits: np.ndarray, candidate_logits: np.ndarray) -> np.ndarray:
     """(N, H, W) bool: pixels whose argmax class differs between the two outputs."""
-    return argmax_masks(reference_logits) != argmax_masks(candidate_logits)
+    changed: np.ndarray = argmax_masks(reference_logits) != argmax_masks(candidate_logits)
+    return changed
 
 
 def edge_mask(labels: np.ndarray, width: int = 1) -> np.ndarray:

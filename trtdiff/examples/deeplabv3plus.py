@@ -7,7 +7,7 @@ Resize coordinate modes bite.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +45,7 @@ class BasicBlock(nn.Module):
         identity = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
-        return self.relu(out + identity)
+        return cast(torch.Tensor, self.relu(out + identity))
 
 
 class Backbone(nn.Module):
@@ -102,7 +102,7 @@ class ASPP(nn.Module):
         self.project = conv_bn_relu(cout * len(branches), cout, kernel=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.project(torch.cat([branch(x) for branch in self.branches], dim=1))
+        return cast(torch.Tensor, self.project(torch.cat([branch(x) for branch in self.branches], dim=1)))
 
 
 class Decoder(nn.Module):
@@ -118,7 +118,7 @@ class Decoder(nn.Module):
 
     def forward(self, features: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
         up = F.interpolate(features, size=low.shape[-2:], mode="bilinear", align_corners=False)
-        return self.classifier(self.refine(torch.cat([up, self.reduce(low)], dim=1)))
+        return cast(torch.Tensor, self.classifier(self.refine(torch.cat([up, self.reduce(low)], dim=1))))
 
 
 class DeepLabV3Plus(nn.Module):

@@ -42,7 +42,8 @@ class InvertedResidual(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.block(x)
-        return x + out if self.use_residual else out
+        result: torch.Tensor = x + out if self.use_residual else out
+        return result
 
 
 def _stage(cin: int, cout: int, blocks: int, stride: int, expand: int, dilation: int = 1) -> nn.Sequential:

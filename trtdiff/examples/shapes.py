@@ -106,7 +106,8 @@ def _texture(
         kx, ky = rng.uniform(-0.4, 0.4, 2)
         field = field + 0.5 * np.sin(kx * xx + ky * yy + rng.uniform(0.0, 2 * np.pi))
     tint = rng.uniform(0.5, 1.0, 3)  # the texture is not grey: channels move by different amounts
-    return colour[:, None, None] + strength * tint[:, None, None] * field[None]
+    image: np.ndarray = colour[:, None, None] + strength * tint[:, None, None] * field[None]
+    return image
 
 
 def _contrasting_colour(rng: np.random.Generator, background: np.ndarray) -> np.ndarray:
@@ -147,14 +148,16 @@ def _shape_mask(rng: np.random.Generator, cls: int, xx: np.ndarray, yy: np.ndarr
     u = np.cos(angle) * (xx - cx) + np.sin(angle) * (yy - cy)  # coordinates along the shape's axes
     v = -np.sin(angle) * (xx - cx) + np.cos(angle) * (yy - cy)
     if cls == 1:
-        return u * u + v * v <= a * a
+        inside: np.ndarray = u * u + v * v <= a * a
+        return inside
     if cls == 3:
         inside = np.ones_like(u, dtype=bool)  # inside the three half-planes at a / 2 from the centre
         for k in range(3):
             t = angle + k * 2 * np.pi / 3
             inside &= np.cos(t) * (xx - cx) + np.sin(t) * (yy - cy) <= a / 2
         return inside
-    return (np.abs(u) <= a) & (np.abs(v) <= b)
+    box: np.ndarray = (np.abs(u) <= a) & (np.abs(v) <= b)
+    return box
 
 
 def write_eval_set(folder: str | Path, images: np.ndarray, labels: np.ndarray, prefix: str = "shapes") -> list[str]:

@@ -10,7 +10,7 @@ import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trtdiff.errors import OptionError
 
@@ -71,7 +71,7 @@ def check_output_path(path: str | None, parameter: str) -> None:
         raise OptionError("is a folder; give a file path", parameter=parameter, value=target)
 
 
-def _is_kind(earlier: dict, kind: JsonKind) -> bool:
+def _is_kind(earlier: dict[str, Any], kind: JsonKind) -> bool:
     """Whether an earlier JSON file is a trtdiff report of this kind (a sweep counts as a report)."""
     if kind == "report":
         return "sweep" in earlier or ("opset" in earlier and "layers" in earlier)

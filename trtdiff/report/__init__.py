@@ -5,6 +5,7 @@ the house: `model` (the Report and its parts), `tensorrt` (what was built or run
 `serialization` (dataclasses <-> JSON). This face re-exports the model, so
 `trtdiff.report.Report` is the name callers use."""
 
+from trtdiff.options import Thresholds as Thresholds
 from trtdiff.report.model import (
     SCHEMA_VERSION as SCHEMA_VERSION,
     Attribution as Attribution,
@@ -38,7 +39,6 @@ from trtdiff.report.model import (
     TensorRTSummary as TensorRTSummary,
     Threshold as Threshold,
     ThresholdCheck as ThresholdCheck,
-    Thresholds as Thresholds,
     Verdict as Verdict,
     all_pairs as all_pairs,
 )

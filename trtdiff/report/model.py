@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from trtdiff.options import Thresholds
 from trtdiff.report.serialization import from_jsonable, to_jsonable
@@ -438,11 +438,12 @@ class Report:
         """The model's final outputs among the compared layers."""
         return tuple(layer for layer in self.layers if layer.is_output)
 
-    def to_dict(self) -> dict:
-        return to_jsonable(self)
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = to_jsonable(self)
+        return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> Report:
+    def from_dict(cls, data: dict[str, Any]) -> Report:
         return from_jsonable(cls, data)
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -36,7 +36,8 @@ def to_jsonable(value: Any) -> Any:
 
 def from_jsonable(cls: type[T], data: Any) -> T:
     """Rebuild an instance of `cls` (a dataclass or a typing construct) from `to_jsonable` output."""
-    return _build(cls, data)
+    built: T = _build(cls, data)
+    return built
 
 
 def _build(tp: Any, data: Any) -> Any:

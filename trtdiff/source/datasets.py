@@ -211,7 +211,8 @@ def _read_array(path: Path, option: str) -> np.ndarray:
     """The one array a .npy file, or a one-array .npz archive, holds, exactly as saved."""
     try:
         if path.suffix.lower() == ".npy":
-            return np.load(path, allow_pickle=False)
+            array: np.ndarray = np.load(path, allow_pickle=False)
+            return array
         with np.load(path, allow_pickle=False) as archive:
             arrays = [archive[k] for k in archive.files]
     except Exception as e:  # noqa: BLE001 -- numpy raises ValueError, OSError, EOFError, zip errors, ...
@@ -226,7 +227,7 @@ def _read_array(path: Path, option: str) -> np.ndarray:
             parameter=option,
             value=path,
         )
-    return arrays[0]
+    return np.asarray(arrays[0])
 
 
 def _label_index(folder: str | Path, option: str) -> dict[str, Path]:
@@ -297,7 +298,7 @@ def _read_npy_mask(path: Path, option: str) -> np.ndarray:
             parameter=option,
             value=path,
         )
-    return mask
+    return np.asarray(mask)
 
 
 def _read_png_mask(path: Path, hw: tuple[int, int], resize: bool, option: str) -> np.ndarray:
@@ -327,7 +328,8 @@ def _resize_nearest(mask: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
     """Nearest-neighbour resize by pixel centres (what PIL's NEAREST does)."""
     rows = np.minimum(((np.arange(hw[0]) + 0.5) * mask.shape[0] / hw[0]).astype(np.int64), mask.shape[0] - 1)
     cols = np.minimum(((np.arange(hw[1]) + 0.5) * mask.shape[1] / hw[1]).astype(np.int64), mask.shape[1] - 1)
-    return mask[rows[:, None], cols[None, :]]
+    resized: np.ndarray = mask[rows[:, None], cols[None, :]]
+    return resized
 
 
 def _open(path: Path, option: str, what: str) -> PilImage:

@@ -69,7 +69,7 @@ def _from_npz(path: Path) -> dict[str, np.ndarray] | list[np.ndarray]:
         )
     if all(re.fullmatch(r"arr_\d+", k) for k in arrays):
         return [arrays[k] for k in sorted(arrays, key=lambda k: int(k[4:]))]
-    return arrays
+    return dict(arrays)
 
 
 def _from_torch(path: Path) -> dict[str, np.ndarray] | list[np.ndarray]:

@@ -310,11 +310,13 @@ def _pickled_globals(path: Path) -> list[str]:
 def _find_state_dict(obj: Any) -> Mapping[str, Any] | None:
     """The state_dict itself, or the one inside a training checkpoint; None if there is none."""
     if _is_state_dict(obj):
-        return obj
+        found: Mapping[str, Any] = obj
+        return found
     if isinstance(obj, Mapping):
         for key in _CHECKPOINT_KEYS:
-            if _is_state_dict(obj.get(key)):
-                return obj[key]
+            inner: Mapping[str, Any] | None = obj.get(key)
+            if inner is not None and _is_state_dict(inner):
+                return dict(inner)
     return None
 
 

@@ -125,13 +125,14 @@ def _input_value(folder: _Folder, node: NodeInfo, position: int) -> list[float] 
 
 def _output_shape(in_shape: Any, out_shape: Any, scales: Any, sizes: Any) -> tuple[int | None, ...] | None:
     """Shape inference's output shape, completed from constant sizes or scales where it left gaps."""
-    if in_shape is None or (out_shape is not None and all(d is not None for d in out_shape)):
-        return out_shape
+    inferred: tuple[int | None, ...] | None = None if out_shape is None else tuple(out_shape)
+    if in_shape is None or (inferred is not None and all(d is not None for d in inferred)):
+        return inferred
     if sizes is not None and len(sizes) == len(in_shape):
         return tuple(int(s) for s in sizes)
     if scales is not None and len(scales) == len(in_shape):
         return tuple(None if d is None else int(np.floor(d * s + 1e-6)) for d, s in zip(in_shape, scales, strict=True))
-    return out_shape
+    return inferred
 
 
 def with_calls(rows: list[ResizeInfo], calls: Sequence[Interpolation]) -> list[ResizeInfo]:

@@ -139,7 +139,7 @@ def _sdpa(bound: dict[str, Any]) -> Callable[[], torch.Tensor]:
 
     def run() -> torch.Tensor:
         with decomposed_attention():
-            return torch.ops.aten._scaled_dot_product_attention_math(
+            result = torch.ops.aten._scaled_dot_product_attention_math(
                 bound["query"],
                 bound["key"],
                 bound["value"],
@@ -148,6 +148,8 @@ def _sdpa(bound: dict[str, Any]) -> Callable[[], torch.Tensor]:
                 bool(bound.get("is_causal", False)),
                 scale=bound.get("scale"),
             )[0]
+        output: torch.Tensor = result
+        return output
 
     return run
 

@@ -54,10 +54,12 @@ def _recorder_class() -> type:
 
     class Recorder(TorchDispatchMode):
         def __init__(self, paths: list[str] | None, depth: int) -> None:
-            super().__init__()
+            super().__init__()  # type: ignore[no-untyped-call]  # torch declares no types here
             self.paths, self.depth, self.calls = paths, depth, list[Interpolation]()
 
-        def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+        ) -> Any:
             out = func(*args, **(kwargs or {}))
             name = func._overloadpacket.__name__
             if "upsample" in name and hasattr(out, "shape"):
@@ -80,7 +82,7 @@ def _caller(depth: int) -> str | None:
     return f"{frames[-1].filename}:{frames[-1].lineno}: {(frames[-1].line or '').strip()}" if frames else None
 
 
-def _hook_paths(module: torch.nn.Module, paths: list[str]) -> list:
+def _hook_paths(module: torch.nn.Module, paths: list[str]) -> list[Any]:
     """Forward hooks keeping `paths[-1]` the path of the submodule running now."""
 
     def leave(_module: Any, _args: Any, _output: Any) -> None:

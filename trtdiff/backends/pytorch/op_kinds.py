@@ -7,6 +7,8 @@ the op that feeds it (a Linear's bias add, attention's value product): pairing_k
 
 from __future__ import annotations
 
+from typing import Any
+
 ONNX_KINDS: dict[str, str] = {
     "Conv": "conv",
     "ConvTranspose": "conv_transpose",
@@ -165,7 +167,7 @@ ONLY_DECOMPOSED = frozenset({"silu"})
 _TRANSPOSABLE = frozenset({"convolution", "_convolution"})  # the transposed flag is args[6]
 
 
-def aten_kind(packet_name: str, args: tuple) -> str | None:
+def aten_kind(packet_name: str, args: tuple[Any, ...]) -> str | None:
     """The kind of an aten op given its overload packet name (e.g. "relu_") and arguments."""
     kind = ATEN_KINDS.get(packet_name)
     if packet_name in _TRANSPOSABLE and len(args) > 6 and args[6] is True:
