@@ -161,11 +161,11 @@ def test_derived_values_equal_onnx_runtime_on_every_sample(vit: tuple[nn.Module,
         "Gather",
     } <= kinds and "Softmax" not in kinds
     second = make_inputs(["x"], shapes=[ARCHITECTURES["vit"].shape], seed=7)
-    later = capture(model, second)  # a new capture knows nothing of the pairing: the values are computed on demand
+    later = capture(model, second)  # a new capture knows nothing of the pairing: the pairing computes them on demand
     assert not any(key in later.store for key in derived.values())
     expected = _ort(path, second, list(derived))
     for tensor, key in derived.items():
-        np.testing.assert_allclose(later.value(key), expected[tensor], rtol=1e-4, atol=1e-5, err_msg=tensor)
+        np.testing.assert_allclose(result.value(later, key), expected[tensor], rtol=1e-4, atol=1e-5, err_msg=tensor)
 
 
 def test_a_derived_key_without_its_pairing_is_refused(vit: tuple[nn.Module, Path]) -> None:

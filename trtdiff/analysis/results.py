@@ -14,7 +14,7 @@ from trtdiff.report import Layer, PairingSummary, SampleResult
 if TYPE_CHECKING:
     from trtdiff.analysis.engine import Compared
     from trtdiff.backends.base import OnnxBackend
-    from trtdiff.backends.pytorch.capture import TorchCapture
+    from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.pairing.pairs import Pairing
     from trtdiff.report import BackendPair, PairingMethod, PairMetrics, SegmentationSummary, ThresholdCheck
     from trtdiff.source.onnx_graph import GraphInfo
@@ -40,8 +40,8 @@ def build_layers(
             module = torch_pair.module_path
         tensor_type = graph.tensor_type(tensor)
         shape = tuple(int(d) if d is not None else -1 for d in (tensor_type.shape or ()))
-        if torch_pair is not None and capture is not None:
-            shape = tuple(capture.value(torch_pair.key).shape)
+        if torch_pair is not None and capture is not None and pairing is not None:
+            shape = tuple(pairing.value(capture, torch_pair.key).shape)
         layers.append(
             Layer(
                 tensor=tensor,

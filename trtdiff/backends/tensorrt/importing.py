@@ -29,6 +29,7 @@ INSTALL_HINT = (
 # answer: the runtime asks `Runtime.get_engine_validity` about the real plan before loading it.
 RTX_SUPPORTED_CC = ((8, 0), (8, 6), (8, 9), (12, 0), (12, 1))
 RTX_MIN_NEWER_CC = (12, 0)
+NO_GPU = "no CUDA GPU: torch.cuda.is_available() is False; engines can be built here but not executed"
 
 TRT_API = (
     "Logger",
@@ -171,8 +172,7 @@ def probe(device: int = 0) -> Probe:
         return Probe(None, None, can_build=False, can_run=False, reason=str(error))
     gpu = gpu_info(device)
     if gpu is None:
-        reason = "no CUDA GPU: torch.cuda.is_available() is False; engines can be built here but not executed"
-        return Probe(info, None, can_build=True, can_run=False, reason=reason)
+        return Probe(info, None, can_build=True, can_run=False, reason=NO_GPU)
     if info.flavour == "tensorrt-rtx" and not rtx_supports(gpu.compute_capability):
         listed = " ".join(f"{a}.{b}" for a, b in RTX_SUPPORTED_CC)
         reason = (
