@@ -58,6 +58,8 @@ class OnnxRuntimeBackend(OnnxBackend):
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         # ONNX Runtime logs each failure to stderr and raises it too: only the raised one is reported (one line).
+        # The default logger is ONNX Runtime's process-wide state (it has no getter to restore it from): the
+        # session's own level below is what keeps a run quiet; the default covers loading the model.
         ort.set_default_logger_severity(_ORT_FATAL)
         options.log_severity_level = _ORT_FATAL
         try:
