@@ -228,6 +228,26 @@ def test_the_import_check_sees_torch() -> None:
     assert "torch" in modules and who_imported("torch", log)[-1] == "trtdiff.pairing.evaluate"
 
 
+def _relu_onnx(path: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+def test_comparing_an_onnx_file_imports_no_torch(tmp_path: Path) -> None:
+    """Two ONNX backends on an ONNX file: the report's torch version comes from the installed metadata."""
+    if _has_gpu_device_nodes():
+        pytest.skip("an NVIDIA device is present: torch is imported to name it")
+    _relu_onnx(tmp_path / "m.onnx")
+    code = "import trtdiff; assert trtdiff.compare('m.onnx', backends=['onnxruntime', 'onnx-reference']).passed"
+    _no_torch("-c", code, cwd=tmp_path)
+
+
 def _has_gpu_device_nodes() -> bool:
     return any(Path("/dev").glob("nvidia[0-9]*")) or Path("/dev/dxg").exists()
 
@@ -236,19 +256,13 @@ def test_building_an_onnx_file_imports_no_torch(tmp_path: Path) -> None:
     """`trtdiff build model.onnx` on a machine without an NVIDIA device: TensorRT, never torch."""
     import importlib.util
 
-    import onnx
-    from onnx import TensorProto, helper
-
     from trtdiff.backends.tensorrt.importing import MODULE_CANDIDATES
 
     if not any(importlib.util.find_spec(name) for name in MODULE_CANDIDATES):
         pytest.skip("no TensorRT module installed")
     if _has_gpu_device_nodes():
         pytest.skip("an NVIDIA device is present: torch is imported to describe it")
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g", [x], [y])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "m.onnx"))
+    _relu_onnx(tmp_path / "m.onnx")
     modules, log = imported_modules("-m", "trtdiff", "build", "m.onnx", cwd=tmp_path)
     assert any(m.split(".")[0] in MODULE_CANDIDATES for m in modules)  # it did build, with TensorRT
     assert "torch" not in modules, f"torch imported through {' <- '.join(who_imported('torch', log))}"

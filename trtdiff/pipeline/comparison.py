@@ -224,9 +224,10 @@ def _recorded_inputs(options: CompareOptions) -> dict[str, Any] | None:
 
 def _recorder(options: CompareOptions, store: TensorStore) -> Capture:
     """Run PyTorch once on the inputs, recording every op's output into `store`."""
-    from trtdiff.backends.pytorch.capture import capture
 
     def record(module: torch.nn.Module, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
+        from trtdiff.backends.pytorch.capture import capture  # torch: only with a PyTorch model
+
         runtime = options.runtime
         return capture(module, feeds, device=runtime.torch_device, tf32=runtime.tf32, store=store)
 

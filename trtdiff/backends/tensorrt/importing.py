@@ -144,7 +144,7 @@ def gpu_info(index: int = 0) -> GpuInfo | None:
     Where torch is not imported yet and the machine has no NVIDIA device node at all, the
     answer is None without importing torch (a second of `trtdiff build` on a CPU machine).
     """
-    if "torch" not in sys.modules and not _has_gpu_device_nodes():
+    if "torch" not in sys.modules and not has_gpu_device_nodes():
         return None
     import torch
 
@@ -154,7 +154,7 @@ def gpu_info(index: int = 0) -> GpuInfo | None:
     return GpuInfo(index=index, name=torch.cuda.get_device_name(index), compute_capability=(int(major), int(minor)))
 
 
-def _has_gpu_device_nodes() -> bool:
+def has_gpu_device_nodes() -> bool:
     """Whether the machine shows an NVIDIA device node (/dev/nvidia0...) or WSL's GPU node (/dev/dxg)."""
     return any(Path("/dev").glob("nvidia[0-9]*")) or Path("/dev/dxg").exists()
 
