@@ -215,3 +215,11 @@ def test_opened_backends_close_together_and_when_a_later_one_fails(
     with pytest.raises(OptionError):  # ONNX Runtime refuses after the recording was opened
         open_backends(graph, FEEDS, bad, ["onnxruntime", "tensorrt"])
     assert [type(b) for b in opened_backends] == [RecordedBackend] and opened_backends[0].closed
+
+
+@no_gpu
+def test_tensorrt_opened_by_name_where_it_cannot_run_says_why(graph: GraphInfo) -> None:
+    from trtdiff.backends.tensorrt import NO_EXECUTION
+
+    with pytest.raises(BackendError, match=NO_EXECUTION):
+        open_backend("tensorrt", graph, feeds=FEEDS)
