@@ -151,7 +151,7 @@ def open_recording(name: str, path: str | Path, graph: GraphInfo) -> OnnxBackend
     return RecordedBackend(name, path, graph)
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpenedBackends:
     """The ONNX backends ready to run, what TensorRT did (if asked for), and notes for the report.
 
