@@ -46,3 +46,25 @@ def export_example(
         return cache[key]
 
     return export
+
+
+@pytest.fixture
+def opened_backends(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every backend constructed during the test (the real classes, each wrapped to note its instances).
+
+    A test asserts `all(b.closed for b in opened_backends)`: whatever opened them closed them.
+    """
+    from trtdiff.backends.onnx_reference import OnnxReferenceBackend
+    from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+    from trtdiff.backends.recorded import RecordedBackend
+
+    opened: list = []
+    for cls in (OnnxRuntimeBackend, OnnxReferenceBackend, RecordedBackend):
+        original = cls.__init__
+
+        def noting(self: object, *args: object, wrapped: Callable[..., None] = original, **kwargs: object) -> None:
+            wrapped(self, *args, **kwargs)
+            opened.append(self)
+
+        monkeypatch.setattr(cls, "__init__", noting)
+    return opened

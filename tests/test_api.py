@@ -228,3 +228,25 @@ def test_an_interrupt_at_any_step_leaves_no_temporary_files(
         trtdiff.compare(resnet_model, input_shapes=[SHAPE], opset=10, memory_bytes=1024, progress=interrupt)
     assert seen[-1].startswith(step)
     assert not list(tmp_path.glob("trtdiff-*"))  # torch may leave its own caches there
+
+
+def test_the_facade_names_every_library_call(tmp_path: Path) -> None:
+    from trtdiff import api
+    from trtdiff.hypotheses.inspect import inspect_model
+    from trtdiff.hypotheses.sweep import sweep
+    from trtdiff.pipeline.build import build
+    from trtdiff.pipeline.record import run
+
+    assert (trtdiff.compare, trtdiff.build, trtdiff.run) == (api.compare, build, run)
+    assert (trtdiff.inspect_model, trtdiff.sweep) == (inspect_model, sweep)
+    with pytest.raises(AttributeError, match="no attribute 'comapre'"):
+        trtdiff.comapre  # noqa: B018
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g", [x], [y])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    inspection = trtdiff.inspect_model(path)
+    assert inspection.opset == 13 and inspection.exporter == "given"
+    recording = trtdiff.run(path, backend="onnxruntime", save=tmp_path / "ort.npz")
+    assert recording.backend == "onnxruntime" and recording.tensors == 1

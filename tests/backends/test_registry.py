@@ -1,4 +1,4 @@
-"""trtdiff.backends.registry: which backends run (choose_backends) and opening them on a graph (open_backends)."""
+"""trtdiff.backends.registry: the backends by name, which run (choose_backends), and opening and closing them."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
+from trtdiff.backends.base import OnnxBackend
 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
 from trtdiff.backends.recorded import RecordedBackend, record
-from trtdiff.backends.registry import choose_backends, open_backends
+from trtdiff.backends.registry import BACKENDS, backend_class, choose_backends, open_backend, open_backends
 from trtdiff.errors import BackendError, OptionError
-from trtdiff.options import BackendOptions
+from trtdiff.options import KNOWN_BACKENDS, ONNX_BACKENDS, BackendOptions
 from trtdiff.source.onnx_graph import GraphInfo, load_graph
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks how TensorRT is skipped where no GPU is visible")
@@ -150,3 +151,75 @@ def test_required_tensorrt_that_cannot_run_names_require(graph: GraphInfo) -> No
     with pytest.raises(BackendError) as caught:
         open_backends(graph, FEEDS, BackendOptions(require=("tensorrt",)), ["tensorrt"])
     assert (caught.value.parameter, caught.value.value) == ("require", "tensorrt")
+
+
+def test_the_registry_names_exactly_the_declared_backends() -> None:
+    assert tuple(BACKENDS) == KNOWN_BACKENDS
+    assert tuple(name for name, spec in BACKENDS.items() if spec.kind == "onnx") == ONNX_BACKENDS
+    for name in ONNX_BACKENDS:
+        cls = backend_class(name)  # imports the class's module now, by its path
+        assert issubclass(cls, OnnxBackend) and cls.name == name
+    assert [n for n, spec in BACKENDS.items() if spec.needs_gpu] == ["tensorrt"]
+    assert BACKENDS["tensorrt"].extra == "tensorrt-rtx" and BACKENDS["onnxruntime"].extra is None
+
+
+def test_an_unknown_backend_is_refused_in_one_line_naming_the_choices(graph: GraphInfo) -> None:
+    with pytest.raises(OptionError) as caught:
+        open_backend("onnxrt", graph)
+    message = str(caught.value)
+    assert "\n" not in message and (caught.value.parameter, caught.value.value) == ("backends", "onnxrt")
+    assert f"choose from {', '.join(KNOWN_BACKENDS)}" in message
+    with pytest.raises(OptionError, match="runs no ONNX file"):
+        open_backend("torch", graph)
+
+
+def test_a_backend_closes_once_and_refuses_to_run_after(graph: GraphInfo) -> None:
+    with open_backend("onnxruntime", graph) as backend:
+        assert not backend.closed
+        np.testing.assert_array_equal(next(backend.run(FEEDS, ["r"]))["r"], np.maximum(FEEDS["x"], 0))
+    assert backend.closed and backend._session is None  # the ONNX Runtime session is gone
+    backend.close()  # idempotent
+    with pytest.raises(BackendError, match="was closed"):
+        next(backend.run(FEEDS, ["r"]))
+
+
+def test_each_backend_closes_what_it_holds(graph: GraphInfo, tmp_path: Path) -> None:
+    reference = open_backend("onnx-reference", graph)
+    reference.close()
+    assert reference._evaluator is None
+    with open_backend("onnxruntime", graph) as live:
+        record(live, graph, FEEDS, tmp_path / "ort.npz")
+    (replay,) = open_backends(
+        graph, FEEDS, BackendOptions(recordings={"onnxruntime": str(tmp_path / "ort.npz")}), ["onnxruntime"]
+    ).backends
+    assert replay._archive.zip is not None
+    replay.close()
+    assert replay._archive.zip is None and replay.closed  # the .npz file is closed
+    with pytest.raises(BackendError, match="was closed"):
+        next(replay.run(FEEDS, ["y"]))
+
+
+def test_opened_backends_close_together_and_when_a_later_one_fails(
+    graph: GraphInfo, tmp_path: Path, opened_backends: list
+) -> None:
+    with OnnxRuntimeBackend(graph) as live:
+        record(_Named("tensorrt", live), graph, FEEDS, tmp_path / "trt.npz")
+    recordings = {"tensorrt": str(tmp_path / "trt.npz")}
+    del opened_backends[:]
+    with open_backends(graph, FEEDS, BackendOptions(recordings=recordings), ["onnxruntime", "tensorrt"]) as opened:
+        assert [b.name for b in opened.backends] == ["tensorrt", "onnxruntime"]
+        assert not any(b.closed for b in opened.backends)
+    assert all(b.closed for b in opened.backends)
+    del opened_backends[:]
+    bad = BackendOptions(recordings=recordings, ort_provider="NoSuchExecutionProvider")
+    with pytest.raises(OptionError):  # ONNX Runtime refuses after the recording was opened
+        open_backends(graph, FEEDS, bad, ["onnxruntime", "tensorrt"])
+    assert [type(b) for b in opened_backends] == [RecordedBackend] and opened_backends[0].closed
+
+
+@no_gpu
+def test_tensorrt_opened_by_name_where_it_cannot_run_says_why(graph: GraphInfo) -> None:
+    from trtdiff.backends.tensorrt import NO_EXECUTION
+
+    with pytest.raises(BackendError, match=NO_EXECUTION):
+        open_backend("tensorrt", graph, feeds=FEEDS)

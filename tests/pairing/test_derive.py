@@ -161,11 +161,11 @@ def test_derived_values_equal_onnx_runtime_on_every_sample(vit: tuple[nn.Module,
         "Gather",
     } <= kinds and "Softmax" not in kinds
     second = make_inputs(["x"], shapes=[ARCHITECTURES["vit"].shape], seed=7)
-    later = capture(model, second)  # a new capture knows nothing of the pairing: the values are computed on demand
+    later = capture(model, second)  # a new capture knows nothing of the pairing: the pairing computes them on demand
     assert not any(key in later.store for key in derived.values())
     expected = _ort(path, second, list(derived))
     for tensor, key in derived.items():
-        np.testing.assert_allclose(later.value(key), expected[tensor], rtol=1e-4, atol=1e-5, err_msg=tensor)
+        np.testing.assert_allclose(result.value(later, key), expected[tensor], rtol=1e-4, atol=1e-5, err_msg=tensor)
 
 
 def test_a_derived_key_without_its_pairing_is_refused(vit: tuple[nn.Module, Path]) -> None:
@@ -175,6 +175,29 @@ def test_a_derived_key_without_its_pairing_is_refused(vit: tuple[nn.Module, Path
     fresh: TorchCapture = capture(model, feeds)
     with pytest.raises(KeyError, match="no derivation"):
         fresh.value(f"{DERIVED_PREFIX}no-such:{key}")
+
+
+def test_derivations_travel_with_their_pairing_not_with_the_process(vit: tuple[nn.Module, Path]) -> None:
+    """Two pairings of one capture keep their own keys; a later sample's values come through each pairing."""
+    model, path = vit
+    graph, names = load_graph(path), {n for n, _ in model.named_modules()}
+    shape = ARCHITECTURES["vit"].shape
+    first = capture(model, make_inputs(["x"], shapes=[shape], seed=0))
+    one, two = pair(graph, first, names), pair(graph, first, names)
+    assert _derived(one).keys() == _derived(two).keys() and not set(_derived(one).values()) & set(
+        _derived(two).values()
+    )
+    later = capture(model, make_inputs(["x"], shapes=[shape], seed=3))
+    from trtdiff.analysis.engine import CapturedValues  # what attribution reads for a later sample
+
+    tensors = sorted(_derived(one))[:8]
+    through_one = CapturedValues(later, one, tuple(graph.graph_outputs)).values(tensors)
+    through_two = CapturedValues(later, two, tuple(graph.graph_outputs)).values(tensors)
+    assert set(through_one) == set(tensors)
+    for tensor in tensors:
+        np.testing.assert_array_equal(through_one[tensor], through_two[tensor])
+    with pytest.raises(KeyError, match="no derivation"):  # the capture alone computes nothing
+        later.value(_derived(one)[tensors[0]].replace(one.derivation.prefix, f"{DERIVED_PREFIX}gone:"))
 
 
 def test_an_edited_node_inside_gelu_leaves_its_region_unpaired(vit: tuple[nn.Module, Path], tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+from trtdiff.backends.pytorch.align import certain_pairs, monotonic, segments
 from trtdiff.backends.pytorch.capture import capture
-from trtdiff.pairing.align import certain_pairs, monotonic, segments
 from trtdiff.pairing.pairs import pair
 from trtdiff.source.export import export_onnx
 from trtdiff.source.loading import from_module

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trtdiff.analysis.culprits import close_backend
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.segmentation import SegmentationTally, segmentation_output
 from trtdiff.analysis.shadow import inject
@@ -268,7 +267,7 @@ class _Injection:
             )
         finally:
             if self.runner is not None:
-                close_backend(self.runner)
+                self.runner.close()
 
     def add(self, sample: Sample, feeds: Mapping[str, np.ndarray], values: Mapping[str, np.ndarray]) -> None:
         """Run the injected graph on one sample and compare its outputs with the reference's."""

@@ -93,10 +93,8 @@ def local_errors(
                 runner = open_like(pair.candidate, shadow_graph, feeds)
                 if runner is None:
                     continue
-                try:
+                with runner:
                     runs.append(_run_local(pair, runner, shadow, feeds, reference, thresholds, chunk_bytes))
-                finally:
-                    close_backend(runner)
             except Exception as error:
                 if pair.candidate != "tensorrt" or notes is None:
                     raise
@@ -105,13 +103,6 @@ def local_errors(
                     f"({describe_error(error)}); the comparison above stands"
                 )
     return runs
-
-
-def close_backend(runner: OnnxBackend) -> None:
-    """Release what a backend holds now (engines, sessions) where it can say so (`close()`)."""
-    close = getattr(runner, "close", None)
-    if callable(close):
-        close()
 
 
 def _as_onnx(graph: GraphInfo, tensor: str, value: np.ndarray) -> np.ndarray:
@@ -250,9 +241,10 @@ def _verdict(
 
 def _evaluate(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], path: Path) -> np.ndarray:
     """The ONNX spec's output of a one-output model (the onnx-reference backend, opset-10 Resize included)."""
-    from trtdiff.backends.onnx_reference import OnnxReferenceBackend
+    from trtdiff.backends.registry import open_backend
 
-    backend = OnnxReferenceBackend(graph_from_model(model, path))
-    (output,) = backend.graph.graph_outputs
-    values = fetch(backend, {name: feeds[name] for name in backend.graph.graph_inputs}, [output])
+    graph = graph_from_model(model, path)
+    (output,) = graph.graph_outputs
+    with open_backend("onnx-reference", graph) as backend:
+        values = fetch(backend, {name: feeds[name] for name in graph.graph_inputs}, [output])
     return np.asarray(values[output])

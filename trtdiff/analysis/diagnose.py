@@ -169,17 +169,22 @@ def _pick(values: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, n
 
 
 def _exact_values(inputs: Inputs) -> ValuesOf:
-    """Shape arithmetic and other non-float tensors, as ONNX Runtime computes them on the original graph."""
+    """Shape arithmetic and other non-float tensors, as ONNX Runtime computes them on the original graph.
+
+    The comparison's own ONNX Runtime where it ran live, else one opened (with the comparison's
+    provider) for this call and closed after it.
+    """
 
     def exact(names: Sequence[str]) -> dict[str, np.ndarray]:
         if not names:
             return {}
         runner = next((b for b in inputs.backends if b.name == "onnxruntime" and _is_live(b)), None)
-        if runner is None:
-            from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+        if runner is not None:
+            return fetch(runner, inputs.feeds, list(names))
+        from trtdiff.backends.registry import open_backend
 
-            runner = OnnxRuntimeBackend(inputs.graph)
-        return fetch(runner, inputs.feeds, list(names))
+        with open_backend("onnxruntime", inputs.graph, inputs.runtime) as opened:
+            return fetch(opened, inputs.feeds, list(names))
 
     return exact
 
@@ -190,37 +195,32 @@ def _opener(inputs: Inputs) -> OpenLike:
     runtime = inputs.runtime
 
     def open_like(name: str, graph: GraphInfo, feeds: Mapping[str, np.ndarray]) -> OnnxBackend | None:
+        from trtdiff.backends.registry import open_backend
+
         if name not in live:
             return None
-        if name == "onnxruntime":
-            from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
-
-            return OnnxRuntimeBackend(graph, provider=runtime.ort_provider)
-        if name == "onnx-reference":
-            from trtdiff.backends.onnx_reference import OnnxReferenceBackend
-
-            return OnnxReferenceBackend(graph)
         if name == "tensorrt":
             return _tensorrt_like(graph, feeds, runtime)
-        return None
+        return open_backend(name, graph, runtime, feeds=feeds)
 
     return open_like
 
 
 def _tensorrt_like(graph: GraphInfo, feeds: Mapping[str, np.ndarray], runtime: BackendOptions) -> OnnxBackend:
-    """TensorRT on a rewritten model, with the settings, capture and mark budget of the comparison."""
+    """TensorRT on a rewritten model, with the settings, capture and mark budget of the comparison (one engine)."""
     import tempfile
     from pathlib import Path
 
-    from trtdiff.backends.tensorrt import TensorRTBackend
+    from trtdiff.backends.registry import open_backend
     from trtdiff.backends.tensorrt.onnx_files import save_for_parser
     from trtdiff.source.onnx_graph import graph_from_model
 
-    cache = Path(runtime.engine_cache) if runtime.engine_cache else None
     model, settings = tensorrt_model(graph, feeds, runtime)
+    inputs = {name: feeds[name] for name in graph.graph_inputs if name in feeds}
+    options = dataclasses.replace(runtime, tensorrt=settings)
     with tempfile.TemporaryDirectory(prefix="trtdiff-") as folder:  # TensorRT's parser reads a file
         path = save_for_parser(model, Path(folder) / graph.path.name)
-        return TensorRTBackend(graph_from_model(model, path), settings, cache_dir=cache, plain_engine=False)
+        return open_backend("tensorrt", graph_from_model(model, path), options, feeds=inputs, plain_engine=False)
 
 
 def tensorrt_model(

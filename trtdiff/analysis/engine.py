@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import torch
 
     from trtdiff.backends.base import OnnxBackend
-    from trtdiff.backends.pytorch.capture import TorchCapture
+    from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.pairing.pairs import Pairing
     from trtdiff.report import BackendPair, PairMetrics, Thresholds
     from trtdiff.source.samples import Sample
@@ -77,7 +77,9 @@ class CapturedValues:
         return keys
 
     def values(self, names: Sequence[str]) -> dict[str, np.ndarray]:
-        return {tensor: self.capture.value(self.keys[tensor]) for tensor in names if tensor in self.keys}
+        """Recorded values, and derived ones computed for this capture by the pairing that derived them."""
+        value = self.pairing.value
+        return {tensor: value(self.capture, self.keys[tensor]) for tensor in names if tensor in self.keys}
 
 
 class ForwardValues:

@@ -14,7 +14,7 @@ from trtdiff.report import Layer, PairingSummary, SampleResult
 if TYPE_CHECKING:
     from trtdiff.analysis.engine import Compared
     from trtdiff.backends.base import OnnxBackend
-    from trtdiff.backends.pytorch.capture import TorchCapture
+    from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.pairing.pairs import Pairing
     from trtdiff.report import BackendPair, PairingMethod, PairMetrics, SegmentationSummary, ThresholdCheck
     from trtdiff.source.onnx_graph import GraphInfo
@@ -40,8 +40,8 @@ def build_layers(
             module = torch_pair.module_path
         tensor_type = graph.tensor_type(tensor)
         shape = tuple(int(d) if d is not None else -1 for d in (tensor_type.shape or ()))
-        if torch_pair is not None and capture is not None:
-            shape = tuple(capture.value(torch_pair.key).shape)
+        if torch_pair is not None and capture is not None and pairing is not None:
+            shape = tuple(pairing.value(capture, torch_pair.key).shape)
         layers.append(
             Layer(
                 tensor=tensor,
@@ -142,20 +142,32 @@ def tensor_kinds(graph: GraphInfo) -> dict[str, str]:
 
 
 def environment(backends: Sequence[OnnxBackend], torch_device: str | None) -> dict[str, str]:
-    """Versions and devices of what ran, for the report."""
+    """Versions and devices of what ran, for the report.
+
+    Torch is asked only where it ran, or where a GPU may be there to name; an ONNX-only
+    comparison on a machine without one reads torch's version from its installed metadata.
+    """
+    import importlib.metadata
+    import sys
+
     import onnx
-    import torch
+
+    from trtdiff.backends.tensorrt.importing import has_gpu_device_nodes
+
+    asks_torch = "torch" in sys.modules or has_gpu_device_nodes()
+    if asks_torch:
+        import torch
 
     env = {
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
         "cpu": platform.processor() or platform.machine(),
-        "torch": torch.__version__,
+        "torch": torch.__version__ if asks_torch else importlib.metadata.version("torch"),
         "onnx": onnx.__version__,
     }
     if torch_device is not None:
         env["torch_device"] = torch_device
-    if torch.cuda.is_available():
+    if asks_torch and torch.cuda.is_available():
         device = torch_device if torch_device and torch_device.startswith("cuda") else "cuda"
         env["gpu"] = torch.cuda.get_device_name(torch.device(device))
     for backend in backends:

@@ -3,36 +3,84 @@
 A backend never returns every intermediate at once unless they fit in `max_bytes`: the
 comparison consumes one chunk, keeps only what it still needs, and asks for the next. That
 is what lets trtdiff compare a model whose intermediates do not fit in memory twice over.
+
+Every backend has one lifecycle (Polygraphy's runner: activate, infer, deactivate): it is
+open once constructed (registry.open_backend is the one place that constructs them), runs
+any number of times, and is closed once: `close()` releases what it holds (sessions,
+engines, files) and is idempotent, and the backend is a context manager, so `with` or an
+ExitStack closes it on every path, errors included. A closed backend refuses to run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trtdiff.errors import BackendError
+
 if TYPE_CHECKING:
+    from typing import Self
+
     import onnx
 
+    from trtdiff.options import BackendOptions
+    from trtdiff.report import PairMetrics, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
 
 DEFAULT_CHUNK_BYTES = 1 << 30
 
+# Compares a reference array with a candidate under thresholds (analysis.metrics.compare_tensors):
+# handed in by the stage that owns metrics, so that a backend comparing its own outputs imports none.
+OutputComparison = Callable[[np.ndarray, np.ndarray, "Thresholds"], "PairMetrics"]
 
-class OnnxBackend(Protocol):
-    """A runtime that executes an ONNX file and can return its intermediate tensors by ONNX name."""
+
+@dataclass(frozen=True)
+class OpenRequest:
+    """What opening a backend may read besides its graph.
+
+    `feeds`: the inputs it will run on (TensorRT builds for their shapes). `engine_path`: where
+    TensorRT writes the engines it built. `compare_outputs`: how TensorRT compares its plain
+    engine's outputs with the marked one's (no comparison: that check is not run).
+    `plain_engine` False: no plain engine beside the marked one (a rewritten model).
+    """
+
+    options: BackendOptions
+    feeds: Mapping[str, np.ndarray] | None = None
+    engine_path: Path | None = None
+    compare_outputs: OutputComparison | None = None
+    plain_engine: bool = True
+
+
+class OnnxBackend(ABC):
+    """A runtime that executes an ONNX file and can return its intermediate tensors by ONNX name.
+
+    Subclasses implement `describe`, `available`, `run` and, where they hold anything,
+    `_release`; `close` and the context manager are here.
+    """
 
     name: str
+    _closed: bool = False
 
+    @classmethod
+    def open(cls, graph: GraphInfo, request: OpenRequest) -> Self:
+        """A backend of this class on `graph`, configured from `request` (registry.open_backend calls it)."""
+        raise NotImplementedError(f"{cls.__name__} is not opened by name")
+
+    @abstractmethod
     def describe(self) -> str:
         """One line naming the runtime, its version and the device it runs on."""
-        ...
 
+    @abstractmethod
     def available(self) -> set[str]:
         """ONNX tensor names this backend can return (every node output it could expose)."""
-        ...
 
+    @abstractmethod
     def run(
         self,
         feeds: Mapping[str, np.ndarray],
@@ -45,7 +93,34 @@ class OnnxBackend(Protocol):
 
         `sizes` holds expected byte sizes where known (unknown tensors count as one byte).
         """
-        ...
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called: the backend holds nothing and cannot run."""
+        return self._closed
+
+    def close(self) -> None:
+        """Release what the backend holds (idempotent: a second call does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._release()
+
+    def _release(self) -> None:  # noqa: B027 -- a hook: a backend that holds nothing frees nothing
+        """Free sessions, engines, files; called once, by `close()`. Nothing to free by default."""
+
+    def _check_open(self) -> None:
+        """Raise BackendError when the backend was closed (a run after `close()` is a bug in the caller)."""
+        if self._closed:
+            raise BackendError(f"the {self.name} backend was closed; open it again (trtdiff.backends.registry)")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 def chunk_names(wanted: Sequence[str], sizes: Mapping[str, int] | None, max_bytes: int) -> list[list[str]]:

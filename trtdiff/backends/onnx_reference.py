@@ -16,17 +16,23 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names, expose_node_outputs
+from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, OpenRequest, chunk_names, expose_node_outputs
 from trtdiff.errors import BackendError, first_line
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from trtdiff.source.onnx_graph import GraphInfo
 
 
-class OnnxReferenceBackend:
+class OnnxReferenceBackend(OnnxBackend):
     """Runs the exact ONNX file the report names through `onnx.reference.ReferenceEvaluator`."""
 
     name = "onnx-reference"
+
+    @classmethod
+    def open(cls, graph: GraphInfo, request: OpenRequest) -> Self:
+        return cls(graph)
 
     def __init__(self, graph: GraphInfo) -> None:
         from onnx.reference import ReferenceEvaluator
@@ -35,7 +41,9 @@ class OnnxReferenceBackend:
         model, exposed = expose_node_outputs(graph)
         self._exposed_set = frozenset(exposed)
         try:
-            self._evaluator = ReferenceEvaluator(model, new_ops=_pre_11_resize() if graph.opset < 11 else None)
+            self._evaluator: ReferenceEvaluator | None = ReferenceEvaluator(
+                model, new_ops=_pre_11_resize() if graph.opset < 11 else None
+            )
         except Exception as error:  # NotImplementedError for unknown ops, others for bad models
             raise BackendError(
                 f"{graph.path}: the ONNX reference evaluator cannot load the model: {_reference_message(error, graph)}"
@@ -47,6 +55,9 @@ class OnnxReferenceBackend:
     def available(self) -> set[str]:
         return set(self._exposed_set)
 
+    def _release(self) -> None:
+        self._evaluator = None
+
     def run(
         self,
         feeds: Mapping[str, np.ndarray],
@@ -55,6 +66,7 @@ class OnnxReferenceBackend:
         sizes: Mapping[str, int] | None = None,
         max_bytes: int = DEFAULT_CHUNK_BYTES,
     ) -> Iterator[dict[str, np.ndarray]]:
+        self._check_open()
         names = list(dict.fromkeys(t for t in wanted if t in self._exposed_set))
         if not names:
             return
@@ -64,8 +76,11 @@ class OnnxReferenceBackend:
 
     def _evaluate(self, feeds: Mapping[str, np.ndarray], names: list[str]) -> dict[str, Any]:
         """Run the whole model once and keep the `names` tensors (BackendError naming the node on failure)."""
+        evaluator = self._evaluator
+        if evaluator is None:
+            raise BackendError(f"the {self.name} backend was closed while it ran")
         try:
-            outputs = self._evaluator.run(names, dict(feeds))
+            outputs = evaluator.run(names, dict(feeds))
         except Exception as error:  # each op raises what numpy raises
             raise BackendError(
                 f"{self.graph.path}: the ONNX reference evaluator failed to run the model: "

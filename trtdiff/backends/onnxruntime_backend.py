@@ -16,11 +16,13 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names, expose_node_outputs
+from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, OpenRequest, chunk_names, expose_node_outputs
 from trtdiff.errors import BackendError, OptionError, first_line
 from trtdiff.options import DEFAULT_PROVIDER
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from trtdiff.source.onnx_graph import GraphInfo
 
 
@@ -29,10 +31,15 @@ _ORT_FATAL = 4  # ONNX Runtime's log severity: 0 verbose, 1 info, 2 warning, 3 e
 PROTOBUF_LIMIT = (1 << 31) - (64 << 20)
 
 
-class OnnxRuntimeBackend:
-    """Runs the exact ONNX file the report names and returns its intermediates by name."""
+class OnnxRuntimeBackend(OnnxBackend):
+    """Runs the exact ONNX file the report names and returns its intermediates by name; `close()` ends the session."""
 
     name = "onnxruntime"
+    _folder: tempfile.TemporaryDirectory[str] | None = None
+
+    @classmethod
+    def open(cls, graph: GraphInfo, request: OpenRequest) -> Self:
+        return cls(graph, provider=request.options.ort_provider)
 
     def __init__(self, graph: GraphInfo, provider: str = DEFAULT_PROVIDER) -> None:
         import onnxruntime as ort
@@ -51,15 +58,26 @@ class OnnxRuntimeBackend:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         # ONNX Runtime logs each failure to stderr and raises it too: only the raised one is reported (one line).
+        # The default logger is ONNX Runtime's process-wide state (it has no getter to restore it from): the
+        # session's own level below is what keeps a run quiet; the default covers loading the model.
         ort.set_default_logger_severity(_ORT_FATAL)
         options.log_severity_level = _ORT_FATAL
         try:
-            self._session = ort.InferenceSession(self._session_source(model), options, providers=[provider])
+            self._session: ort.InferenceSession | None = ort.InferenceSession(
+                self._session_source(model), options, providers=[provider]
+            )
         except Exception as error:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
+            self._release()  # the weights written beside a large model
             raise BackendError(
                 f"{graph.path}: ONNX Runtime cannot load the model: {_ort_message(error, graph)}"
             ) from error
         self._version = ort.__version__
+
+    def _release(self) -> None:
+        self._session = None
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder = None
 
     def _session_source(self, model: onnx.ModelProto) -> bytes | str:
         """The model as bytes, or, past protobuf's 2 GB, as a file with its weights beside it."""
@@ -86,10 +104,14 @@ class OnnxRuntimeBackend:
         sizes: Mapping[str, int] | None = None,
         max_bytes: int = DEFAULT_CHUNK_BYTES,
     ) -> Iterator[dict[str, np.ndarray]]:
+        self._check_open()
         names = [t for t in wanted if t in self._exposed_set]
         for group in chunk_names(names, sizes, max_bytes):
+            session = self._session
+            if session is None:
+                raise BackendError(f"the {self.name} backend was closed while it ran")
             try:
-                values = self._session.run([self._output_of[t] for t in group], _ort_feeds(feeds))
+                values = session.run([self._output_of[t] for t in group], _ort_feeds(feeds))
             except Exception as error:
                 raise BackendError(
                     f"{self.graph.path}: ONNX Runtime failed to run the model: {_ort_message(error, self.graph)}"

@@ -13,15 +13,14 @@ import json
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names
+from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, chunk_names
 from trtdiff.errors import InputError, param
 
 if TYPE_CHECKING:
-    from trtdiff.backends.base import OnnxBackend
     from trtdiff.source.onnx_graph import GraphInfo
 
 INPUT_PREFIX = "__input__/"
@@ -71,8 +70,8 @@ def _write(archive: zipfile.ZipFile, key: str, value: np.ndarray) -> None:
         np.lib.format.write_array(handle, np.asarray(value), allow_pickle=False)
 
 
-class RecordedBackend:
-    """An `OnnxBackend` that replays a recording instead of running anything."""
+class RecordedBackend(OnnxBackend):
+    """An `OnnxBackend` that replays a recording instead of running anything; `close()` closes the file."""
 
     def __init__(self, name: str, path: str | Path, graph: GraphInfo) -> None:
         self.path = Path(path)
@@ -83,13 +82,25 @@ class RecordedBackend:
             )
         try:
             self._archive = np.load(self.path, allow_pickle=False)
-            meta = json.loads(str(self._archive[META]))
-        except Exception as error:  # not a zip, not npz, no metadata
-            raise InputError(
-                f"not a trtdiff recording ({type(error).__name__}); record one with `trtdiff run`",
-                parameter=_PARAM,
-                value=given,
-            ) from error
+        except Exception as error:  # not a zip, not npz
+            raise _not_a_recording(error, given) from error
+        try:
+            meta = self._meta(name, given, graph)
+        except BaseException:
+            self._archive.close()  # a refused file is not left open
+            raise
+        self.name = name
+        self._describe = f"{meta.get('describe', name)} (recorded in {self.path.name})"
+        keys = set(self._archive.files)
+        self._tensors = {k for k in keys if not k.startswith(INPUT_PREFIX) and k != META}
+        self.inputs = {k[len(INPUT_PREFIX) :]: self._archive[k] for k in keys if k.startswith(INPUT_PREFIX)}
+
+    def _meta(self, name: str, given: str, graph: GraphInfo) -> dict[str, Any]:
+        """The recording's metadata, checked: it records backend `name`, on the ONNX file `graph`."""
+        try:
+            meta: dict[str, Any] = json.loads(str(self._archive[META]))
+        except Exception as error:  # no metadata
+            raise _not_a_recording(error, given) from error
         recorded = meta.get("backend")
         if recorded != name:
             raise InputError(
@@ -104,11 +115,10 @@ class RecordedBackend:
                 parameter=_PARAM,
                 value=given,
             )
-        self.name = name
-        self._describe = f"{meta.get('describe', name)} (recorded in {self.path.name})"
-        keys = set(self._archive.files)
-        self._tensors = {k for k in keys if not k.startswith(INPUT_PREFIX) and k != META}
-        self.inputs = {k[len(INPUT_PREFIX) :]: self._archive[k] for k in keys if k.startswith(INPUT_PREFIX)}
+        return meta
+
+    def _release(self) -> None:
+        self._archive.close()
 
     def describe(self) -> str:
         return self._describe
@@ -132,9 +142,18 @@ class RecordedBackend:
                     parameter=_PARAM,
                     value=f"{self.name}={self.path}",
                 )
+        self._check_open()
         names = [t for t in wanted if t in self._tensors]
         for group in chunk_names(names, sizes, max_bytes):
             yield {name: self._archive[name] for name in group}
+
+
+def _not_a_recording(error: BaseException, given: str) -> InputError:
+    return InputError(
+        f"not a trtdiff recording ({type(error).__name__}); record one with `trtdiff run`",
+        parameter=_PARAM,
+        value=given,
+    )
 
 
 def recorded_inputs(load: Mapping[str, str | Path]) -> dict[str, np.ndarray]:

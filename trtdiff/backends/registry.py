@@ -1,36 +1,179 @@
-"""The one place ONNX backends are chosen and opened: recordings, ONNX Runtime, TensorRT.
+"""The one place backends are named, chosen and opened: recordings, ONNX Runtime, the ONNX spec, TensorRT.
 
-`choose_backends` turns the requested names into the ones that will run (PyTorch only with
-a PyTorch model); `open_backends` opens them on the ONNX graph, in a fixed order
-(recordings, then ONNX Runtime, then TensorRT), and says why TensorRT was skipped.
+`BACKENDS` maps each name of `trtdiff.options.KNOWN_BACKENDS` to a `BackendSpec`: the class
+that runs it (imported only when one is opened), whether it needs a GPU, the pip extra that
+installs it, and what it is. `open_backend` opens one on an ONNX graph with the comparison's
+options; `open_backends` opens those a comparison chose, in a fixed order (recordings, then
+ONNX Runtime, the spec evaluator, TensorRT), and says why TensorRT was skipped. Both hand back
+context managers: every backend opened is closed when the `with` block ends, errors included,
+and when opening a later one fails, the ones opened before it are closed.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import importlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import MappingProxyType, TracebackType
+from typing import TYPE_CHECKING, Literal
 
-from trtdiff.errors import OptionError, param
+from trtdiff.backends.base import OnnxBackend, OpenRequest
+from trtdiff.errors import BackendError, OptionError, param
 from trtdiff.options import DEFAULT_BACKENDS, BackendOptions
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from trtdiff.backends.base import OnnxBackend
+    from trtdiff.backends.base import OutputComparison
     from trtdiff.report import TensorRTSummary
     from trtdiff.source.onnx_graph import GraphInfo
 
 
 @dataclass(frozen=True)
+class BackendSpec:
+    """What a backend name stands for.
+
+    `opens`: "module:Class" of its `OnnxBackend`, imported when one is opened (None for the
+    PyTorch reference, which is captured from the model, not opened on an ONNX file).
+    `needs_gpu`: it runs nothing without a CUDA GPU. `extra`: the pip extra that installs
+    it (None: a core dependency). `title`: its name in sentences.
+    """
+
+    name: str
+    kind: Literal["reference", "onnx"]
+    opens: str | None
+    needs_gpu: bool
+    extra: str | None
+    title: str
+    describes: str
+
+
+BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
+    {
+        "torch": BackendSpec(
+            "torch",
+            "reference",
+            None,
+            needs_gpu=False,
+            extra=None,
+            title="PyTorch",
+            describes="the model's own forward in PyTorch, recorded op by op: the reference",
+        ),
+        "onnxruntime": BackendSpec(
+            "onnxruntime",
+            "onnx",
+            "trtdiff.backends.onnxruntime_backend:OnnxRuntimeBackend",
+            needs_gpu=False,
+            extra=None,
+            title="ONNX Runtime",
+            describes="ONNX Runtime on the exact ONNX file, graph optimizations off, every node output exposed",
+        ),
+        "onnx-reference": BackendSpec(
+            "onnx-reference",
+            "onnx",
+            "trtdiff.backends.onnx_reference:OnnxReferenceBackend",
+            needs_gpu=False,
+            extra=None,
+            title="the ONNX reference evaluator",
+            describes="onnx.reference, the ONNX spec's own evaluator (numpy, CPU): which runtime follows the spec",
+        ),
+        "tensorrt": BackendSpec(
+            "tensorrt",
+            "onnx",
+            "trtdiff.backends.tensorrt.runtime:TensorRTBackend",
+            needs_gpu=True,
+            extra="tensorrt-rtx",
+            title="TensorRT",
+            describes="TensorRT (or TensorRT-RTX): a marked engine with debug tensors beside the plain engine",
+        ),
+    }
+)
+"""Every backend by name, in the order they are opened (the names of trtdiff.options.KNOWN_BACKENDS)."""
+
+
+def backend_spec(name: str) -> BackendSpec:
+    """The spec of backend `name`; an OptionError naming the choices for any other name."""
+    spec = BACKENDS.get(name)
+    if spec is None:
+        raise OptionError(f"unknown backend; choose from {', '.join(BACKENDS)}", parameter="backends", value=name)
+    return spec
+
+
+def backend_class(name: str) -> type[OnnxBackend]:
+    """The class that runs ONNX backend `name` (its module is imported now, not before)."""
+    spec = backend_spec(name)
+    if spec.opens is None:
+        raise OptionError(
+            f"{spec.title} is the reference, recorded from the model; it runs no ONNX file",
+            parameter="backend",
+            value=name,
+        )
+    module, _, attribute = spec.opens.partition(":")
+    found = getattr(importlib.import_module(module), attribute)
+    if not (isinstance(found, type) and issubclass(found, OnnxBackend)):
+        raise TypeError(f"{spec.opens} is not an OnnxBackend")
+    return found
+
+
+def open_backend(
+    name: str,
+    graph: GraphInfo,
+    options: BackendOptions | None = None,
+    *,
+    feeds: Mapping[str, np.ndarray] | None = None,
+    engine_path: Path | None = None,
+    compare_outputs: OutputComparison | None = None,
+    plain_engine: bool = True,
+) -> OnnxBackend:
+    """Open ONNX backend `name` on `graph` with `options` (ONNX Runtime's provider, TensorRT's settings).
+
+    The backend is a context manager: use it in a `with` block (or an ExitStack) so that it is
+    closed on every path. `feeds`, `engine_path`, `compare_outputs` and `plain_engine` are read
+    by TensorRT (base.OpenRequest). Raises OptionError for an unknown name, BackendError (or the
+    backend's own TrtdiffError) when it cannot open.
+    """
+    request = OpenRequest(
+        options if options is not None else BackendOptions(),
+        feeds=feeds,
+        engine_path=engine_path,
+        compare_outputs=compare_outputs,
+        plain_engine=plain_engine,
+    )
+    return backend_class(name).open(graph, request)
+
+
+def open_recording(name: str, path: str | Path, graph: GraphInfo) -> OnnxBackend:
+    """A recording of backend `name` (`trtdiff run ... save`) replayed on `graph` (InputError when it does not fit)."""
+    from trtdiff.backends.recorded import RecordedBackend
+
+    return RecordedBackend(name, path, graph)
+
+
+@dataclass(frozen=True)
 class OpenedBackends:
-    """The ONNX backends ready to run, what TensorRT did (if asked for), and notes for the report."""
+    """The ONNX backends ready to run, what TensorRT did (if asked for), and notes for the report.
+
+    A context manager: leaving the `with` block closes every backend (`close()`).
+    """
 
     backends: tuple[OnnxBackend, ...]
     tensorrt: TensorRTSummary | None
     notes: tuple[str, ...]
+    _stack: ExitStack = field(default_factory=ExitStack, repr=False, compare=False)
+
+    def close(self) -> None:
+        """Close every backend, the last opened first (idempotent)."""
+        self._stack.close()
+
+    def __enter__(self) -> OpenedBackends:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 def choose_backends(options: BackendOptions, has_torch: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -59,38 +202,52 @@ def open_backends(
     options: BackendOptions,
     names: Sequence[str],
     engine_path: Path | None = None,
+    *,
+    compare_outputs: OutputComparison | None = None,
 ) -> OpenedBackends:
-    """Open the ONNX backends among `names` on `graph` (recordings replace running a backend)."""
-    from trtdiff.backends.recorded import RecordedBackend
+    """Open the ONNX backends among `names` on `graph` (recordings replace running a backend).
 
-    opened: list[OnnxBackend] = [RecordedBackend(n, p, graph) for n, p in options.recordings.items() if n in names]
-    notes: list[str] = []
-    summary = None
-    if "onnxruntime" in names and "onnxruntime" not in options.recordings:
-        from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+    TensorRT that cannot run here is skipped with the reason (a BackendError naming `require`
+    when it is required). `compare_outputs`: how TensorRT compares its plain and marked
+    engines' outputs. Use the result in a `with` block: it closes what it opened.
+    """
+    with ExitStack() as stack:
+        opened: list[OnnxBackend] = [
+            stack.enter_context(open_recording(n, p, graph)) for n, p in options.recordings.items() if n in names
+        ]
+        notes: list[str] = []
+        summary = None
+        for spec in BACKENDS.values():
+            if spec.kind != "onnx" or spec.name not in names or spec.name in options.recordings:
+                continue
+            if spec.name == "tensorrt":
+                summary = _tensorrt_skipped(options)
+                if summary is not None:
+                    notes.append(f"TensorRT skipped: {summary.reason}")
+                    if engine_path is not None:
+                        notes.append(
+                            f"no engine written to {engine_path}: TensorRT did not run; `trtdiff build` builds one"
+                        )
+                    continue
+            backend = open_backend(
+                spec.name, graph, options, feeds=feeds, engine_path=engine_path, compare_outputs=compare_outputs
+            )
+            opened.append(stack.enter_context(backend))
+        return OpenedBackends(tuple(opened), summary, tuple(notes), stack.pop_all())
 
-        opened.append(OnnxRuntimeBackend(graph, provider=options.ort_provider))
-    if "onnx-reference" in names and "onnx-reference" not in options.recordings:
-        from trtdiff.backends.onnx_reference import OnnxReferenceBackend
 
-        opened.append(OnnxReferenceBackend(graph))
-    if "tensorrt" in names and "tensorrt" not in options.recordings:
-        runner, summary = _open_tensorrt(graph, feeds, options, engine_path)
-        if runner is not None:
-            opened.append(runner)
-        elif summary is not None:
-            notes.append(f"TensorRT skipped: {summary.reason}")
-            if engine_path is not None:
-                notes.append(f"no engine written to {engine_path}: TensorRT did not run; `trtdiff build` builds one")
-    return OpenedBackends(tuple(opened), summary, tuple(notes))
+def _tensorrt_skipped(options: BackendOptions) -> TensorRTSummary | None:
+    """A summary with the one-line reason TensorRT cannot run here, or None when it can.
 
+    BackendError (naming `require`) instead when it is required.
+    """
+    from trtdiff.backends.tensorrt.selection import unavailable
+    from trtdiff.backends.tensorrt.summary import skipped
 
-def _open_tensorrt(
-    graph: GraphInfo, feeds: Mapping[str, np.ndarray], options: BackendOptions, engine_path: Path | None
-) -> tuple[OnnxBackend | None, TensorRTSummary | None]:
-    from trtdiff.backends.tensorrt.builder import input_shapes_from
-    from trtdiff.backends.tensorrt.selection import tensorrt_runner
-
-    settings = dataclasses.replace(options.tensorrt, tf32=options.tf32, input_shapes=input_shapes_from(feeds))
-    cache = Path(options.engine_cache) if options.engine_cache else None
-    return tensorrt_runner(graph, settings, cache, engine_path, "tensorrt" in options.require)
+    found = unavailable()
+    if found is None:
+        return None
+    reason, version = found
+    if "tensorrt" in options.require:
+        raise BackendError(f"TensorRT cannot run here: {reason}", parameter="require", value="tensorrt")
+    return skipped(reason, version)

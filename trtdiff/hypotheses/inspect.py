@@ -82,17 +82,17 @@ def tensor_magnitudes(
     graph: GraphInfo, feeds: Mapping[str, np.ndarray], runtime: BackendOptions
 ) -> tuple[dict[str, float] | None, str | None]:
     """Largest |value| of each float tensor computed from the inputs (ONNX Runtime on `feeds`), or a note why not."""
-    from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+    from trtdiff.backends.registry import open_backend
 
     wanted = [t for t in graph.node_outputs if t in graph.data_tensors]
     sizes = {t: n for t in wanted if (n := graph.tensor_type(t).nbytes()) is not None}
     magnitudes: dict[str, float] = {}
     try:
-        backend = OnnxRuntimeBackend(graph, runtime.ort_provider)
-        for chunk in backend.run(feeds, wanted, sizes=sizes, max_bytes=runtime.chunk_bytes):
-            for name, value in chunk.items():
-                if np.issubdtype(value.dtype, np.floating) and value.size and not np.isnan(value).all():
-                    magnitudes[name] = float(np.nanmax(np.abs(value)))
+        with open_backend("onnxruntime", graph, runtime) as backend:
+            for chunk in backend.run(feeds, wanted, sizes=sizes, max_bytes=runtime.chunk_bytes):
+                for name, value in chunk.items():
+                    if np.issubdtype(value.dtype, np.floating) and value.size and not np.isnan(value).all():
+                        magnitudes[name] = float(np.nanmax(np.abs(value)))
     except BackendError as error:
         return None, f"FP16 range not checked: {error}"
     return magnitudes, None

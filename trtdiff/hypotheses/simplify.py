@@ -1,18 +1,20 @@
 """The onnx-simplifier question: does simplifying the ONNX file change the numbers?
 
-`simplify_model` runs onnxslim (the `simplify` extra) on the exact file compared; `compare`
-then compares the simplified file too, with the same options, side by side. Pairing
-follows the node names the simplifier keeps, never positions.
+`simplify_model` runs onnxslim (the `simplify` extra) on the exact file compared;
+`compare_simplified` runs one comparison (pipeline.comparison) and, when `simplify` is asked,
+compares the simplified file too, with the same options, side by side. Pairing follows the
+node names the simplifier keeps, never positions.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from contextlib import ExitStack
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtdiff.errors import BackendError, OptionError, describe_error
+from trtdiff.pipeline.comparison import compare_once
 
 if TYPE_CHECKING:
     import onnx
@@ -39,12 +41,28 @@ def simplify_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
     return simplified, f"onnxslim {version}: {len(model.graph.node)} -> {len(simplified.graph.node)} nodes"
 
 
+def compare_simplified(
+    model: str | Path | torch.nn.Module,
+    options: CompareOptions,
+    *,
+    progress: Progress | None = None,
+    name_of: Callable[[str], str] = str,
+) -> Report:
+    """One comparison and, with `simplify`, the same on the simplified ONNX file beside it (`simplified`).
+
+    The first comparison's backends are closed before the second opens its own.
+    """
+    first = compare_once(model, options, progress=progress, name_of=name_of)
+    if not options.export.simplify:
+        return first.report
+    return with_simplified(model, options, first.onnx_model, first.report, progress or _silent)
+
+
 def with_simplified(
     model: str | Path | torch.nn.Module,
     options: CompareOptions,
     onnx_model: onnx.ModelProto,
     report: Report,
-    stack: ExitStack,
     say: Progress,
 ) -> Report:
     """The same comparison on the simplified ONNX file, side by side (the report's `simplified`)."""
@@ -52,15 +70,16 @@ def with_simplified(
 
     import onnx
 
-    from trtdiff.api import compare
-
     say("simplifying the ONNX file and comparing it too")
     simplified, how = simplify_model(onnx_model)
-    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-")))
-    onnx.save(simplified, folder / "simplified.onnx")
-    export = dataclasses.replace(
-        options.export, onnx=str(folder / "simplified.onnx"), simplify=False, save_onnx=None, opset=None
-    )
-    again = compare(model, dataclasses.replace(options, export=export, force=False))
+    with tempfile.TemporaryDirectory(prefix="trtdiff-") as folder:
+        path = Path(folder) / "simplified.onnx"
+        onnx.save(simplified, path)
+        export = dataclasses.replace(options.export, onnx=str(path), simplify=False, save_onnx=None, opset=None)
+        again = compare_once(model, dataclasses.replace(options, export=export, force=False)).report
     again = dataclasses.replace(again, onnx_path=None, notes=(f"simplified with {how}", *again.notes))
     return dataclasses.replace(report, simplified=again, passed=report.passed and again.passed)
+
+
+def _silent(_text: str) -> None:
+    """The default progress callback: say nothing."""

@@ -30,7 +30,6 @@ from trtdiff.errors import (
 from trtdiff.options import CompareOptions
 from trtdiff.report import Report
 from trtdiff.report.serialization import from_jsonable, to_jsonable
-from trtdiff.source.export import DYNAMO_NATIVE_OPSET, TORCHSCRIPT_MAX_OPSET, TORCHSCRIPT_MIN_OPSET, dynamo_max_opset
 
 if TYPE_CHECKING:
     import torch
@@ -165,7 +164,7 @@ def _entry(
 
     Any error fails the row and the sweep goes on; an interrupt (not an Exception) stops it.
     """
-    from trtdiff.api import compare
+    from trtdiff.hypotheses.simplify import compare_simplified
 
     reason = why_not(opset, exporter)
     if reason is not None:
@@ -177,7 +176,7 @@ def _entry(
         runtime = dataclasses.replace(runtime, tensorrt=settings, tf32=precision == "tf32")
     try:
         options = dataclasses.replace(options, export=export, runtime=runtime)
-        report = compare(model, options, progress=progress, name_of=name_of)
+        report = compare_simplified(model, options, progress=progress, name_of=name_of)
     except TrtdiffError as error:
         return SweepEntry(opset, exporter, failed=error.render(name_of), precision=precision), error
     except Exception as error:  # noqa: BLE001 -- a bug in trtdiff or a library: this row fails, the others run
@@ -188,6 +187,13 @@ def _entry(
 
 def why_not(opset: int, exporter: str) -> str | None:
     """Why no exporter writes this combination, or None when one can."""
+    from trtdiff.source.export import (  # imports torch: only when a sweep runs
+        DYNAMO_NATIVE_OPSET,
+        TORCHSCRIPT_MAX_OPSET,
+        TORCHSCRIPT_MIN_OPSET,
+        dynamo_max_opset,
+    )
+
     if exporter == "dynamo" and opset < DYNAMO_NATIVE_OPSET:
         return f"the dynamo exporter writes opsets from {DYNAMO_NATIVE_OPSET}"
     script, dynamo = f"{TORCHSCRIPT_MIN_OPSET}-{TORCHSCRIPT_MAX_OPSET}", f"{DYNAMO_NATIVE_OPSET}-{dynamo_max_opset()}"

@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from trtdiff.backends.pytorch.capture import INPUT, TorchCapture, TorchRecord
 from trtdiff.backends.pytorch.op_kinds import DECOMPOSED_KINDS
+from trtdiff.backends.pytorch.records import INPUT, TorchCapture, TorchRecord
 from trtdiff.pairing.kinds import computed_from_inputs
 
 if TYPE_CHECKING:

@@ -18,23 +18,29 @@ PERTURBATION move it by more than MAX_AMPLIFICATION times that: the mean of a La
 output, whose rows sum to zero, is rounding noise in every backend) is computed, since its
 consumers need it, but never compared.
 
-Derived values are computed again for each capture (each sample) from its recorded values
-(`Derivation.compute`, registered with the capture's `register_derived`).
+Derived values are computed again for each capture (each sample) from its recorded values,
+by the derivation itself (`Derivation.value`), which travels with the `Pairing` that made it:
+a capture alone holds recorded values only. Torch is imported when a node is evaluated, not
+when this module is.
 """
 
 from __future__ import annotations
 
-import itertools
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from trtdiff.backends.pytorch.capture import DERIVED_PREFIX, TorchCapture, register_derived
-from trtdiff.pairing.evaluate import NodeEvaluator
+from trtdiff.backends.pytorch.records import DERIVED_PREFIX, TorchCapture
 from trtdiff.pairing.views import view_compatible
 from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, TensorType
+
+if TYPE_CHECKING:
+    import torch
+
+    from trtdiff.pairing.evaluate import NodeEvaluator
 
 VOUCH_RTOL = 1e-4
 """How closely a node run on derived values must reproduce the recorded value that vouches for them."""
@@ -42,8 +48,6 @@ PERTURBATION = 1e-6
 MAX_AMPLIFICATION = 100.0
 """A derived value is compared only if inputs off by PERTURBATION (of their largest magnitude) move it
 by at most MAX_AMPLIFICATION times that (of its own): else rounding alone could make it diverge."""
-
-_SERIAL = itertools.count()
 
 
 @dataclass(eq=False)
@@ -60,13 +64,27 @@ class Derivation:
     """Derived key -> its ONNX tensor."""
     compared: set[str] = field(default_factory=set)
     """The derived tensors to pair; the others only feed them (too sensitive to rounding to compare)."""
+    prefix: str = field(default_factory=lambda: f"{DERIVED_PREFIX}{uuid.uuid4().hex[:12]}:")
+    """Its keys' prefix: unique to this derivation, so that two pairings never share a key in a store."""
 
-    def add(self, tensor: str, key: str, *, compared: bool = True) -> None:
+    def add(self, tensor: str, *, compared: bool = True) -> str:
+        """Derive `tensor`; returns its key."""
+        key = f"{self.prefix}{tensor}"
         self.keys[tensor] = key
         self.tensors[key] = tensor
         if compared:
             self.compared.add(tensor)
-        register_derived(key, self)
+        return key
+
+    def owns(self, key: str) -> bool:
+        """Whether `key` is one of this derivation's values."""
+        return key in self.tensors
+
+    def value(self, capture: TorchCapture, key: str) -> np.ndarray:
+        """The value `key` for `capture`: derived (computed into its store on first use), else recorded."""
+        if key in self.tensors and key not in capture.store:
+            capture.store.put(key, self.compute(capture, key))
+        return capture.value(key)
 
     def compute(self, capture: TorchCapture, key: str) -> np.ndarray:
         """The derived value `key` for `capture` (its node run on the capture's values)."""
@@ -90,8 +108,10 @@ class Derivation:
         return value
 
     def _input(self, capture: TorchCapture, name: str) -> torch.Tensor:
+        import torch
+
         if name in self.keys:
-            return torch.from_numpy(np.array(capture.value(self.keys[name])))
+            return torch.from_numpy(np.array(self.value(capture, self.keys[name])))
         value = as_onnx(capture.value(self.sources[name]), self.graph.tensor_type(name))
         assert value is not None
         return value
@@ -134,10 +154,8 @@ def derive(
     if not vouched - unstable:
         return None
     derivation = Derivation(graph, evaluator, dict(evaluation.references.keys))
-    serial = next(_SERIAL)
     for tensor in (t for t in graph.node_outputs if t in vouched):
-        key = f"{DERIVED_PREFIX}{serial}:{tensor}"
-        derivation.add(tensor, key, compared=tensor not in unstable)
+        key = derivation.add(tensor, compared=tensor not in unstable)
         capture.store.put(key, derived[tensor].detach().cpu().numpy())
     return derivation
 
@@ -150,6 +168,10 @@ def evaluate(
     `previous` is an evaluation of the same capture with fewer sources: its values that the
     new sources do not feed are kept instead of computed again.
     """
+    import torch
+
+    from trtdiff.pairing.evaluate import NodeEvaluator
+
     references = _References(graph, capture, sources)
     evaluator = previous.evaluator if previous is not None else NodeEvaluator(graph)
     moved = set(references.keys) - set(previous.references.keys) if previous is not None else set()
@@ -206,6 +228,8 @@ def _stable(
 
 
 def _perturbed(value: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    import torch
+
     if not value.is_floating_point() or value.numel() == 0:
         return value
     finite = value[torch.isfinite(value)]
@@ -215,6 +239,8 @@ def _perturbed(value: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 
 def _steady(value: torch.Tensor, moved: torch.Tensor) -> bool:
+    import torch
+
     if value.shape != moved.shape:
         return False
     finite = torch.isfinite(value)
@@ -254,6 +280,8 @@ def _vouched(
 
 
 def _agrees(value: torch.Tensor | None, reference: torch.Tensor | None) -> bool:
+    import torch
+
     if value is None or reference is None or value.numel() != reference.numel():
         return False
     ours, theirs = value.detach().reshape(-1), reference.detach().reshape(-1).to(value.dtype)
@@ -318,6 +346,8 @@ class _References:
 
 def as_onnx(value: np.ndarray, onnx_type: TensorType) -> torch.Tensor | None:
     """A recorded value as the ONNX tensor holds it: its static shape (through a view) and dtype."""
+    import torch
+
     tensor = torch.from_numpy(np.array(value))
     shape = onnx_type.shape
     if shape is not None and None not in shape and tuple(shape) != tuple(tensor.shape):

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from trtdiff.backends.pytorch.capture import INPUT
 from trtdiff.backends.pytorch.op_kinds import onnx_kind
+from trtdiff.backends.pytorch.records import INPUT
 
 if TYPE_CHECKING:
-    from trtdiff.backends.pytorch.capture import TorchCapture, TorchRecord
+    from trtdiff.backends.pytorch.records import TorchCapture, TorchRecord
     from trtdiff.source.onnx_graph import GraphInfo, NodeInfo
 
 _TRANSPARENT = frozenset({"Identity", "Dropout", "Cast"})  # ops between Softmax and MatMul that change nothing

@@ -20,7 +20,7 @@ Kinds come from op_kinds, with a Linear's bias add and attention's value product
 the op that feeds them (pairing_kinds). Shapes agree when equal, or when one only merges or
 splits adjacent dimensions of the other (a view: PyTorch's bmm 192x49x49 for ONNX's MatMul
 64x3x49x49), never through a transpose.
-Aligning (pairing_align) walks the ONNX nodes in topological order and the ops in execution
+Aligning (backends.pytorch.align) walks the ONNX nodes in topological order and the ops in execution
 order, with the pairs already made as anchors, and keeps only the pairs that every
 alignment of least cost makes, shapes permitting: an inserted, deleted or swapped node costs
 its own pair and no more, and an op of a changed kind keeps its pair (method "scope") when
@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from trtdiff.backends.pytorch.capture import TorchCapture, TorchRecord
-from trtdiff.pairing.align import certain_pairs, segments
+from trtdiff.backends.pytorch.align import certain_pairs, segments
+from trtdiff.backends.pytorch.records import TorchCapture, TorchRecord
 from trtdiff.pairing.composite import pair_composites
 from trtdiff.pairing.derive import Derivation, derive, evaluate
 from trtdiff.pairing.kinds import computed_from_inputs, onnx_kinds, record_kind
@@ -68,6 +68,16 @@ class Pairing:
     node_modules: dict[str, str | None]
     derivation: Derivation | None = None
     """Computes the derived values (method "derived"); kept here so that they stay computable."""
+
+    def value(self, capture: TorchCapture, key: str) -> np.ndarray:
+        """The value `key` of `capture` (any capture of the model: a later sample's too).
+
+        A recorded value is the capture's; a derived one is computed from the capture's recorded
+        values by this pairing's derivation, on first use, and kept in the capture's store.
+        """
+        if self.derivation is not None and self.derivation.owns(key):
+            return self.derivation.value(capture, key)
+        return capture.value(key)
 
 
 @dataclass(frozen=True)
@@ -170,7 +180,7 @@ class _State:
 
         Pairs already made are anchors; between consecutive anchors the free nodes and units
         are aligned by kind and shape, and only the pairs every best alignment makes are taken
-        (see pairing_align). A pair of different kinds is an edited op: method "scope".
+        (see backends.pytorch.align). A pair of different kinds is an edited op: method "scope".
         """
         position = {unit.record.index: j for j, unit in enumerate(units)}
         partners = [self.partner.get(node.outputs[0], -1) for node in nodes]

@@ -2,7 +2,7 @@
 
 `prepare` takes the same `CompareOptions` for all three commands and yields one `Prepared`
 value that the rest of the pipeline reads; the exported file lives in a temporary folder
-until the `with` block ends.
+until the `with` block ends, and every backend opened is closed then, errors included.
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.backends.registry import choose_backends, open_backends
 from trtdiff.errors import ExportError, InputError, ModelRunError, OnnxFileError, OptionError, param
 from trtdiff.options import DEFAULT_OPSET, CompareOptions, ExportOptions, LoadOptions
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     import torch
 
     from trtdiff.backends.base import OnnxBackend
-    from trtdiff.backends.pytorch.capture import TorchCapture
+    from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.report import TensorRTSummary
 
 Progress = Callable[[str], None]
@@ -115,14 +116,17 @@ def prepare(
         with timed(timings, "torch"):
             recorded = _recorded(capture, source)
         notes += recorded.notes
-    with tempfile.TemporaryDirectory(prefix="trtdiff-") as tmp:
+    with ExitStack() as stack:  # closed last in, first out: the backends, then the folder they read
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-"))
         say("exporting to ONNX" if source.given_graph is None else "reading the ONNX file")
         with timed(timings, "export"):
             graph, exporter = onnx_graph_for(source, options.export, save_path, Path(tmp), notes)
         feeds = onnx_feeds(graph, source.feeds)
         say("preparing backends (a TensorRT engine build can take minutes)")
         with timed(timings, "backends"):
-            opened = open_backends(graph, feeds, options.runtime, backends, engine_path)
+            opened = stack.enter_context(
+                open_backends(graph, feeds, options.runtime, backends, engine_path, compare_outputs=compare_tensors)
+            )
         given = source.given_graph.path if source.given_graph is not None else None
         yield Prepared(
             loaded=source.loaded,

@@ -24,6 +24,7 @@ trt = pytest.importorskip(
     "tensorrt-rtx-cu13-libs==1.7.1.116 tensorrt-rtx-cu13-bindings==1.7.1.116",
 )
 
+from trtdiff.analysis.metrics import compare_tensors  # noqa: E402
 from trtdiff.backends.tensorrt import (  # noqa: E402
     BuildSettings,
     budget_of,
@@ -178,7 +179,7 @@ def test_the_marking_check_judges_raw_figures_against_the_thresholds() -> None:
     """Plain against marked outputs, collected raw over every run and judged at the end."""
     x = {"x": np.ones((1, 3), np.float32)}
     plain = {"y": np.linspace(-1, 1, 100, dtype=np.float32)}
-    check = AnswerCheck()
+    check = AnswerCheck(compare_tensors)
     check.add(x, plain, {"y": plain["y"].copy()})
     assert not check.differs() and check.verdict(Thresholds()).status == "same" and check.witness is None
     check.add(x, plain, {"y": plain["y"] + 1e-6})  # a second run of the same sample, within the thresholds
@@ -189,7 +190,7 @@ def test_the_marking_check_judges_raw_figures_against_the_thresholds() -> None:
     verdict = check.verdict(Thresholds())
     assert verdict.status == "changed" and verdict.samples == 2 and verdict.runs == 3 and verdict.worst_output == "y"
     assert verdict.rel_err == pytest.approx(0.5) and float(check.witness["x"].sum()) == 0.0  # the worst sample
-    assert AnswerCheck().verdict(Thresholds()).status == "not run"
+    assert AnswerCheck(compare_tensors).verdict(Thresholds()).status == "not run"
 
 
 def test_bisection_names_the_marks_with_a_stand_in_comparator() -> None:

@@ -25,6 +25,7 @@ trt = pytest.importorskip(
 )
 torch = pytest.importorskip("torch")
 
+from trtdiff.analysis.metrics import compare_tensors  # noqa: E402
 from trtdiff.backends.tensorrt import (  # noqa: E402
     NO_EXECUTION,
     BuildSettings,
@@ -270,7 +271,8 @@ def test_engine_run_paths_on_a_supported_gpu(export_example: Callable[..., Path]
     x = np.random.default_rng(0).standard_normal((1, 3, 64, 64), dtype=np.float32)
     ref = ort.InferenceSession(str(graph.path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     for outputs in ("all", "unfused"):
-        with TensorRTBackend(graph, BuildSettings(outputs=outputs, mark_budget_bytes=1 << 16)) as backend:
+        settings = BuildSettings(outputs=outputs, mark_budget_bytes=1 << 16)
+        with TensorRTBackend(graph, settings, compare=compare_tensors) as backend:
             chunks = list(backend.run({"x": x}, sorted(backend.available()), max_bytes=1 << 20))
             values = {k: v for chunk in chunks for k, v in chunk.items()}
             assert np.abs(values[graph.graph_outputs[0]] - ref).max() < 1e-3

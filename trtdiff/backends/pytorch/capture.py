@@ -7,9 +7,10 @@ hooks do not fire inside a TorchScript module, so there the paths are read from 
 instead (`script_paths`). Values are copied when recorded, because in-place ops
 (ReLU(inplace=True)) overwrite their input. Data flow is followed through the ops that are
 not recorded (views, reshapes, copies) so each record knows which records feed it
-(`TorchRecord.sources`). Pairing may add values derived from the recorded ones
-(`register_derived`); a capture computes them on demand, for every sample. Attention is
-recorded op by op, with its fused kernels off (torch_attention).
+(`TorchRecord.sources`). What a capture holds is plain data (records.py: torch-free, so
+pairing reads it without importing torch); values pairing derives from the recorded ones are
+computed by the pairing, for every sample (`Pairing.value`). Attention is recorded op by op,
+with its fused kernels off (torch_attention).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ import dataclasses
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -37,108 +37,17 @@ from trtdiff.backends.pytorch.attention import (
     script_attention,
 )
 from trtdiff.backends.pytorch.op_kinds import aten_kind
+from trtdiff.backends.pytorch.records import (
+    DERIVED_PREFIX as DERIVED_PREFIX,
+    INPUT as INPUT,
+    INPUT_PREFIX as INPUT_PREFIX,
+    ModuleCall as ModuleCall,
+    TorchCapture as TorchCapture,
+    TorchRecord as TorchRecord,
+)
 from trtdiff.backends.pytorch.script import script_paths
 from trtdiff.backends.store import TensorStore
 from trtdiff.errors import InputError, ModelRunError, OptionError, TrtdiffError, cause_line, interrupts_kept, param
-
-
-@dataclass(frozen=True)
-class TorchRecord:
-    """One recorded aten op: what it was, where it ran, what it produced and from what."""
-
-    index: int
-    op: str
-    kind: str
-    module_path: str | None
-    shape: tuple[int, ...]
-    dtype: str
-    inputs: tuple[int, ...]
-    sources: tuple[int | None, ...] = ()
-    """Per tensor argument, the record it flows from through unrecorded ops (views, copies):
-    a record index, INPUT for a model input, None for a parameter, buffer or constant."""
-
-    @property
-    def key(self) -> str:
-        return f"torch:{self.index}"
-
-
-INPUT = -1
-"""`TorchRecord.sources` entry of a value computed from a model input by unrecorded ops only."""
-DERIVED_PREFIX = "torch:derived:"
-INPUT_PREFIX = "torch:input:"
-
-
-class DerivedSource(Protocol):
-    """Computes a derived value (see `register_derived`) from any capture of the same model."""
-
-    def compute(self, capture: TorchCapture, key: str) -> np.ndarray: ...
-
-
-_DERIVED: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
-
-
-def register_derived(key: str, source: DerivedSource) -> None:
-    """Let every capture compute `key` with `source` (held weakly: as long as its owner keeps it)."""
-    if not key.startswith(DERIVED_PREFIX):
-        raise ValueError(f"a derived key starts with {DERIVED_PREFIX!r}: {key!r}")
-    _DERIVED[key] = source
-
-
-@dataclass(frozen=True)
-class ModuleCall:
-    """One call of a submodule and the record that produced its (first tensor) output."""
-
-    path: str
-    type_name: str
-    output_record: int | None
-
-
-@dataclass
-class TorchCapture:
-    """Everything one reference forward pass left behind; values live in `store`."""
-
-    records: list[TorchRecord]
-    module_calls: list[ModuleCall]
-    output_records: list[int | None]
-    output_keys: list[str]
-    paths_known: bool
-    store: TensorStore
-    device: str = "cpu"
-    consumers: dict[int, list[int]] = field(default_factory=dict)
-    recovered_paths: dict[int, str] = field(default_factory=dict)
-    """Record index -> module path, read from a TorchScript module's graph (its records carry none)."""
-    inputs: list[np.ndarray] = field(default_factory=list)
-    """The model's inputs, in order (`value` of `input_keys`; kept beside the store)."""
-    decomposed: bool = False
-    """Whether attention was recorded op by op (torch_attention), not with its fused kernels."""
-    ran_attention: bool = False
-    """Whether the model called attention (SDPA, MultiheadAttention) while recorded."""
-    notes: tuple[str, ...] = ()
-    """What the report should say about this recording (attention that ran fused)."""
-
-    @property
-    def input_keys(self) -> list[str]:
-        return [f"{INPUT_PREFIX}{i}" for i in range(len(self.inputs))]
-
-    def __post_init__(self) -> None:
-        for record in self.records:
-            for parent in record.inputs:
-                self.consumers.setdefault(parent, []).append(record.index)
-
-    def value(self, key: str) -> np.ndarray:
-        """A recorded value, or a derived one (computed here on first use, see `register_derived`)."""
-        if key.startswith(INPUT_PREFIX):
-            return self.inputs[int(key.removeprefix(INPUT_PREFIX))]
-        if key not in self.store and key.startswith(DERIVED_PREFIX):
-            source = _DERIVED.get(key)
-            if source is None:
-                raise KeyError(f"{key}: no derivation is registered for it (its pairing is gone)")
-            self.store.put(key, source.compute(self, key))
-        return self.store.get(key)
-
-    def path_of(self, record: TorchRecord) -> str | None:
-        """The module path `record` ran in: from forward hooks, else recovered from a TorchScript graph."""
-        return record.module_path if record.module_path is not None else self.recovered_paths.get(record.index)
 
 
 class _Recorder(TorchDispatchMode):

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trtdiff.backends.pytorch.align import certain_pairs
 from trtdiff.backends.pytorch.attention import FUSED_ATTENTION
 from trtdiff.backends.pytorch.op_kinds import aten_kind
-from trtdiff.pairing.align import certain_pairs
 
 if TYPE_CHECKING:
-    from trtdiff.backends.pytorch.capture import TorchRecord
+    from trtdiff.backends.pytorch.records import TorchRecord
 
 
 _OPAQUE = frozenset({"prim::CallFunction", "prim::PythonOp"})

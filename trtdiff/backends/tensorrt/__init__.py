@@ -4,8 +4,8 @@ Nothing here imports TensorRT or torch at import time; `probe()` says whether th
 can build (TensorRT importable) and run (a CUDA GPU the installed TensorRT supports).
 
     info = probe()
-    build = build_engine(graph, BuildSettings(outputs="all", input_shapes=input_shapes_from(feeds)))
-    with TensorRTBackend(graph, build=build) as backend:   # BackendError when it cannot run here
+    build = build_engine(graph, BuildSettings(outputs="all", input_shapes=input_shapes_from(feeds)))  # CPU too
+    with open_backend("tensorrt", graph, feeds=feeds) as backend:  # backends.registry; BackendError: cannot run here
         ...
 """
 

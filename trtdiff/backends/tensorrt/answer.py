@@ -9,18 +9,23 @@ marks whose marking changes the answer: each step rebuilds with half of the cand
 marked (one build per half tested), keeping a half that still changes it, and where neither
 half alone does (two marks acting together) it narrows each half with the other one marked,
 delta-debugging style. The step that builds and runs an engine is the `changes` callable, so
-the search itself is plain Python (tested on the CPU with a stand-in comparator).
+the search itself is plain Python (tested on the CPU with a stand-in comparator). How two
+outputs are compared is handed in (`OutputComparison`: analysis.metrics.compare_tensors, given
+by the pipeline), so the backend stage imports nothing from the analysis above it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.report import MarkingCheck, PairMetrics, Thresholds
+
+if TYPE_CHECKING:
+    from trtdiff.backends.base import OutputComparison
 
 # Raw figures: nothing is judged while they are collected.
 _RAW = Thresholds(min_cosine=-1.0, rtol=float("inf"))
@@ -29,8 +34,12 @@ MAX_BISECT_BUILDS = 64
 
 @dataclass
 class AnswerCheck:
-    """The worst difference between the plain and the marked engine's outputs, per output, over every run."""
+    """The worst difference between the plain and the marked engine's outputs, per output, over every run.
 
+    `compare` computes the figures of one output pair (analysis.metrics.compare_tensors).
+    """
+
+    compare: OutputComparison
     samples: int = 0
     runs: int = 0
     worst: dict[str, PairMetrics] = field(default_factory=dict)
@@ -54,7 +63,7 @@ class AnswerCheck:
         for name in plain:
             if name not in marked:
                 continue
-            metrics = compare_tensors(plain[name], marked[name], _RAW)
+            metrics = self.compare(plain[name], marked[name], _RAW)
             previous = self.worst.get(name)
             if previous is None or _size(metrics) > _size(previous):
                 self.worst[name] = metrics

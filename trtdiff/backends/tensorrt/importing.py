@@ -29,6 +29,7 @@ INSTALL_HINT = (
 # answer: the runtime asks `Runtime.get_engine_validity` about the real plan before loading it.
 RTX_SUPPORTED_CC = ((8, 0), (8, 6), (8, 9), (12, 0), (12, 1))
 RTX_MIN_NEWER_CC = (12, 0)
+NO_GPU = "no CUDA GPU: torch.cuda.is_available() is False; engines can be built here but not executed"
 
 TRT_API = (
     "Logger",
@@ -143,7 +144,7 @@ def gpu_info(index: int = 0) -> GpuInfo | None:
     Where torch is not imported yet and the machine has no NVIDIA device node at all, the
     answer is None without importing torch (a second of `trtdiff build` on a CPU machine).
     """
-    if "torch" not in sys.modules and not _has_gpu_device_nodes():
+    if "torch" not in sys.modules and not has_gpu_device_nodes():
         return None
     import torch
 
@@ -153,7 +154,7 @@ def gpu_info(index: int = 0) -> GpuInfo | None:
     return GpuInfo(index=index, name=torch.cuda.get_device_name(index), compute_capability=(int(major), int(minor)))
 
 
-def _has_gpu_device_nodes() -> bool:
+def has_gpu_device_nodes() -> bool:
     """Whether the machine shows an NVIDIA device node (/dev/nvidia0...) or WSL's GPU node (/dev/dxg)."""
     return any(Path("/dev").glob("nvidia[0-9]*")) or Path("/dev/dxg").exists()
 
@@ -171,8 +172,7 @@ def probe(device: int = 0) -> Probe:
         return Probe(None, None, can_build=False, can_run=False, reason=str(error))
     gpu = gpu_info(device)
     if gpu is None:
-        reason = "no CUDA GPU: torch.cuda.is_available() is False; engines can be built here but not executed"
-        return Probe(info, None, can_build=True, can_run=False, reason=reason)
+        return Probe(info, None, can_build=True, can_run=False, reason=NO_GPU)
     if info.flavour == "tensorrt-rtx" and not rtx_supports(gpu.compute_capability):
         listed = " ".join(f"{a}.{b}" for a, b in RTX_SUPPORTED_CC)
         reason = (

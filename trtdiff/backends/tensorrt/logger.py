@@ -22,6 +22,9 @@ TRT_API = ("ILogger", "ILogger.log", "ILogger.Severity")
 TRT_OPTIONAL_API: tuple[str, ...] = ()
 _KEPT = 200  # messages of each kind kept per step: a failing build can log thousands
 
+# Module-level on purpose, the one mutable global in trtdiff: TensorRT itself keeps one logger per
+# process (the first one a Builder or Runtime is given), so one collecting logger per TensorRT module
+# mirrors state TensorRT already holds; its messages are cleared by each step that reads them (`step`).
 _LOGGERS: dict[str, Logger] = {}
 
 

@@ -10,20 +10,20 @@ A sample takes `runs_per_sample` runs of the one marked engine: each run switche
 debug state of one group of tensors (within the mark budget) and yields them at once, so the
 comparison streams group by group. The plain engine runs once per sample beside it; its final
 outputs are compared with those of every run of the marked engine ("did marking change the
-answer?"). The backend is a context manager: `close()` releases both engines, their contexts
-and buffers.
+answer?") with the comparison the opener hands in (`compare`; none: the check is not run).
+The backend follows base.OnnxBackend's lifecycle: `close()` releases both engines, their
+contexts and buffers, once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, chunk_names
+from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, OpenRequest, chunk_names
 from trtdiff.backends.tensorrt import cache
 from trtdiff.backends.tensorrt.answer import AnswerCheck, Bisection, minimal_marks
 from trtdiff.backends.tensorrt.budget import run_groups
@@ -36,8 +36,11 @@ from trtdiff.backends.tensorrt.logger import shared_logger
 from trtdiff.errors import BackendError, describe_error
 
 if TYPE_CHECKING:
+    from typing import Self
+
     import torch
 
+    from trtdiff.backends.base import OutputComparison
     from trtdiff.backends.tensorrt.api import Runtime
     from trtdiff.backends.tensorrt.builder import BuildResult
     from trtdiff.backends.tensorrt.execution import DebugMode
@@ -72,10 +75,38 @@ def plan_runs(plan: MarkPlan, names: Sequence[str]) -> list[tuple[list[str], int
     return runs or [([], None)]
 
 
-class TensorRTBackend:
+class TensorRTBackend(OnnxBackend):
     """Builds (or loads from `cache_dir`) the marked and the plain engine for the ONNX file in `graph`, runs them."""
 
     name = "tensorrt"
+
+    @classmethod
+    def open(cls, graph: GraphInfo, request: OpenRequest) -> Self:
+        """Build for the request's inputs with its options (engine cache, TF32); write the engines where asked."""
+        import dataclasses
+
+        from trtdiff.backends.tensorrt.builder import input_shapes_from
+
+        options = request.options
+        settings = options.tensorrt
+        if request.feeds is not None:
+            settings = dataclasses.replace(settings, input_shapes=input_shapes_from(request.feeds))
+        settings = dataclasses.replace(settings, tf32=options.tf32)
+        settings.validate()
+        backend = cls(
+            graph,
+            settings,
+            cache_dir=Path(options.engine_cache) if options.engine_cache else None,
+            plain_engine=request.plain_engine,
+            compare=request.compare_outputs,
+        )
+        if request.engine_path is not None:
+            try:
+                backend.build.write_engines(request.engine_path)
+            except BaseException:
+                backend.close()
+                raise
+        return backend
 
     def __init__(
         self,
@@ -86,8 +117,12 @@ class TensorRTBackend:
         device: int = 0,
         build: BuildResult | None = None,
         plain_engine: bool = True,
+        compare: OutputComparison | None = None,
     ) -> None:
-        """`plain_engine` False: no plain engine beside the marked one (a rewritten model of the culprit step)."""
+        """`plain_engine` False: no plain engine beside the marked one (a rewritten model of the culprit step).
+
+        `compare`: how the plain engine's outputs are compared with the marked one's (none: that check is not run).
+        """
         found = probe(device)
         if not found.can_run or found.gpu is None:
             raise BackendError(f"{NO_EXECUTION}: {found.reason}")
@@ -106,18 +141,11 @@ class TensorRTBackend:
         self._plain: EngineSession | None = None
         self._notes: dict[str, None] = {}
         self.unmapped_debug: tuple[str, ...] = ()
-        self.answer = AnswerCheck()
+        self._compare = compare
+        self.answer = AnswerCheck(compare) if compare is not None else None
         self._marked = self._open(self.build.marked.plan, self.build.marked.cache_key, "marked", self._debug_mode())
 
-    def __enter__(self) -> TensorRTBackend:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
+    def _release(self) -> None:
         """Release both engines, their contexts and buffers (the backend cannot run afterwards)."""
         for session in (self._marked, self._plain):
             if session is not None:
@@ -166,10 +194,12 @@ class TensorRTBackend:
 
         The plain engine runs once beside it; its outputs are compared with every run's (`answer`).
         """
+        self._check_open()
         names = [t for t in dict.fromkeys(wanted) if t in self._available]
         outputs = {self._reverse[t] for t in self.build.mark_plan.outputs if t in self._reverse}
-        plain = self._plain_outputs(feeds)
-        self.answer.new_sample()
+        plain = self._plain_outputs(feeds) if self.answer is not None else None
+        if self.answer is not None:
+            self.answer.new_sample()
         for debug_names, group in plan_runs(self.build.mark_plan, [n for n in names if n not in outputs]):
             values = self._execute(feeds, debug_names, group, set(names), plain)
             try:
@@ -194,7 +224,7 @@ class TensorRTBackend:
             outputs, debug = session.execute(feeds, debug_names=debug_names, group=group)
             final = {self._reverse[n]: to_numpy(t) for n, t in outputs.items() if n in self._reverse}
             outputs.clear()
-            if plain is not None:
+            if plain is not None and self.answer is not None:
                 self.answer.add(feeds, plain, final)
             values.update((name, value) for name, value in final.items() if name in wanted)
             mapped, self.unmapped_debug = map_debug_names(
@@ -261,10 +291,13 @@ class TensorRTBackend:
 
         if self.build.plain is None:
             return MarkingCheck(status="not run", reason="nothing is marked (outputs none): one engine")
-        verdict = self.answer.verdict(thresholds)
+        answer = self.answer
+        if answer is None:
+            return MarkingCheck(status="not run", reason="the backend was opened without an output comparison")
+        verdict = answer.verdict(thresholds)
         wanted = self.build.settings.bisect_marks
-        bisect = verdict.status == "changed" if wanted is None else (wanted and self.answer.differs())
-        if not bisect or self.build.mark_plan.mode != "all" or self.answer.witness is None:
+        bisect = verdict.status == "changed" if wanted is None else (wanted and answer.differs())
+        if not bisect or self.build.mark_plan.mode != "all" or answer.witness is None:
             return verdict
         try:
             found = self.bisect(thresholds)
@@ -280,8 +313,10 @@ class TensorRTBackend:
 
     def bisect(self, thresholds: Thresholds) -> Bisection:
         """Rebuild with half the marks at a time on the sample that differed most; one engine loaded at a time."""
-        witness, expected = self.answer.witness, self.answer.witness_plain
-        if witness is None or expected is None:
+        compare = self._compare
+        witness = self.answer.witness if self.answer is not None else None
+        expected = self.answer.witness_plain if self.answer is not None else None
+        if compare is None or witness is None or expected is None:
             raise BackendError("no sample differed; nothing to bisect")
         self.close()  # the measured engines are done; each step loads only its own
         strict = self.build.settings.bisect_marks is True
@@ -290,7 +325,7 @@ class TensorRTBackend:
             plan = build_with_marks(self.graph, self.build.settings, marks)
             session = self._open(plan, "", "bisection", "names")
             try:
-                check = AnswerCheck()
+                check = AnswerCheck(compare)
                 budget = self.build.mark_plan.budget
                 sizes = self.build.mark_plan.sizes
                 for group in run_groups(list(marks), sizes, budget.bytes if budget else 1 << 62) or [()]:

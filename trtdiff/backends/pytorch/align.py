@@ -1,7 +1,8 @@
 """Align two ordered sequences so that one edited element costs only its own pair.
 
-Pairing ONNX nodes with recorded PyTorch ops (and the ops of a TorchScript graph with the
-ops it dispatched) is a sequence alignment: both sides list computing ops in execution
+Pairing ONNX nodes with recorded PyTorch ops (pairing.pairs), and the ops of a TorchScript
+graph with the ops it dispatched (script.py, the lowest user: so it lives here), is a sequence
+alignment: both sides list computing ops in execution
 order, and an edited file inserts, deletes or swaps a few. Matching by position breaks at
 the first difference; matching longest common runs (difflib) can shift a repeated op onto
 its twin. Here an alignment costs 0 per pair of equal tokens, 1 per pair of different

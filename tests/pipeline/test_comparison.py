@@ -1,0 +1,75 @@
+"""trtdiff.pipeline.comparison: one comparison closes every backend it opened, on success and on error."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+from torch import nn
+
+import trtdiff
+from trtdiff.errors import OptionError
+from trtdiff.options import CompareOptions
+from trtdiff.pipeline.comparison import Comparison, compare_once
+
+SHAPE = "1x3x8x8"
+BACKENDS = ["torch", "onnxruntime", "onnx-reference"]
+
+
+class Flat(nn.Module):
+    """Conv, ReLU, conv, flattened: no (N, C, H, W) output, so no mIoU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.relu = nn.ReLU()
+        self.head = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.relu(self.conv(x))).flatten(1)
+
+
+@pytest.fixture(scope="module")
+def net() -> Flat:
+    torch.manual_seed(0)
+    return Flat().eval()
+
+
+def test_a_comparison_closes_every_backend_it_opened(net: Flat, opened_backends: list) -> None:
+    report = trtdiff.compare(net, input_shapes=[SHAPE], opset=13, backends=BACKENDS, culprit=True)
+    assert report.passed and report.backends == tuple(BACKENDS)
+    names = [b.name for b in opened_backends]
+    # the comparison's two, then each pair's candidate on the culprit step's shadow model:
+    # torch~onnxruntime, torch~onnx-reference, onnxruntime~onnx-reference
+    assert names == ["onnxruntime", "onnx-reference", "onnxruntime", "onnx-reference", "onnx-reference"]
+    assert all(b.closed for b in opened_backends)
+
+
+def test_a_late_option_error_closes_the_backends(net: Flat, opened_backends: list) -> None:
+    with pytest.raises(OptionError) as caught:  # found only once the outputs were compared: no (N, C, H, W) output
+        trtdiff.compare(net, input_shapes=[SHAPE], opset=13, backends=BACKENDS, min_miou=0.5)
+    assert caught.value.parameter == "min_miou"
+    assert len(opened_backends) == 2 and all(b.closed for b in opened_backends)
+
+
+def test_a_failing_culprit_step_closes_its_backends_and_the_comparisons(
+    net: Flat, opened_backends: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trtdiff.analysis import culprits
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the local run failed")
+
+    monkeypatch.setattr(culprits, "_run_local", failing)
+    with pytest.raises(RuntimeError, match="the local run failed"):
+        trtdiff.compare(net, input_shapes=[SHAPE], opset=13, backends=BACKENDS, culprit=True)
+    assert len(opened_backends) == 3  # the comparison's two and the shadow model's ONNX Runtime it failed on
+    assert all(b.closed for b in opened_backends)
+
+
+def test_compare_once_hands_back_the_onnx_model_and_never_simplifies(net: Flat) -> None:
+    options = CompareOptions().with_fields(input_shapes=[SHAPE], opset=13, backends=BACKENDS[:2], simplify=True)
+    compared = compare_once(net, options)
+    assert isinstance(compared, Comparison) and isinstance(compared.onnx_model, onnx.ModelProto)
+    assert compared.report.simplified is None  # simplify is the facade's (trtdiff.compare), not the comparison's
+    assert len(compared.onnx_model.graph.node) == len(compared.report.layers) + len(compared.report.not_compared)

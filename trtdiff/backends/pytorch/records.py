@@ -1,0 +1,102 @@
+"""What one reference forward pass left behind, as plain data: records, module calls, values in a store.
+
+The capture (capture.py, which needs torch) fills these; pairing and the comparison read them
+without importing torch. A recorded value is looked up by key (`TorchRecord.key`, the model's
+outputs and inputs); a *derived* value (an ONNX tensor no single aten op produced) is computed
+by the `Pairing` that derived it, never by the capture alone (pairing.pairs: `Pairing.value`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from trtdiff.backends.store import TensorStore
+
+INPUT = -1
+"""`TorchRecord.sources` entry of a value computed from a model input by unrecorded ops only."""
+DERIVED_PREFIX = "torch:derived:"
+INPUT_PREFIX = "torch:input:"
+
+
+@dataclass(frozen=True)
+class TorchRecord:
+    """One recorded aten op: what it was, where it ran, what it produced and from what."""
+
+    index: int
+    op: str
+    kind: str
+    module_path: str | None
+    shape: tuple[int, ...]
+    dtype: str
+    inputs: tuple[int, ...]
+    sources: tuple[int | None, ...] = ()
+    """Per tensor argument, the record it flows from through unrecorded ops (views, copies):
+    a record index, INPUT for a model input, None for a parameter, buffer or constant."""
+
+    @property
+    def key(self) -> str:
+        return f"torch:{self.index}"
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """One call of a submodule and the record that produced its (first tensor) output."""
+
+    path: str
+    type_name: str
+    output_record: int | None
+
+
+@dataclass
+class TorchCapture:
+    """Everything one reference forward pass left behind; values live in `store`."""
+
+    records: list[TorchRecord]
+    module_calls: list[ModuleCall]
+    output_records: list[int | None]
+    output_keys: list[str]
+    paths_known: bool
+    store: TensorStore
+    device: str = "cpu"
+    consumers: dict[int, list[int]] = field(default_factory=dict)
+    recovered_paths: dict[int, str] = field(default_factory=dict)
+    """Record index -> module path, read from a TorchScript module's graph (its records carry none)."""
+    inputs: list[np.ndarray] = field(default_factory=list)
+    """The model's inputs, in order (`value` of `input_keys`; kept beside the store)."""
+    decomposed: bool = False
+    """Whether attention was recorded op by op (torch_attention), not with its fused kernels."""
+    ran_attention: bool = False
+    """Whether the model called attention (SDPA, MultiheadAttention) while recorded."""
+    notes: tuple[str, ...] = ()
+    """What the report should say about this recording (attention that ran fused)."""
+
+    @property
+    def input_keys(self) -> list[str]:
+        return [f"{INPUT_PREFIX}{i}" for i in range(len(self.inputs))]
+
+    def __post_init__(self) -> None:
+        for record in self.records:
+            for parent in record.inputs:
+                self.consumers.setdefault(parent, []).append(record.index)
+
+    def value(self, key: str) -> np.ndarray:
+        """A recorded value (or a derived one already computed into the store).
+
+        A derived value not computed yet is the pairing's to compute (`Pairing.value`): the
+        capture alone does not know how, and says so with a KeyError.
+        """
+        if key.startswith(INPUT_PREFIX):
+            return self.inputs[int(key.removeprefix(INPUT_PREFIX))]
+        if key not in self.store and key.startswith(DERIVED_PREFIX):
+            raise KeyError(
+                f"{key}: no derivation here; a derived value is computed by the pairing that derived it (Pairing.value)"
+            )
+        return self.store.get(key)
+
+    def path_of(self, record: TorchRecord) -> str | None:
+        """The module path `record` ran in: from forward hooks, else recovered from a TorchScript graph."""
+        return record.module_path if record.module_path is not None else self.recovered_paths.get(record.index)

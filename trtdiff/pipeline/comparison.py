@@ -1,0 +1,474 @@
+"""One comparison, from a model to a Report: the body under `trtdiff.compare`.
+
+prepare (load, inputs, export or read the ONNX file, open the backends) -> capture the
+PyTorch reference -> pair tensors -> compare every tensor of sample 0 and the final
+outputs of every later sample in one engine -> layers, first divergence, checks -> Report.
+
+`compare_once` runs exactly that and nothing after it: the public facade (trtdiff.api) adds
+the simplified file's comparison when asked (hypotheses.simplify), and the sweep
+(hypotheses.sweep) calls it once per combination. Nothing here calls back into either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import chain, islice
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trtdiff.analysis.diagnose import Findings, Inputs, analyse, attribute_culprits
+from trtdiff.analysis.engine import BackendValues, CapturedValues, Engine, ForwardValues, Pass, ValueSource
+from trtdiff.analysis.localize import first_divergence
+from trtdiff.analysis.nonfinite import first_non_finite, non_finite_backends
+from trtdiff.analysis.results import build_layers, environment, mark_failures, pairing_summary, sample_results
+from trtdiff.backends.store import TensorStore
+from trtdiff.errors import OptionError, param
+from trtdiff.gate.checks import layer_checks, miou_checks, output_checks
+from trtdiff.options import CompareOptions
+from trtdiff.pipeline.prepare import Capture, Prepared, Progress, onnx_feeds, prepare, timed
+from trtdiff.report import Report, all_pairs
+from trtdiff.source.samples import Sample, SampleSource
+from trtdiff.version import __version__
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+    import torch
+
+    from trtdiff.analysis.culprits import ValuesOf
+    from trtdiff.backends.pytorch.records import TorchCapture
+    from trtdiff.pairing.pairs import Pairing
+    from trtdiff.report import (
+        BackendPair,
+        FirstDivergence,
+        Layer,
+        NonFinite,
+        SampleResult,
+        SegmentationSummary,
+        ThresholdCheck,
+    )
+    from trtdiff.report.inspection import Interpolation
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What one comparison found, and the exact ONNX model it compared (what a follow-up such as simplify reads)."""
+
+    report: Report
+    onnx_model: onnx.ModelProto
+
+
+def compare_once(
+    model: str | Path | torch.nn.Module,
+    options: CompareOptions,
+    *,
+    progress: Progress | None = None,
+    name_of: Callable[[str], str] = str,
+) -> Comparison:
+    """Compare `model` layer by layer across the chosen backends, once (no simplified file: see trtdiff.api).
+
+    Every backend, store and temporary file it opens is closed before it returns or raises.
+    `progress` is called with a short description as each long step starts; a culprit's
+    advice names parameters as `name_of` writes them. Raises a TrtdiffError naming the
+    parameter on bad input.
+    """
+    options.validate()
+    say = progress or _silent
+    timings: dict[str, float] = {}
+    samples = SampleSource.open(options, _recorded_inputs(options))
+    with ExitStack() as stack:
+        store = stack.enter_context(TensorStore(options.runtime.memory_bytes))
+        prepared = stack.enter_context(
+            prepare(
+                model,
+                options,
+                first_feeds=samples.first_feeds(),
+                capture=_recorder(options, store),
+                timings=timings,
+                say=say,
+            )
+        )
+        reference = _pair(prepared, timings)
+        run = _Run(prepared, options, reference, _backends_run(prepared, reference), name_of)
+        say(f"running {', '.join(b.name for b in prepared.backends)} and comparing every layer")
+        compared = run.engine().run(
+            run.passes(samples.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes), say)
+        )
+        with timed(timings, "run_and_compare"):
+            first = next(compared)
+        layers = build_layers(prepared.graph, first.metrics, reference.pairing, reference.capture)
+        with timed(timings, "samples"):
+            results, segmentation = sample_results(
+                chain([first], compared),
+                prepared.graph.graph_outputs,
+                run.pairs,
+                run.backends[0],
+                options.gate.ignore_index,
+            )
+        divergence = first_divergence(layers, prepared.graph, run.pairs)
+        non_finite = _non_finite(run, layers, results, stack, timings)
+        findings = _findings(run, layers, divergence, results, segmentation, stack, timings, say)
+        checks = _checks(options, layers, results, segmentation, run, divergence)
+        notes = (*prepared.notes, *samples.notes(), *_spill_note(store), *findings.notes)
+        report = _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings, non_finite)
+        return Comparison(report, prepared.graph.model)
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """The PyTorch reference: what the capture recorded and which ONNX tensor each value pairs with."""
+
+    capture: TorchCapture | None = None
+    pairing: Pairing | None = None
+    module: torch.nn.Module | None = None
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One comparison's backends, pairs and passes."""
+
+    prepared: Prepared
+    options: CompareOptions
+    reference: _Reference
+    backends: tuple[str, ...]
+    name_of: Callable[[str], str] = str
+
+    @property
+    def pairs(self) -> tuple[BackendPair, ...]:
+        return all_pairs(self.backends)
+
+    def engine(self) -> Engine:
+        graph = self.prepared.graph
+        tensors = self.layer_tensors()
+        sizes = {t: n for t in tensors if (n := graph.tensor_type(t).nbytes()) is not None}
+        return Engine(
+            self.pairs, self.options.thresholds, tuple(graph.graph_outputs), sizes, self.options.runtime.chunk_bytes
+        )
+
+    def layer_tensors(self) -> tuple[str, ...]:
+        """Sample 0's tensors: those paired with PyTorch, every one several backends share, the outputs."""
+        graph, pairing = self.prepared.graph, self.reference.pairing
+        paired = pairing.pairs if pairing is not None else {}
+        several = len(self.prepared.backends) > 1
+        outputs = set(graph.graph_outputs)
+        return tuple(t for t in graph.node_outputs if t in paired or several or t in outputs)
+
+    def analysis_inputs(self) -> Inputs:
+        """What the culprit step reads from this comparison."""
+        prepared = self.prepared
+        return Inputs(
+            prepared.graph,
+            prepared.feeds,
+            prepared.backends,
+            self.captured,
+            self.options.runtime,
+            self.options.thresholds,
+            self.interpolations,
+            self.name_of,
+        )
+
+    def interpolations(self) -> list[Interpolation]:
+        """The PyTorch model's upsampling calls on sample 0 (one forward pass), for the culprits' advice."""
+        module = self.reference.module
+        if module is None:
+            return []
+        from trtdiff.backends.pytorch.interpolations import record_interpolations
+
+        return record_interpolations(module, self.prepared.model_feeds)
+
+    @cached_property
+    def captured(self) -> CapturedValues | None:
+        """PyTorch's recorded values by ONNX tensor (sample 0; built once, its key map with it)."""
+        reference = self.reference
+        if reference.capture is None or reference.pairing is None:
+            return None
+        return CapturedValues(reference.capture, reference.pairing, tuple(self.prepared.graph.graph_outputs))
+
+    def passes(self, samples: Iterator[Sample], say: Progress) -> Iterator[Pass]:
+        """Sample 0 on every tensor (from the capture), then each later sample's final outputs."""
+        graph, runtime = self.prepared.graph, self.options.runtime
+        outputs = tuple(graph.graph_outputs)
+        total = self.options.gate.num_samples
+        for index, sample in enumerate(samples):
+            say(f"final outputs of sample {index + 1}{f'/{total}' if total else ''} ({sample.name})")
+            sources: list[ValueSource] = []
+            if index == 0:
+                captured = self.captured
+                if captured is not None:
+                    sources.append(captured)
+                feeds = self.prepared.feeds
+            else:
+                if self.reference.module is not None:
+                    sources.append(
+                        ForwardValues(self.reference.module, sample, outputs, runtime.torch_device, runtime.tf32)
+                    )
+                feeds = onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values, strict=False)))
+            sources += [BackendValues(backend, feeds) for backend in self.prepared.backends]
+            yield Pass(sample, tuple(sources), self.layer_tensors() if index == 0 else outputs)
+
+
+def _silent(_text: str) -> None:
+    """The default progress callback: say nothing."""
+
+
+def _recorded_inputs(options: CompareOptions) -> dict[str, Any] | None:
+    if not options.runtime.recordings:
+        return None
+    from trtdiff.backends.recorded import recorded_inputs
+
+    return recorded_inputs(options.runtime.recordings)
+
+
+def _recorder(options: CompareOptions, store: TensorStore) -> Capture:
+    """Run PyTorch once on the inputs, recording every op's output into `store`."""
+
+    def record(module: torch.nn.Module, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
+        from trtdiff.backends.pytorch.capture import capture  # torch: only with a PyTorch model
+
+        runtime = options.runtime
+        return capture(module, feeds, device=runtime.torch_device, tf32=runtime.tf32, store=store)
+
+    return record
+
+
+def _pair(prepared: Prepared, timings: dict[str, float]) -> _Reference:
+    """Pair the recorded PyTorch values with ONNX tensors."""
+    module = prepared.loaded.module
+    if prepared.capture is None or module is None:
+        return _Reference()
+    from trtdiff.pairing.pairs import pair
+
+    with timed(timings, "pairing"):
+        pairing = pair(prepared.graph, prepared.capture, {name for name, _ in module.named_modules()})
+    return _Reference(prepared.capture, pairing, module)
+
+
+def _backends_run(prepared: Prepared, reference: _Reference) -> tuple[str, ...]:
+    """The backends compared, the reference first; two are needed."""
+    names = (("torch",) if reference.capture is not None else ()) + tuple(b.name for b in prepared.backends)
+    if len(names) < 2:
+        hint = (
+            f"give the PyTorch model as MODEL with {param('onnx')} FILE"
+            if reference.capture is None
+            else f"add {param('backends')} onnxruntime"
+        )
+        raise OptionError(f"only {', '.join(names) or 'no backend'} can run here, and comparing needs two; {hint}")
+    return names
+
+
+def _checks(
+    options: CompareOptions,
+    layers: Sequence[Layer],
+    results: Sequence[SampleResult],
+    segmentation: SegmentationSummary | None,
+    run: _Run,
+    divergence: FirstDivergence | None,
+) -> list[ThresholdCheck]:
+    """Every check of this comparison: layers (one sample, or per_layer), final outputs, mIoU."""
+    gate = options.gate
+    checks: list[ThresholdCheck] = []
+    if not gate.many or gate.per_layer:
+        checks += layer_checks(layers, results[0].name if results else "input", run.pairs)
+    checks += output_checks(results, options.thresholds, run.pairs)
+    if segmentation is not None:
+        checks += miou_checks(results, segmentation, gate, run.pairs, run.backends[0])
+    elif gate.min_miou is not None or gate.max_miou_drop is not None:
+        raise OptionError(
+            "no output has the (N, C, H, W) shape of segmentation scores; drop the option",
+            parameter="min_miou" if gate.min_miou is not None else "max_miou_drop",
+        )
+    return checks
+
+
+def _non_finite(
+    run: _Run, layers: Sequence[Layer], results: Sequence[SampleResult], stack: ExitStack, timings: dict[str, float]
+) -> tuple[NonFinite, ...]:
+    """Where NaN/Inf first appear, per backend whose final outputs hold them.
+
+    Searched in sample 0's layers; a backend whose outputs turn non-finite only on a later
+    sample is searched in that sample's layers, compared in one more pass (the first such sample).
+    """
+    graph = run.prepared.graph
+    found = first_non_finite(layers, graph, run.backends, results[0].name if results else "input")
+    named = {entry.backend for entry in found}
+    for index, result in enumerate(results[1:], start=1):
+        later = [b for b in non_finite_backends(result.outputs, run.backends) if b not in named]
+        if later:
+            with timed(timings, "non_finite"):
+                found += first_non_finite(_layers_of(run, index, stack), graph, later, result.name)
+            break
+    return found
+
+
+def _layers_of(run: _Run, index: int, stack: ExitStack) -> list[Layer]:
+    """Sample `index` compared layer by layer, as sample 0 is: PyTorch recorded anew, every ONNX backend run."""
+    prepared, options, reference = run.prepared, run.options, run.reference
+    graph, runtime = prepared.graph, options.runtime
+    stream = SampleSource.open(options, _recorded_inputs(options)).stream(
+        prepared.model_feeds, prepared.input_names, prepared.dtypes
+    )
+    sample = next(islice(stream, index, None))
+    sources: list[ValueSource] = []
+    recorded = None
+    if reference.module is not None and reference.pairing is not None:
+        from trtdiff.backends.pytorch.capture import capture
+
+        store = stack.enter_context(TensorStore(runtime.memory_bytes))
+        feeds = dict(zip(prepared.input_names, sample.values, strict=False))
+        recorded = capture(reference.module, feeds, device=runtime.torch_device, tf32=runtime.tf32, store=store)
+        sources.append(CapturedValues(recorded, reference.pairing, tuple(graph.graph_outputs)))
+    feeds = onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values, strict=False)))
+    sources += [BackendValues(backend, feeds) for backend in prepared.backends]
+    compared = next(run.engine().run([Pass(sample, tuple(sources), run.layer_tensors())]))
+    return build_layers(graph, compared.metrics, reference.pairing, recorded)
+
+
+def _spill_note(store: TensorStore) -> tuple[str, ...]:
+    if not store.spilled:
+        return ()
+    return (f"{store.spilled} reference tensors were spilled to disk (over the memory limit)",)
+
+
+def _findings(
+    run: _Run,
+    layers: list[Layer],
+    divergence: FirstDivergence | None,
+    results: list[SampleResult],
+    segmentation: SegmentationSummary | None,
+    stack: ExitStack,
+    timings: dict[str, float],
+    say: Progress,
+) -> Findings:
+    """Culprits (or drift), then what injecting the reference at each culprit recovers."""
+    with timed(timings, "culprits"):
+        findings = _culprits(run, layers, divergence, say)
+    if findings.culprits:
+        say("injecting the reference's values at each culprit (attribution)")
+        with timed(timings, "attribution"):
+            findings = _attribution(run, findings, results, segmentation, stack)
+    return findings
+
+
+def _culprits(run: _Run, layers: list[Layer], divergence: FirstDivergence | None, say: Progress) -> Findings:
+    """Local errors, culprits and drift: when a divergence is found, or when asked either way."""
+    wanted = run.options.analysis.culprit
+    if wanted is False or (wanted is None and divergence is None):
+        return Findings(tuple(layers))
+    say("running each node alone on the reference's inputs (local error)")
+    return analyse(run.analysis_inputs(), layers, run.pairs)
+
+
+def _attribution(
+    run: _Run,
+    findings: Findings,
+    results: list[SampleResult],
+    segmentation: SegmentationSummary | None,
+    stack: ExitStack,
+) -> Findings:
+    """What injecting the reference's value at each culprit recovers, over the same samples."""
+    prepared, options = run.prepared, run.options
+    graph = prepared.graph
+
+    def samples() -> Iterator[tuple[Sample, Mapping[str, np.ndarray]]]:
+        source = SampleSource.open(options, _recorded_inputs(options))
+        stream = source.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes)
+        for index, sample in enumerate(stream):
+            feeds = (
+                prepared.feeds
+                if index == 0
+                else onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values, strict=False)))
+            )
+            yield sample, feeds
+
+    recapture = stack.enter_context(_Recapture(run))
+    return attribute_culprits(run.analysis_inputs(), findings, samples, recapture, results, segmentation)
+
+
+class _Recapture:
+    """PyTorch's values on sample N: sample 0's recording, or a new recording (one kept at a time)."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+        self.store: TensorStore | None = None
+
+    def __enter__(self) -> _Recapture:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    def __call__(self, index: int, sample: Sample) -> ValuesOf | None:
+        captured = self.run.captured
+        module = self.run.reference.module
+        if captured is None or module is None:
+            return None
+        if index == 0:
+            return captured.values
+        from trtdiff.backends.pytorch.capture import capture
+
+        if self.store is not None:
+            self.store.close()
+        self.store = TensorStore(self.run.options.runtime.memory_bytes)
+        runtime = self.run.options.runtime
+        feeds = dict(zip(self.run.prepared.input_names, sample.values, strict=False))
+        recorded = capture(
+            module,
+            feeds,
+            device=runtime.torch_device,
+            tf32=runtime.tf32,
+            store=self.store,
+            attention="decomposed" if captured.capture.decomposed else "fused",  # as sample 0 was recorded
+        )
+        return CapturedValues(recorded, captured.pairing, captured.outputs).values
+
+
+def _report(
+    prepared: Prepared,
+    run: _Run,
+    findings: Findings,
+    divergence: FirstDivergence | None,
+    results: list[SampleResult],
+    checks: list[ThresholdCheck],
+    segmentation: SegmentationSummary | None,
+    notes: tuple[str, ...],
+    timings: dict[str, float],
+    non_finite: tuple[NonFinite, ...] = (),
+) -> Report:
+    from trtdiff.backends.tensorrt.selection import ran_summary
+
+    graph = prepared.graph
+    layers = findings.layers
+    compared = {layer.tensor for layer in layers}
+    torch_device = run.options.runtime.torch_device if run.reference.capture is not None else None
+    return Report(
+        passed=all(check.passed for check in checks),
+        model=prepared.loaded.source,
+        onnx_path=prepared.onnx_path,
+        opset=graph.opset,
+        exporter=prepared.exporter,
+        backends=run.backends,
+        reference=run.backends[0],
+        inputs=prepared.inputs,
+        thresholds=run.options.thresholds,
+        first_divergence=divergence,
+        layers=tuple(layers),
+        not_compared=tuple(t for t in graph.node_outputs if t not in compared),
+        pairing=pairing_summary(graph, run.reference.pairing),
+        environment=environment(prepared.backends, torch_device),
+        notes=notes,
+        timings={k: round(v, 4) for k, v in timings.items()},
+        tensorrt=ran_summary(prepared.backends, run.options.thresholds) or prepared.tensorrt,
+        samples=mark_failures(results, checks),
+        checks=tuple(checks),
+        segmentation=segmentation,
+        culprit=findings.culprits[0] if findings.culprits else None,
+        culprits=findings.culprits,
+        drift=findings.drift,
+        attribution=findings.attribution,
+        non_finite=non_finite,
+        trtdiff_version=__version__,
+    )
