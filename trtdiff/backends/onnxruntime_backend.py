@@ -82,7 +82,8 @@ class OnnxRuntimeBackend(OnnxBackend):
     def _session_source(self, model: onnx.ModelProto) -> bytes | str:
         """The model as bytes, or, past protobuf's 2 GB, as a file with its weights beside it."""
         if model.ByteSize() < PROTOBUF_LIMIT:
-            return model.SerializeToString()
+            serialized: bytes = model.SerializeToString()
+            return serialized
         self._folder = tempfile.TemporaryDirectory(prefix="trtdiff-ort-")  # kept while the session lives
         path = Path(self._folder.name) / "model.onnx"
         onnx.save_model(

@@ -54,7 +54,8 @@ class TensorStore:
     def get(self, key: Hashable) -> np.ndarray:
         if key in self._in_memory:
             return self._in_memory[key]
-        return np.load(self._on_disk[key], mmap_mode="r", allow_pickle=False)
+        mapped: np.ndarray = np.load(self._on_disk[key], mmap_mode="r", allow_pickle=False)
+        return mapped
 
     def discard(self, key: Hashable) -> None:
         value = self._in_memory.pop(key, None)

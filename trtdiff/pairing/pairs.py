@@ -202,7 +202,8 @@ class _State:
         same_kind = _table([self.kind(node) for node in nodes], [unit.kind for unit in units], operator.eq)
         scopes = [self.node_modules[node.name] for node in nodes]
         same_scope = _table(scopes, [unit.scopes for unit in units], _scope_fits)
-        return agree & (same_kind | same_scope)
+        fits: np.ndarray = agree & (same_kind | same_scope)
+        return fits
 
 
 def _scope_fits(scope: str | None, unit_scopes: tuple[str | None, ...]) -> bool:

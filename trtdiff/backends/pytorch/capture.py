@@ -54,12 +54,12 @@ class _Recorder(TorchDispatchMode):
     """Records computing aten ops (see op_kinds) with their inputs' producers and sources."""
 
     def __init__(self, store: TensorStore, path_stack: list[str] | None) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch declares no types here
         self.store = store
         self.path_stack = path_stack
         self.records: list[TorchRecord] = []
-        self._producer: dict[int, tuple[weakref.ref, int]] = {}
-        self._source: dict[int, tuple[weakref.ref, int]] = {}
+        self._producer: dict[int, tuple[weakref.ref[Any], int]] = {}
+        self._source: dict[int, tuple[weakref.ref[Any], int]] = {}
         self._fresh: int | None = None  # the record the previous op made, if it made one
         self.fused: list[tuple[str, str | None]] = []  # fused attention kernels that ran: (op, module path)
         self.failure: BaseException | None = None  # the first error raised through the recorder
@@ -213,7 +213,7 @@ def _gap(value: torch.Tensor, reference: torch.Tensor) -> float:
 _UNFLATTEN = frozenset({"view", "_unsafe_view", "reshape", "_reshape_alias"})
 
 
-def _lookup(table: dict[int, tuple[weakref.ref, int]], tensor: Any) -> int | None:
+def _lookup(table: dict[int, tuple[weakref.ref[Any], int]], tensor: Any) -> int | None:
     if not isinstance(tensor, torch.Tensor):
         return None
     entry = table.get(id(tensor))
@@ -390,7 +390,7 @@ def run_outputs(
     return [leaf.detach().to("cpu").numpy() for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
 
-def _install_hooks(module: torch.nn.Module, recorder: _Recorder, calls: list[ModuleCall]) -> list:
+def _install_hooks(module: torch.nn.Module, recorder: _Recorder, calls: list[ModuleCall]) -> list[Any]:
     stack = recorder.path_stack
     assert stack is not None
     handles = []
