@@ -10,6 +10,7 @@ pair) is one `ThresholdCheck`; renderers word it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -18,7 +19,16 @@ from trtdiff.report import BackendPair, ThresholdCheck
 
 if TYPE_CHECKING:
     from trtdiff.options import GateOptions
-    from trtdiff.report import CheckMetric, Layer, PairMetrics, SampleResult, SegmentationSummary, Threshold, Thresholds
+    from trtdiff.report import (
+        CheckMetric,
+        CheckScope,
+        Layer,
+        PairMetrics,
+        SampleResult,
+        SegmentationSummary,
+        Threshold,
+        Thresholds,
+    )
 
 Figure = tuple[str, float]
 
@@ -47,24 +57,8 @@ def output_checks(
                 continue
             values = [(name, _value(m, metric)) for name, m in figures]
             failing = tuple(dict.fromkeys(name for name, v in values if _breaks(v, limit, is_minimum)))
-            worst_name, worst = _worst(values, min if is_minimum else max)
-            checks.append(
-                ThresholdCheck(
-                    id=ThresholdCheck.make_id("outputs", threshold, pair),
-                    scope="outputs",
-                    threshold=threshold,
-                    metric=metric,
-                    pair=pair,
-                    backend=None,
-                    limit=float(limit),
-                    worst=worst,
-                    worst_sample=worst_name,
-                    passed=not failing,
-                    failing_samples=failing,
-                    compared=len(samples),
-                    failed=len(failing),
-                )
-            )
+            worst = _worst(values, min if is_minimum else max)
+            checks.append(_check("outputs", threshold, metric, pair, limit, worst, failing, len(samples)))
         checks.append(_finite_check(samples, figures, thresholds.allow_nonfinite, pair))
     return checks
 
@@ -78,22 +72,8 @@ def _finite_check(
         for name, m in figures
     ]
     failing = tuple(dict.fromkeys(name for name, v in values if v > 0))
-    worst_name, worst = _worst(values, max)
-    return ThresholdCheck(
-        id=ThresholdCheck.make_id("outputs", "finite", pair),
-        scope="outputs",
-        threshold="finite",
-        metric="non_finite_mismatches" if allow else "non_finite",
-        pair=pair,
-        backend=None,
-        limit=0.0,
-        worst=worst,
-        worst_sample=worst_name,
-        passed=not failing,
-        failing_samples=failing,
-        compared=len(samples),
-        failed=len(failing),
-    )
+    metric: CheckMetric = "non_finite_mismatches" if allow else "non_finite"
+    return _check("outputs", "finite", metric, pair, 0.0, _worst(values, max), failing, len(samples))
 
 
 def layer_checks(layers: Sequence[Layer], sample: str, pairs: Sequence[BackendPair]) -> list[ThresholdCheck]:
@@ -105,23 +85,9 @@ def layer_checks(layers: Sequence[Layer], sample: str, pairs: Sequence[BackendPa
             continue
         diverged = sum(m.diverged for m in metrics)
         worst = min((m.cosine for m in metrics), key=lambda v: -math.inf if math.isnan(v) else v)
-        checks.append(
-            ThresholdCheck(
-                id=ThresholdCheck.make_id("layers", "layers", pair),
-                scope="layers",
-                threshold="layers",
-                metric="divergence",
-                pair=pair,
-                backend=None,
-                limit=0.0,
-                worst=worst,
-                worst_sample=sample,
-                passed=not diverged,
-                failing_samples=(sample,) if diverged else (),
-                compared=len(metrics),
-                failed=diverged,
-            )
-        )
+        failing = (sample,) if diverged else ()
+        check = _check("layers", "layers", "divergence", pair, 0.0, (sample, worst), failing, len(metrics))
+        checks.append(dataclasses.replace(check, failed=diverged))
     return checks
 
 
@@ -139,21 +105,9 @@ def miou_checks(
         checks += [_min_miou_check(samples, summary, pair, options.min_miou) for pair in candidates]
     if options.max_miou_drop is not None:
         for backend, drop in summary.miou_drop.items():
-            checks.append(
-                ThresholdCheck(
-                    id=ThresholdCheck.make_id("labels", "max_miou_drop", backend),
-                    scope="labels",
-                    threshold="max_miou_drop",
-                    metric="miou_drop",
-                    pair=None,
-                    backend=backend,
-                    limit=options.max_miou_drop,
-                    worst=drop,
-                    worst_sample=None,
-                    passed=not _breaks(drop, options.max_miou_drop, is_minimum=False),
-                    compared=len(samples),
-                )
-            )
+            passed = not _breaks(drop, options.max_miou_drop, is_minimum=False)
+            check = _check("labels", "max_miou_drop", "miou_drop", backend, options.max_miou_drop, (None, drop), (), 0)
+            checks.append(dataclasses.replace(check, passed=passed, compared=len(samples)))
     return [check for check in checks if check is not None]
 
 
@@ -169,21 +123,37 @@ def _min_miou_check(
     known = [(name, v) for name, v in per_sample if v is not None]
     failing = tuple(name for name, v in known if _breaks(v, limit, is_minimum=True))
     worst_name, worst_value = _worst(known, min)
+    scope: CheckScope = "labels" if labelled else "agreement"
+    check = _check(scope, "min_miou", "miou", backend if labelled else pair, limit, (worst_name, figure), failing, 0)
+    passed = not _breaks(figure, limit, is_minimum=True)
+    return dataclasses.replace(check, passed=passed, compared=len(samples), worst_sample_value=worst_value)
+
+
+def _check(
+    scope: CheckScope,
+    threshold: Threshold,
+    metric: CheckMetric,
+    subject: BackendPair | str,
+    limit: float,
+    worst: tuple[str | None, float],
+    failing: tuple[str, ...],
+    compared: int,
+) -> ThresholdCheck:
+    """One check of `threshold` on a pair (or, against labels, a backend): it fails where samples fail."""
     return ThresholdCheck(
-        id=ThresholdCheck.make_id("labels" if labelled else "agreement", "min_miou", backend if labelled else pair),
-        scope="labels" if labelled else "agreement",
-        threshold="min_miou",
-        metric="miou",
-        pair=None if labelled else pair,
-        backend=backend if labelled else None,
-        limit=limit,
-        worst=figure,
-        worst_sample=worst_name,
-        passed=not _breaks(figure, limit, is_minimum=True),
+        id=ThresholdCheck.make_id(scope, threshold, subject),
+        scope=scope,
+        threshold=threshold,
+        metric=metric,
+        pair=subject if isinstance(subject, BackendPair) else None,
+        backend=subject if isinstance(subject, str) else None,
+        limit=float(limit),
+        worst=worst[1],
+        worst_sample=worst[0],
+        passed=not failing,
         failing_samples=failing,
-        compared=len(samples),
+        compared=compared,
         failed=len(failing),
-        worst_sample_value=worst_value,
     )
 
 
