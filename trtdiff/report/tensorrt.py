@@ -1,6 +1,6 @@
 """The TensorRT parts of a report: what was built or run, marked, not returned, fused; `trtdiff build`'s report.
 
-Split from report.py to keep each module readable; report.py re-exports every name.
+They live beside the Report model (model.py), which re-exports every name.
 """
 
 from __future__ import annotations
