@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import chain, islice
 from pathlib import Path
@@ -25,7 +25,9 @@ from trtdiff.errors import OptionError, param
 from trtdiff.gate.checks import layer_checks, miou_checks, output_checks
 from trtdiff.hypotheses.simplify import with_simplified
 from trtdiff.options import CompareOptions
+from trtdiff.options.resolved import CALLER, resolve
 from trtdiff.pipeline.prepare import Capture, Prepared, Progress, onnx_feeds, prepare, timed
+from trtdiff.pipeline.progress import sample_step, sample_total
 from trtdiff.report import Report, all_pairs
 from trtdiff.source.samples import Sample, SampleSource
 from trtdiff.version import __version__
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     import torch
 
     from trtdiff.analysis.culprits import ValuesOf
+    from trtdiff.analysis.repro import OnCulprits
     from trtdiff.backends.pytorch.capture import TorchCapture
     from trtdiff.pairing.pairs import Pairing
     from trtdiff.report import (
@@ -55,6 +58,7 @@ def compare(
     *,
     progress: Progress | None = None,
     name_of: Callable[[str], str] = str,
+    origins: Mapping[str, str] | None = None,
     **fields: Any,
 ) -> Report:
     """Compare `model` layer by layer across PyTorch, ONNX Runtime and TensorRT; return the Report.
@@ -65,10 +69,14 @@ def compare(
     (every field of trtdiff.options' parts can be named). `progress` is called with a short
     description as each long step starts. A culprit's advice names parameters as `name_of`
     writes them (the parameter itself, "opset 11"; the CLI passes its flags, "--opset 11").
+    `origins` says where options came from (name -> "command line", a config file's path); the
+    report records every option with its source (`Report.options`).
     Raises a TrtdiffError naming the parameter on bad input.
     """
     options = (options or CompareOptions()).with_fields(**fields)
     options.validate()
+    _check_repro_dir(options)
+    repro_notes: list[str] = []
     say = progress or _silent
     timings: dict[str, float] = {}
     samples = SampleSource.open(options, _recorded_inputs(options))
@@ -85,7 +93,8 @@ def compare(
             )
         )
         reference = _pair(prepared, timings)
-        run = _Run(prepared, options, reference, _backends_run(prepared, reference), name_of)
+        repro = _repro(options, prepared, repro_notes)
+        run = _Run(prepared, options, reference, _backends_run(prepared, reference), name_of, repro)
         say(f"running {', '.join(b.name for b in prepared.backends)} and comparing every layer")
         compared = run.engine().run(
             run.passes(samples.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes), say)
@@ -105,11 +114,11 @@ def compare(
         non_finite = _non_finite(run, layers, results, stack, timings)
         findings = _findings(run, layers, divergence, results, segmentation, stack, timings, say)
         checks = _checks(options, layers, results, segmentation, run, divergence)
-        notes = (*prepared.notes, *samples.notes(), *_spill_note(store), *findings.notes)
+        notes = (*prepared.notes, *samples.notes(), *_spill_note(store), *findings.notes, *repro_notes)
         report = _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings, non_finite)
         if options.export.simplify:
             report = with_simplified(model, options, prepared.graph.model, report, stack, say)
-        return report
+        return replace(report, options=resolve(options, {**dict.fromkeys(fields, CALLER), **(origins or {})}))
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,7 @@ class _Run:
     reference: _Reference
     backends: tuple[str, ...]
     name_of: Callable[[str], str] = str
+    repro: OnCulprits | None = None
 
     @property
     def pairs(self) -> tuple[BackendPair, ...]:
@@ -163,6 +173,7 @@ class _Run:
             self.options.thresholds,
             self.interpolations,
             self.name_of,
+            self.repro,
         )
 
     def interpolations(self) -> list[Interpolation]:
@@ -186,9 +197,9 @@ class _Run:
         """Sample 0 on every tensor (from the capture), then each later sample's final outputs."""
         graph, runtime = self.prepared.graph, self.options.runtime
         outputs = tuple(graph.graph_outputs)
-        total = self.options.gate.num_samples
+        total = sample_total(self.options)
         for index, sample in enumerate(samples):
-            say(f"final outputs of sample {index + 1}{f'/{total}' if total else ''} ({sample.name})")
+            say(sample_step(index, total, sample.name))
             sources: list[ValueSource] = []
             if index == 0:
                 captured = self.captured
@@ -207,6 +218,29 @@ class _Run:
 
 def _silent(_text: str) -> None:
     """The default progress callback: say nothing."""
+
+
+def _check_repro_dir(options: CompareOptions) -> None:
+    if options.analysis.save_repro is not None:
+        from trtdiff.analysis.repro import check_repro_dir
+
+        check_repro_dir(options.analysis.save_repro, options.force)
+
+
+def _repro(options: CompareOptions, prepared: Prepared, notes: list[str]) -> OnCulprits | None:
+    """The culprit step's repro writer, when --save-repro asks for one."""
+    if options.analysis.save_repro is None:
+        return None
+    from trtdiff.analysis.repro import ReproContext, repro_writer
+
+    context = ReproContext(
+        Path(options.analysis.save_repro),
+        prepared.graph,
+        options.thresholds,
+        prepared.loaded.source,
+        options.runtime.ort_provider,
+    )
+    return repro_writer(context, notes)
 
 
 def _recorded_inputs(options: CompareOptions) -> dict[str, Any] | None:
