@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,12 +92,14 @@ def sweep(
     precisions: Sequence[str] = (),
     progress: Progress | None = None,
     name_of: Callable[[str], str] = str,
+    origins: Mapping[str, str] | None = None,
     **fields: Any,
 ) -> Sweep:
     """Compare `model` at each opset with each exporter (every combination that can exist).
 
     `precisions` adds TensorRT precision as an axis: "fp32" (TF32 off), "tf32", "fp16".
     `name_of` writes the parameters the culprits' advice and a failing row's reason name (the CLI passes its flags).
+    `origins` says where options came from, as for `compare` (each report records its options and their sources).
     """
     options = (options or CompareOptions()).with_fields(**fields)
     if not opsets:
@@ -123,7 +125,7 @@ def sweep(
     for opset in opsets:
         for exporter in exporters:
             for precision in precisions or (None,):
-                entry, error = _entry(model, options, opset, exporter, precision, progress, name_of)
+                entry, error = _entry(model, options, opset, exporter, precision, progress, name_of, origins)
                 entries.append(entry)
                 errors += [error] if error is not None else []
     _raise_shared_input_error(entries, errors)
@@ -160,6 +162,7 @@ def _entry(
     precision: str | None,
     progress: Progress | None,
     name_of: Callable[[str], str],
+    origins: Mapping[str, str] | None = None,
 ) -> tuple[SweepEntry, Exception | None]:
     """One combination compared, or why it was skipped or failed (and the error it failed with).
 
@@ -177,7 +180,7 @@ def _entry(
         runtime = dataclasses.replace(runtime, tensorrt=settings, tf32=precision == "tf32")
     try:
         options = dataclasses.replace(options, export=export, runtime=runtime)
-        report = compare(model, options, progress=progress, name_of=name_of)
+        report = compare(model, options, progress=progress, name_of=name_of, origins=origins)
     except TrtdiffError as error:
         return SweepEntry(opset, exporter, failed=error.render(name_of), precision=precision), error
     except Exception as error:  # noqa: BLE001 -- a bug in trtdiff or a library: this row fails, the others run

@@ -129,7 +129,9 @@ def _as_text(declared: Declared, raw: Any, key: str, path: Path) -> Any:
         items = raw if isinstance(raw, list) else [raw]
         if any(isinstance(item, (list, dict)) for item in items):
             raise ConfigError(f"{_where(path)}: {key} = {_shown(raw)}: expected a list of values")
-        return tuple(_scalar_text(item) for item in items)
+        texts = [_scalar_text(item) for item in items]
+        # A repeated flag takes one item each; any other list option reads one comma list, as its flag does.
+        return tuple(texts) if declared.option.repeat else ",".join(texts)
     if isinstance(raw, list):
         raise ConfigError(f"{_where(path)}: {key} = {_shown(raw)}: expected one value, not a list")
     return _scalar_text(raw)
