@@ -221,7 +221,8 @@ def is_overlay(path: Path) -> bool:
 def load_onnx(report: Report, report_path: str | Path | None = None) -> onnx.ModelProto | None:
     """The ONNX file the report compared (its graph only: no weights), or None when it was not kept.
 
-    A relative `onnx_path` is looked up from the current directory, then beside the report.
+    `onnx_path` is looked up as written (from the current directory), then from the report's folder, then
+    by its name beside the report (an artifact folder downloaded elsewhere).
     """
     found = onnx_file(report, report_path)
     if found is None:
@@ -235,9 +236,11 @@ def onnx_file(report: Report, report_path: str | Path | None = None) -> Path | N
     """Where the report's ONNX file is now, or None."""
     if not report.onnx_path:
         return None
-    candidates = [Path(report.onnx_path)]
-    if report_path is not None and not Path(report.onnx_path).is_absolute():
-        candidates.append(Path(report_path).parent / report.onnx_path)
+    saved = Path(report.onnx_path)
+    candidates = [saved]
+    if report_path is not None:  # a CI artifact downloaded elsewhere: the files lie side by side
+        folder = Path(report_path).parent
+        candidates += [folder / saved, folder / saved.name] if not saved.is_absolute() else [folder / saved.name]
     return next((c for c in candidates if c.is_file()), None)
 
 
