@@ -21,6 +21,7 @@ import trtdiff
 from trtdiff.analysis.repro import MANIFEST, check_repro, check_repro_dir
 from trtdiff.cli.app import main
 from trtdiff.errors import OptionError, ReportFileError
+from trtdiff.hypotheses.sweep import sweep
 
 POLYGRAPHY = shutil.which("polygraphy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
 
@@ -119,3 +120,6 @@ def test_a_folder_trtdiff_did_not_write_is_refused(tmp_path: Path) -> None:
         check_repro(tmp_path / "mine")
     result = CliRunner().invoke(main, ["repro", str(tmp_path / "mine")])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    with pytest.raises(OptionError) as caught:  # a sweep would write one repro per combination into one folder
+        sweep(SmallCNN(), opsets=[10, 13], input_shapes=["1x3x16x16"], save_repro=str(tmp_path / "new"))
+    assert caught.value.parameter == "save_repro"

@@ -106,8 +106,8 @@ def sweep(
         raise OptionError("give at least one opset", parameter="opset")
     if options.export.onnx is not None:
         raise OptionError("a given ONNX file has one opset; drop it to sweep opsets and exporters", parameter="onnx")
-    for parameter in ("save_onnx", "save_engine"):
-        if getattr(options.export, parameter, None) or getattr(options.runtime, parameter, None):
+    for parameter in ("save_onnx", "save_engine", "save_repro"):
+        if any(getattr(part, parameter, None) for part in (options.export, options.runtime, options.analysis)):
             raise OptionError(
                 "keeps one comparison's file; a sweep makes one per combination: drop it, or compare the "
                 "combination you want to keep on its own",
