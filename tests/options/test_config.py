@@ -56,7 +56,7 @@ def test_typed_values_and_text_are_read_like_the_command_line(tmp_path: Path) ->
         "per_layer": True,
         "rtol": 0.01,
     }
-    options = CompareOptions().with_fields(**config.values)
+    options = CompareOptions().with_fields(**config.compare_fields)
     options.validate()
     assert options.export.opset == 10 and options.thresholds.min_cosine == 0.999
 
@@ -90,8 +90,10 @@ def test_options_that_run_code_are_taken_from_the_command_line_only(tmp_path: Pa
 
 def test_config_file_names_a_pyproject_or_a_file_of_options(tmp_path: Path) -> None:
     plain = tmp_path / "trtdiff.toml"
-    plain.write_text("opset = 13\nseed = 4\n")
-    assert load_config(plain).values == {"opset": 13, "seed": 4}  # type: ignore[union-attr]
+    plain.write_text("opset = 13\nseed = 4\nhtml = 'r.html'\n")
+    config = load_config(plain)
+    assert config is not None and config.values == {"opset": 13, "seed": 4, "html": "r.html"}
+    assert config.compare_fields == {"opset": 13, "seed": 4}  # html is the command line's own
     bare = tmp_path / "pyproject.toml"
     bare.write_text('[project]\nname = "x"\n')
     with pytest.raises(ConfigError, match=r"no \[tool.trtdiff\] table"):

@@ -45,6 +45,11 @@ class ConfigFile:
     values: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def compare_fields(self) -> dict[str, Any]:
+        """The values `trtdiff.compare(model, **fields)` takes: the command line's own options left out."""
+        return {name: value for name, value in self.values.items() if declared_of(name, compare_only=True)}
+
+    @property
     def source(self) -> str:
         """How a report names this file as the source of an option: its absolute path."""
         return str(self.path)
