@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from cli_output import without_progress
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
@@ -111,7 +112,7 @@ def test_a_file_onnx_runtime_refuses_is_one_line_with_its_reason(tmp_path: Path)
     with pytest.raises(BackendError, match="ONNX Runtime cannot load"):
         trtdiff.compare(path, backends=BACKENDS)
     result = CliRunner().invoke(main, ["compare", str(path), "--backends", "onnxruntime,onnx-reference"])
-    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.exit_code == 2 and len(without_progress(result.stderr).strip().splitlines()) == 1, result.stderr
 
 
 @pytest.mark.parametrize("elem", [TensorProto.FLOAT16, TensorProto.BFLOAT16])

@@ -9,7 +9,8 @@ of them imports it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from trtdiff.hypotheses.inspect import inspect_model as inspect_model
 from trtdiff.hypotheses.simplify import compare_simplified
 from trtdiff.hypotheses.sweep import sweep as sweep
 from trtdiff.options import CompareOptions
+from trtdiff.options.resolved import CALLER, resolve
 from trtdiff.pipeline.build import build as build
 from trtdiff.pipeline.record import run as run
 
@@ -35,6 +37,7 @@ def compare(
     *,
     progress: Progress | None = None,
     name_of: Callable[[str], str] = str,
+    origins: Mapping[str, str] | None = None,
     **fields: Any,
 ) -> Report:
     """Compare `model` layer by layer across PyTorch, ONNX Runtime and TensorRT; return the Report.
@@ -46,8 +49,11 @@ def compare(
     description as each long step starts. A culprit's advice names parameters as `name_of`
     writes them (the parameter itself, "opset 11"; the CLI passes its flags, "--opset 11").
     With `simplify`, the simplified ONNX file is compared too (the report's `simplified`).
-    Raises a TrtdiffError naming the parameter on bad input.
+    `origins` says where options came from (name -> "command line", a config file's path); the
+    report records every option with its source (`Report.options`). Raises a TrtdiffError
+    naming the parameter on bad input.
     """
     options = (options or CompareOptions()).with_fields(**fields)
     options.validate()
-    return compare_simplified(model, options, progress=progress, name_of=name_of)
+    report = compare_simplified(model, options, progress=progress, name_of=name_of)
+    return replace(report, options=resolve(options, {**dict.fromkeys(fields, CALLER), **(origins or {})}))

@@ -85,6 +85,18 @@ class OptionError(TrtdiffError):
     """An option value is invalid or conflicts with another."""
 
 
+class ConfigError(TrtdiffError):
+    """A config file (pyproject.toml's [tool.trtdiff], --config) is unreadable or holds a key trtdiff refuses."""
+
+
+class MissingPackageError(TrtdiffError):
+    """An optional package a feature needs is not installed (the message names the extra to install)."""
+
+
+class ReportFileError(TrtdiffError):
+    """A saved report cannot be read: missing, not JSON, not a trtdiff report, or a schema this trtdiff cannot read."""
+
+
 def first_line(what: object, limit: int = 300) -> str:
     """The first non-empty line of `str(what)`, cut to `limit` characters ("" when there is none).
 

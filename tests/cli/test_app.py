@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from cli_output import without_progress
 from click.testing import CliRunner
 from torch import nn
 
@@ -29,7 +30,7 @@ def _run(*args: str) -> tuple[int, str, str]:
 
 
 def _one_error_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
+    lines = [line for line in without_progress(stderr).splitlines() if line.strip()]
     assert len(lines) == 1, stderr
     assert lines[0].startswith("Error: ") and "Traceback" not in stderr
     return lines[0]
@@ -249,7 +250,7 @@ def test_ctrl_c_while_recording_a_torchscript_archive_exits_130_and_leaves_nothi
     os.kill(process.pid, signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
-    assert stderr.strip() == "Interrupted." and "Traceback" not in stderr
+    assert without_progress(stderr).strip() == "Interrupted." and "Traceback" not in stderr
     assert not stdout.strip()
     assert not list(scratch.glob("trtdiff-*"))
 

@@ -10,10 +10,10 @@ from trtdiff.cli.app import main
 from trtdiff.cli.flags import default_text, given, help_text
 from trtdiff.options import declared_of, for_command
 
-PLUMBING = {"debug", "help", "model"}  # --debug, --help and the MODEL argument are not options
+PLUMBING = {"debug", "help", "model", "report_json"}  # --debug, --help and the MODEL / REPORT.json arguments
 
 
-@pytest.mark.parametrize("command", ["compare", "run", "build", "inspect", "demo"])
+@pytest.mark.parametrize("command", ["compare", "run", "build", "inspect", "demo", "report", "view"])
 def test_a_commands_flags_are_exactly_its_declared_options(command: str) -> None:
     params = {p.name for p in main.commands[command].params} - PLUMBING
     assert params == {d.name for d in for_command(command)}

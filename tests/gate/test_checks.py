@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cli_output import without_progress
 from click.testing import CliRunner
 from PIL import Image
 
@@ -170,7 +171,7 @@ def test_label_with_a_class_the_model_lacks_names_the_file(tmp_path) -> None:
     Image.fromarray(np.full((64, 64), 9, dtype=np.uint8)).save(labels / "odd.png")  # the model has 5 classes
     result = CliRunner().invoke(main, ["compare", FACTORY, "--inputs", str(images), "--labels", str(labels)])
     assert result.exit_code == 2
-    lines = result.stderr.strip().splitlines()
+    lines = without_progress(result.stderr).strip().splitlines()
     assert len(lines) == 1 and "odd" in lines[0] and "--labels" in lines[0], result.stderr
 
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_output import without_progress
 from click.testing import CliRunner
 
 import trtdiff
@@ -38,7 +39,7 @@ def test_compare_skips_tensorrt_with_the_reason(resnet_model) -> None:
 def test_require_tensorrt_exits_2_with_one_line() -> None:
     result = CliRunner().invoke(main, ["compare", FACTORY, "--input-shape", SHAPE, "--require", "tensorrt"])
     assert result.exit_code == 2
-    lines = result.stderr.strip().splitlines()
+    lines = without_progress(result.stderr).strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: --require tensorrt: TensorRT cannot run here")
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import onnx
 
     from trtdiff.analysis.engine import CapturedValues
+    from trtdiff.analysis.repro import OnCulprits
     from trtdiff.backends.base import OnnxBackend
     from trtdiff.options import BackendOptions, BuildSettings
     from trtdiff.report import (
@@ -66,6 +67,7 @@ class Inputs:
     thresholds: Thresholds
     interpolations: Interpolations = lambda: ()
     name_of: Callable[[str], str] = str
+    on_culprits: OnCulprits | None = None  # given the culprits and their local runs while those are at hand (repro)
 
 
 def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair]) -> Findings:
@@ -86,6 +88,8 @@ def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair
     updated = with_local(layers, runs)
     culprits, drift = find_culprits(updated, runs, inputs.graph, inputs.thresholds)
     advised = advise(culprits, inputs.graph, inputs.interpolations, inputs.name_of)
+    if inputs.on_culprits is not None:
+        inputs.on_culprits(advised, runs)
     return Findings(tuple(updated), advised, drift, notes=tuple(notes))
 
 

@@ -206,5 +206,49 @@ def demo(**values: Any) -> None:
     sys.exit(0 if demo_command(values) else EXIT_DIVERGED)
 
 
+@main.command()
+@cloup.argument("report_json", metavar="REPORT.json")
+@flags("report")
+@debug_option
+def report(report_json: str, **values: Any) -> None:
+    """Render a saved report (compare --json, a sweep's too) as HTML, Markdown, JUnit or Model Explorer node data.
+
+    No model runs: a CI artifact becomes a page later. Reads the current report schema and the
+    one before it. Exit code 0: the saved report passed; 1: it failed; 2: the file cannot be read.
+    """
+    from trtdiff.cli.commands import report_command
+
+    sys.exit(0 if report_command(report_json, values) else EXIT_DIVERGED)
+
+
+@main.command()
+@cloup.argument("report_json", metavar="REPORT.json")
+@flags("view")
+@debug_option
+def view(report_json: str, **values: Any) -> None:
+    """Open Google's Model Explorer on the report's ONNX file, each node coloured by its error.
+
+    Serves Model Explorer locally (the explorer extra) with the accumulated error, the local
+    error, the cosine and each node's status as node data; Ctrl-C stops it.
+    """
+    from trtdiff.cli.commands import view_command
+
+    view_command(report_json, values)
+
+
+@main.command()
+@cloup.argument("folder", metavar="DIR")
+@debug_option
+def repro(folder: str) -> None:
+    """Run a culprit's subgraph saved by compare --save-repro again and compare it with the reference.
+
+    DIR is the folder --save-repro wrote (its first culprit) or one culprit's folder in it.
+    Exit code 1: the subgraph alone still diverges; 0: it agrees now; 2: DIR is not a repro.
+    """
+    from trtdiff.cli.commands import repro_command
+
+    sys.exit(0 if repro_command(folder) else EXIT_DIVERGED)
+
+
 if __name__ == "__main__":
     main()

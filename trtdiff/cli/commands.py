@@ -8,11 +8,12 @@ app.py renders as flags.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trtdiff.cli.flags import Given, given
+from trtdiff.cli.progress import progress_display
+from trtdiff.cli.sources import read_options
 from trtdiff.errors import OptionError
 from trtdiff.options import DEFAULT_OPSET, CompareOptions, SweepAxes, flag_of
 from trtdiff.version import __version__
@@ -20,6 +21,8 @@ from trtdiff.version import __version__
 if TYPE_CHECKING:
     from trtdiff.pipeline.record import Recording
     from trtdiff.render.files import ReportFiles
+
+__all__ = ["progress_display"]  # the display lives in trtdiff.cli.progress; kept here for callers of old
 
 
 def compare_command(model: str, values: Mapping[str, Any]) -> bool:
@@ -29,36 +32,68 @@ def compare_command(model: str, values: Mapping[str, Any]) -> bool:
     from trtdiff.api import compare
     from trtdiff.render.terminal import render_terminal, render_verdict
 
-    read = given(values)
+    sources = read_options(values)
+    read = sources.read
     files = _report_files(read)
     options = _options(read)
     if read.axes.many:
-        return _sweep_command(model, options, read.axes, files, read.reports.quiet)
+        return _sweep_command(model, options, read.axes, files, read.reports.quiet, sources.origins)
     options = options.with_fields(**_one_combination(read.axes))
+    options = _keep_onnx_beside(options, files)
     options.validate()
     with progress_display(read.reports.quiet) as progress:
-        report = compare(model, options, progress=progress, name_of=flag_of)
+        report = compare(model, options, progress=progress, name_of=flag_of, origins=sources.origins)
     console = Console(highlight=False)
     if read.reports.quiet:
         render_verdict(report, console)
     else:
         render_terminal(report, console, show_all=read.reports.show_all)
     files.write(report)
+    _annotate(report=report)
     return report.passed
 
 
-def _sweep_command(model: str, options: CompareOptions, axes: SweepAxes, files: ReportFiles, quiet: bool) -> bool:
-    """Compare at each opset, exporter and precision; one table; the JSON holds every report."""
+def _keep_onnx_beside(options: CompareOptions, files: ReportFiles) -> CompareOptions:
+    """With Model Explorer's node data, the exported ONNX file is kept beside it (me.json -> me.onnx).
+
+    Unless --save-onnx names where to keep it, or the ONNX file is given (--onnx, or MODEL). An
+    ONNX file already there belongs to earlier trtdiff node data (checked before): it is replaced.
+    """
+    beside = files.explorer_onnx()
+    if beside is None or options.export.save_onnx is not None or options.export.onnx is not None:
+        return options
+    if beside.exists() and not options.force:
+        beside.unlink()
+    return options.with_fields(save_onnx=str(beside))
+
+
+def _annotate(report: Any = None, sweep: Any = None) -> None:
+    """GitHub Actions annotations for the failed checks, on GitHub Actions only."""
+    import click
+
+    from trtdiff.cli.annotations import on_github, report_annotations, sweep_annotations
+
+    if not on_github():
+        return
+    lines = report_annotations(report) if report is not None else sweep_annotations(sweep)
+    for line in lines:
+        click.echo(line)
+
+
+def _sweep_command(
+    model: str,
+    options: CompareOptions,
+    axes: SweepAxes,
+    files: ReportFiles,
+    quiet: bool,
+    origins: Mapping[str, str] | None = None,
+) -> bool:
+    """Compare at each opset, exporter and precision; one table; each report file holds every combination."""
     from rich.console import Console
 
     from trtdiff.hypotheses.sweep import sweep
     from trtdiff.render.sweep_text import render_sweep
 
-    others = [name for name in ("junit", "markdown", "html") if getattr(files, name)]
-    if others:
-        raise OptionError(
-            "writes one comparison's report; a sweep writes JSON (one report per combination)", parameter=others[0]
-        )
     options.validate()
     with progress_display(quiet) as progress:
         result = sweep(
@@ -69,10 +104,11 @@ def _sweep_command(model: str, options: CompareOptions, axes: SweepAxes, files: 
             precisions=axes.precisions,
             progress=progress,
             name_of=flag_of,
+            origins=origins,
         )
     render_sweep(result, Console(highlight=False))
-    if files.json:
-        result.write_json(files.json)
+    files.write_sweep(result)
+    _annotate(sweep=result)
     return result.passed
 
 
@@ -90,7 +126,7 @@ def run_command(model: str, values: Mapping[str, Any]) -> Recording:
     """Record one backend's tensors."""
     from trtdiff.pipeline.record import run
 
-    read = given(values)
+    read = read_options(values).read
     options = _options(read)
     options.validate()
     assert read.run.backend is not None and read.run.save is not None  # click requires both
@@ -107,7 +143,7 @@ def build_command(model: str, values: Mapping[str, Any]) -> None:
     from trtdiff.render.files import check_json_path
     from trtdiff.render.terminal import render_build
 
-    read = given(values)
+    read = read_options(values).read
     json_path = read.reports.json
     check_json_path(json_path, kind="build")
     options = _options(read)
@@ -131,7 +167,7 @@ def inspect_command(model: str, values: Mapping[str, Any]) -> bool:
     from trtdiff.render.files import check_json_path
     from trtdiff.render.inspect_text import render_inspection
 
-    read = given(values)
+    read = read_options(values).read
     json_path = read.reports.json
     check_json_path(json_path, kind="inspection")
     inspection = inspect_model(model, _options(read), name_of=flag_of)
@@ -184,19 +220,64 @@ def _report_files(read: Given) -> ReportFiles:
     from trtdiff.render.files import ReportFiles
 
     reports = read.reports
-    files = ReportFiles(json=reports.json, junit=reports.junit, markdown=reports.markdown, html=reports.html)
+    files = ReportFiles(
+        json=reports.json,
+        junit=reports.junit,
+        markdown=reports.markdown,
+        html=reports.html,
+        model_explorer=reports.model_explorer,
+    )
     files.validate()
     return files
 
 
-@contextmanager
-def progress_display(quiet: bool) -> Iterator[Callable[[str], None] | None]:
-    """A spinner on stderr while long steps run, only in a terminal and without --quiet."""
+def report_command(path: str, values: Mapping[str, Any]) -> bool:
+    """Render a saved report (or sweep) into the files asked for; True when it passed."""
     from rich.console import Console
 
-    console = Console(stderr=True)
-    if quiet or not console.is_terminal:
-        yield None
-        return
-    with console.status("starting") as status:
-        yield lambda text: status.update(text)
+    from trtdiff.render.saved import read_saved
+    from trtdiff.render.sweep_text import render_sweep
+    from trtdiff.render.terminal import render_verdict
+    from trtdiff.report import Report
+
+    read = given(values)
+    files = _report_files(read)
+    if not any((files.junit, files.markdown, files.html, files.model_explorer)):
+        raise OptionError("nothing to write; give --html, --markdown, --junit or --model-explorer")
+    saved = read_saved(path)
+    console = Console(highlight=False)
+    if not isinstance(saved, Report):  # a sweep (its module imports torch: not for a plain report)
+        files.write_sweep(saved)
+        render_sweep(saved, console)
+        return saved.passed
+    files.write(saved, report_path=path)
+    render_verdict(saved, console)
+    return saved.passed
+
+
+def view_command(path: str, values: Mapping[str, Any]) -> None:
+    """Open Model Explorer on the report's ONNX file with the report's node data."""
+    from trtdiff.cli.view import view
+
+    read = given(values)
+    view(path, read.view)
+
+
+def repro_command(folder: str) -> bool:
+    """Run a saved repro again; True when no backend diverges any more."""
+    from rich.console import Console
+
+    from trtdiff.analysis.repro import check_repro
+    from trtdiff.render.format import cosine, reasons_text, sci
+
+    results = check_repro(folder)
+    console = Console(highlight=False)
+    for result in results:
+        m = result.metrics
+        how = "run now" if result.rerun else "as the comparison ran it"
+        verdict = f"DIVERGED ({reasons_text(m.reasons)})" if m.diverged else "agrees"
+        console.print(
+            f"{result.backend} ({how}): cosine {cosine(m.cosine)}, max-abs {sci(m.max_abs)}, "
+            f"rel-err {sci(m.rel_err)}: {verdict}"
+        )
+    return not any(result.metrics.diverged for result in results)

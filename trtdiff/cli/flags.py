@@ -17,11 +17,13 @@ import cloup
 from trtdiff.options import (
     COMPARE_PARTS,
     Command,
+    ConfigOptions,
     Declared,
     DemoOptions,
     ReportOptions,
     RunOptions,
     SweepAxes,
+    ViewOptions,
     declared_of,
     for_command,
 )
@@ -38,6 +40,8 @@ GROUPS = (
     "Reports",
     "Recording",
     "Demo",
+    "Configuration",
+    "Model Explorer",
 )
 
 
@@ -106,17 +110,27 @@ class Given:
     reports: ReportOptions = field(default_factory=ReportOptions)
     run: RunOptions = field(default_factory=RunOptions)
     demo: DemoOptions = field(default_factory=DemoOptions)
+    config: ConfigOptions = field(default_factory=ConfigOptions)
+    view: ViewOptions = field(default_factory=ViewOptions)
 
 
-def given(values: Mapping[str, Any]) -> Given:
-    """The options the user gave (None and empty repeats are not given), read by their declarations."""
+def given(values: Mapping[str, Any], underneath: Mapping[str, Any] | None = None) -> Given:
+    """The options the user gave (None and empty repeats are not given), read by their declarations.
+
+    `underneath` holds options already read from a config file: the command line's values
+    replace them name by name.
+    """
     compare: dict[str, Any] = {}
     own: dict[type, dict[str, Any]] = {}
+    read = {name: value for name, value in (underneath or {}).items() if declared_of(name) is not None}
     for name, raw in values.items():
         declared = declared_of(name)
         if declared is None or raw is None or raw == ():
             continue
-        value = declared.read(raw)
+        read[name] = declared.read(raw)
+    for name, value in read.items():
+        declared = declared_of(name)
+        assert declared is not None
         if declared.part in COMPARE_PARTS:
             compare[name] = value
         else:
@@ -127,4 +141,6 @@ def given(values: Mapping[str, Any]) -> Given:
         reports=ReportOptions(**own.get(ReportOptions, {})),
         run=RunOptions(**own.get(RunOptions, {})),
         demo=DemoOptions(**own.get(DemoOptions, {})),
+        config=ConfigOptions(**own.get(ConfigOptions, {})),
+        view=ViewOptions(**own.get(ViewOptions, {})),
     )

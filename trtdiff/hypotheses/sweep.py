@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,7 @@ from trtdiff.errors import (
     describe_error,
 )
 from trtdiff.options import CompareOptions
+from trtdiff.options.resolved import resolve
 from trtdiff.report import Report
 from trtdiff.report.serialization import from_jsonable, to_jsonable
 
@@ -91,20 +92,22 @@ def sweep(
     precisions: Sequence[str] = (),
     progress: Progress | None = None,
     name_of: Callable[[str], str] = str,
+    origins: Mapping[str, str] | None = None,
     **fields: Any,
 ) -> Sweep:
     """Compare `model` at each opset with each exporter (every combination that can exist).
 
     `precisions` adds TensorRT precision as an axis: "fp32" (TF32 off), "tf32", "fp16".
     `name_of` writes the parameters the culprits' advice and a failing row's reason name (the CLI passes its flags).
+    `origins` says where options came from, as for `compare` (each report records its options and their sources).
     """
     options = (options or CompareOptions()).with_fields(**fields)
     if not opsets:
         raise OptionError("give at least one opset", parameter="opset")
     if options.export.onnx is not None:
         raise OptionError("a given ONNX file has one opset; drop it to sweep opsets and exporters", parameter="onnx")
-    for parameter in ("save_onnx", "save_engine"):
-        if getattr(options.export, parameter, None) or getattr(options.runtime, parameter, None):
+    for parameter in ("save_onnx", "save_engine", "save_repro"):
+        if any(getattr(part, parameter, None) for part in (options.export, options.runtime, options.analysis)):
             raise OptionError(
                 "keeps one comparison's file; a sweep makes one per combination: drop it, or compare the "
                 "combination you want to keep on its own",
@@ -122,7 +125,7 @@ def sweep(
     for opset in opsets:
         for exporter in exporters:
             for precision in precisions or (None,):
-                entry, error = _entry(model, options, opset, exporter, precision, progress, name_of)
+                entry, error = _entry(model, options, opset, exporter, precision, progress, name_of, origins)
                 entries.append(entry)
                 errors += [error] if error is not None else []
     _raise_shared_input_error(entries, errors)
@@ -159,6 +162,7 @@ def _entry(
     precision: str | None,
     progress: Progress | None,
     name_of: Callable[[str], str],
+    origins: Mapping[str, str] | None = None,
 ) -> tuple[SweepEntry, Exception | None]:
     """One combination compared, or why it was skipped or failed (and the error it failed with).
 
@@ -177,6 +181,7 @@ def _entry(
     try:
         options = dataclasses.replace(options, export=export, runtime=runtime)
         report = compare_simplified(model, options, progress=progress, name_of=name_of)
+        report = dataclasses.replace(report, options=resolve(options, origins))
     except TrtdiffError as error:
         return SweepEntry(opset, exporter, failed=error.render(name_of), precision=precision), error
     except Exception as error:  # noqa: BLE001 -- a bug in trtdiff or a library: this row fails, the others run

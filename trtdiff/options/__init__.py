@@ -34,6 +34,7 @@ from trtdiff.options.parts import (
     BackendOptions,
     BuildSettings,
     CompareOptions,
+    ConfigOptions,
     DemoOptions,
     Exporter,
     ExportOptions,
@@ -47,6 +48,7 @@ from trtdiff.options.parts import (
     SweepAxes,
     SweepPrecision,
     Thresholds,
+    ViewOptions,
 )
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "BuildSettings",
     "Command",
     "CompareOptions",
+    "ConfigOptions",
     "Declared",
     "DemoOptions",
     "ExportOptions",
@@ -85,6 +88,7 @@ __all__ = [
     "SweepAxes",
     "SweepPrecision",
     "Thresholds",
+    "ViewOptions",
     "declarations",
     "declared_of",
     "every_option",

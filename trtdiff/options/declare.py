@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from trtdiff.errors import OptionError
 
-Command = Literal["compare", "run", "build", "inspect", "demo"]
+Command = Literal["compare", "run", "build", "inspect", "demo", "report", "view"]
 ALL: tuple[Command, ...] = ("compare", "run", "build", "inspect")
 COMPARE: tuple[Command, ...] = ("compare",)
 Parser = Callable[[str, str], Any]

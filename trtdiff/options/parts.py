@@ -59,7 +59,10 @@ GATE = "CI gate over many samples"
 REPORTS = "Reports"
 RECORDING = "Recording"
 DEMO = "Demo"
+CONFIG = "Configuration"
+VIEW = "Model Explorer"
 SINGLE = ("run", "build", "inspect")  # commands that export once (compare sweeps)
+RENDERED = ("compare", "report")  # commands that write report files (`report` renders a saved one)
 ENGINES = ("compare", "run", "build")  # commands that build a TensorRT engine
 _EXPORTER_HELP = "auto (TorchScript below opset 18, dynamo from 18), torchscript or dynamo"
 
@@ -367,6 +370,9 @@ class AnalysisOptions:
                                   default_text="when a divergence is found",
                                   help="Name the nodes that introduce the error (local error, export or runtime, "
                                        "attribution).")
+    save_repro: str | None = option(None, group=THRESHOLDS, commands=COMPARE, metavar="DIR",
+                                    help="Write each culprit's subgraph as a standalone ONNX file with its inputs, "
+                                         "every backend's output and a README with the command that shows it.")
 
 
 @dataclass(frozen=True)
@@ -377,12 +383,16 @@ class ReportOptions:
                             help="Show every layer, not only those up to the first divergence.")
     json: str | None = option(None, group=REPORTS, commands=("compare", "build", "inspect"), metavar="PATH",
                               help="Write the report (of a build, of an inspection) as JSON here.")
-    junit: str | None = option(None, group=REPORTS, commands=COMPARE, metavar="PATH",
+    junit: str | None = option(None, group=REPORTS, commands=RENDERED, metavar="PATH",
                                help="Write JUnit XML (one test case per check).")
-    markdown: str | None = option(None, group=REPORTS, commands=COMPARE, metavar="PATH",
+    markdown: str | None = option(None, group=REPORTS, commands=RENDERED, metavar="PATH",
                                   help="Write a Markdown summary (PR comment, CI step summary).")
-    html: str | None = option(None, group=REPORTS, commands=COMPARE, metavar="PATH",
+    html: str | None = option(None, group=REPORTS, commands=RENDERED, metavar="PATH",
                               help="Write a self-contained HTML report with plots (the html extra).")
+    model_explorer: str | None = option(None, group=REPORTS, commands=RENDERED, metavar="PATH",
+                                        help="Write node data for Google's Model Explorer (error, local error, cosine, "
+                                             "status per ONNX node), the ONNX file beside it; `trtdiff view` opens "
+                                             "them.")
     quiet: bool = option(False, group=REPORTS, commands=COMPARE, short="-q",
                          help="No progress display and no table: the verdict, the culprits and their fixes.")
 
@@ -408,6 +418,29 @@ class DemoOptions:
     demo_opsets: tuple[int, ...] = option((10, 13), group=DEMO, commands=("demo",), flag="--opsets",
                                           metavar="N,N...", parse=parse_opsets, default_text="10,13",
                                           help="Comma-separated opsets to export at.")
+
+
+@dataclass(frozen=True)
+class ConfigOptions:
+    """Where options come from besides the command line: `[tool.trtdiff]` in pyproject.toml, or a file given."""
+
+    config: str | None = option(None, group=CONFIG, metavar="FILE",
+                                help="Read options from this TOML file (a pyproject.toml's [tool.trtdiff], or a file "
+                                     "of options at top level) instead of the nearest pyproject.toml.")
+    no_config: bool = option(False, group=CONFIG,
+                             help="Read no config file: the defaults and the command line only.")
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    """`trtdiff view`: where Model Explorer's local server listens, and whether a browser opens."""
+
+    port: int | None = option(None, group=VIEW, commands=("view",), metavar="N", default_text="8080 or the next free",
+                              help="Port of Model Explorer's local server.")
+    host: str = option("localhost", group=VIEW, commands=("view",), metavar="HOST",
+                       help="Host Model Explorer's server listens on.")
+    no_browser: bool = option(False, group=VIEW, commands=("view",),
+                              help="Start the server and print its address without opening a browser.")
 # fmt: on
 
 
@@ -508,7 +541,7 @@ COMPARE_PARTS: tuple[type, ...] = (
     GateOptions,
 )
 """The parts a `CompareOptions` holds (`compare(**fields)` names any option of these)."""
-CLI_PARTS: tuple[type, ...] = (SweepAxes, ReportOptions, RunOptions, DemoOptions)
+CLI_PARTS: tuple[type, ...] = (SweepAxes, ReportOptions, RunOptions, DemoOptions, ConfigOptions, ViewOptions)
 DISPLAY_ORDER: tuple[type, ...] = (LoadOptions, SweepAxes, *COMPARE_PARTS[1:], *CLI_PARTS[1:])
 """Every part, in the order help and the README list their options (within each group)."""
 """The command line's own parts: what it varies, prints and writes."""

@@ -29,6 +29,7 @@ from trtdiff.errors import OptionError, param
 from trtdiff.gate.checks import layer_checks, miou_checks, output_checks
 from trtdiff.options import CompareOptions
 from trtdiff.pipeline.prepare import Capture, Prepared, Progress, onnx_feeds, prepare, timed
+from trtdiff.pipeline.progress import sample_step, sample_total
 from trtdiff.report import Report, all_pairs
 from trtdiff.source.samples import Sample, SampleSource
 from trtdiff.version import __version__
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     import torch
 
     from trtdiff.analysis.culprits import ValuesOf
+    from trtdiff.analysis.repro import OnCulprits
     from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.pairing.pairs import Pairing
     from trtdiff.report import (
@@ -76,6 +78,8 @@ def compare_once(
     parameter on bad input.
     """
     options.validate()
+    _check_repro_dir(options)
+    repro_notes: list[str] = []
     say = progress or _silent
     timings: dict[str, float] = {}
     samples = SampleSource.open(options, _recorded_inputs(options))
@@ -92,7 +96,8 @@ def compare_once(
             )
         )
         reference = _pair(prepared, timings)
-        run = _Run(prepared, options, reference, _backends_run(prepared, reference), name_of)
+        repro = _repro(options, prepared, repro_notes)
+        run = _Run(prepared, options, reference, _backends_run(prepared, reference), name_of, repro)
         say(f"running {', '.join(b.name for b in prepared.backends)} and comparing every layer")
         compared = run.engine().run(
             run.passes(samples.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes), say)
@@ -112,7 +117,7 @@ def compare_once(
         non_finite = _non_finite(run, layers, results, stack, timings)
         findings = _findings(run, layers, divergence, results, segmentation, stack, timings, say)
         checks = _checks(options, layers, results, segmentation, run, divergence)
-        notes = (*prepared.notes, *samples.notes(), *_spill_note(store), *findings.notes)
+        notes = (*prepared.notes, *samples.notes(), *_spill_note(store), *findings.notes, *repro_notes)
         report = _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings, non_finite)
         return Comparison(report, prepared.graph.model)
 
@@ -135,6 +140,7 @@ class _Run:
     reference: _Reference
     backends: tuple[str, ...]
     name_of: Callable[[str], str] = str
+    repro: OnCulprits | None = None
 
     @property
     def pairs(self) -> tuple[BackendPair, ...]:
@@ -168,6 +174,7 @@ class _Run:
             self.options.thresholds,
             self.interpolations,
             self.name_of,
+            self.repro,
         )
 
     def interpolations(self) -> list[Interpolation]:
@@ -191,9 +198,9 @@ class _Run:
         """Sample 0 on every tensor (from the capture), then each later sample's final outputs."""
         graph, runtime = self.prepared.graph, self.options.runtime
         outputs = tuple(graph.graph_outputs)
-        total = self.options.gate.num_samples
+        total = sample_total(self.options)
         for index, sample in enumerate(samples):
-            say(f"final outputs of sample {index + 1}{f'/{total}' if total else ''} ({sample.name})")
+            say(sample_step(index, total, sample.name))
             sources: list[ValueSource] = []
             if index == 0:
                 captured = self.captured
@@ -472,3 +479,27 @@ def _report(
         non_finite=non_finite,
         trtdiff_version=__version__,
     )
+
+
+def _check_repro_dir(options: CompareOptions) -> None:
+    """The repro folder is checked before any work (nothing the user made is overwritten)."""
+    if options.analysis.save_repro is not None:
+        from trtdiff.analysis.repro import check_repro_dir
+
+        check_repro_dir(options.analysis.save_repro, options.force)
+
+
+def _repro(options: CompareOptions, prepared: Prepared, notes: list[str]) -> OnCulprits | None:
+    """The culprit step's repro writer, when `save_repro` asks for one."""
+    if options.analysis.save_repro is None:
+        return None
+    from trtdiff.analysis.repro import ReproContext, repro_writer
+
+    context = ReproContext(
+        Path(options.analysis.save_repro),
+        prepared.graph,
+        options.thresholds,
+        prepared.loaded.source,
+        options.runtime.ort_provider,
+    )
+    return repro_writer(context, notes)

@@ -132,7 +132,7 @@ def prepare(
             loaded=source.loaded,
             graph=graph,
             exporter=exporter,
-            onnx_path=str(save_path or given) if save_path or given else None,
+            onnx_path=str(given or save_path) if save_path or given else None,  # a given file is not exported
             model_feeds=source.feeds,
             feeds=feeds,
             input_names=source.input_names,

@@ -72,6 +72,21 @@ dl.env{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:6p
 
 def render_html(report: Report) -> str:
     """The report as one HTML document that opens offline in any browser."""
+    title = f"trtdiff {'PASS' if report.passed else 'FAIL'}: {report.model}"
+    return html_document(title, html_body(report))
+
+
+def html_document(title: str, body: str) -> str:
+    """A whole page around `body`, with the report's style sheet."""
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{esc(title)}</title>\n'
+        f"<style>{CSS}</style>\n</head>\n<body>\n<main>\n{body}\n</main>\n</body>\n</html>\n"
+    )
+
+
+def html_body(report: Report) -> str:
+    """The report's sections, for a page of its own or a sweep's page."""
     sections = [
         _header(report),
         _non_finite(report),
@@ -102,13 +117,7 @@ def render_html(report: Report) -> str:
         _layers(report),
         _environment(report),
     ]
-    title = f"trtdiff {'PASS' if report.passed else 'FAIL'}: {report.model}"
-    body = "\n".join(part for part in sections if part)
-    return (
-        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{esc(title)}</title>\n'
-        f"<style>{CSS}</style>\n</head>\n<body>\n<main>\n{body}\n</main>\n</body>\n</html>\n"
-    )
+    return "\n".join(part for part in sections if part)
 
 
 def write_html(report: Report, path: str | Path) -> None:

@@ -115,6 +115,15 @@ def _onnx_line(opset: int, exporter: str, onnx_path: str | None) -> str:
     return f"ONNX: opset {opset} as written, exporter {exporter}" + (f", {onnx_path}" if onnx_path else "")
 
 
+def config_lines(report: Report) -> list[str]:
+    """ "options from /repo/pyproject.toml: input_shapes, opset": one line per config file that set options."""
+    files: dict[str, list[str]] = {}
+    for name, option in report.options.items():
+        if option.source not in ("default", "command line", "caller"):
+            files.setdefault(option.source, []).append(name)
+    return [f"options from {source}: {', '.join(names)}" for source, names in files.items()]
+
+
 def _note(note: str) -> Text:
     return Text(f"note: {note}", style="dim")
 
@@ -130,6 +139,8 @@ def _header(report: Report, console: Console) -> None:
     runners = [env.get(b, b) for b in report.backends if b != "torch"]
     others = [r for r in runners if not r.startswith(report.reference + " ")]
     console.print(Text("backends: " + ", ".join([reference, *others])))
+    for line in config_lines(report):
+        console.print(Text(line, style="dim"))
     summary = report.pairing
     if report.reference == "torch":
         console.print(Text(pairing_line(summary, len(report.not_compared))))

@@ -7,6 +7,7 @@ the house: `model` (the Report and its parts), `tensorrt` (what was built or run
 
 from trtdiff.options import Thresholds as Thresholds
 from trtdiff.report.model import (
+    READABLE_SCHEMAS as READABLE_SCHEMAS,
     SCHEMA_VERSION as SCHEMA_VERSION,
     Attribution as Attribution,
     BackendPair as BackendPair,

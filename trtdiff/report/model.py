@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trtdiff.options import Thresholds
+from trtdiff.options.resolved import ResolvedOption
 from trtdiff.report.serialization import from_jsonable, to_jsonable
 from trtdiff.report.tensorrt import (  # the report's TensorRT parts, re-exported
     BuildReport as BuildReport,
@@ -27,7 +28,9 @@ from trtdiff.report.tensorrt import (  # the report's TensorRT parts, re-exporte
     TensorRTSummary as TensorRTSummary,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+READABLE_SCHEMAS = (2, 3)
+"""The layouts this trtdiff reads back: the current one and the one before (3 added `options`)."""
 
 ReasonMetric = Literal["cosine", "rel_err", "max_abs", "non_finite", "shape", "mismatches"]
 CheckScope = Literal["outputs", "layers", "agreement", "labels"]
@@ -413,6 +416,7 @@ class Report:
     attribution: tuple[Attribution, ...] = ()
     non_finite: tuple[NonFinite, ...] = ()
     simplified: Report | None = None
+    options: dict[str, ResolvedOption] = field(default_factory=dict)
     trtdiff_version: str = "unknown"
     schema_version: int = SCHEMA_VERSION
 

@@ -1,0 +1,361 @@
+"""A repro to hand over: each culprit's subgraph as a standalone ONNX file, with what shows it diverging.
+
+`--save-repro DIR` writes, per culprit, a folder `DIR/N-NODE/` holding what a runtime's
+maintainers need to see the culprit for themselves, without the model or trtdiff's pipeline:
+
+- `subgraph.onnx`: the nodes run for the culprit's local error (the culprit alone, or the
+  smallest group whose float inputs have a reference value), its inputs fed from outside;
+  shape arithmetic is written in as constants, as the whole graph computed it;
+- `inputs/NAME.npy` (and `inputs.npz`, keyed by input name): the reference's values of those
+  inputs (PyTorch's, recorded while the whole model ran);
+- `outputs/BACKEND.npy`: the reference's value of the culprit's output and each backend's
+  output of the subgraph alone (ONNX Runtime and the ONNX spec evaluator run again on the
+  standalone file; TensorRT's as the comparison ran it);
+- `repro.json` (what `trtdiff repro` reads) and a README with the one command that shows the
+  divergence: `trtdiff repro FOLDER`, and Polygraphy's (from `polygraphy_inputs.json` and
+  `polygraphy_reference.json`, its own formats), written where Polygraphy is installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import re
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from trtdiff.analysis.metrics import compare_tensors
+from trtdiff.analysis.shadow import PREFIX, submodel, typed_inputs
+from trtdiff.errors import OptionError, ReportFileError
+from trtdiff.report import PairMetrics, Thresholds
+
+if TYPE_CHECKING:
+    import onnx
+
+    from trtdiff.analysis.culprits import LocalRun
+    from trtdiff.backends.base import OnnxBackend
+    from trtdiff.report import Culprit
+    from trtdiff.source.onnx_graph import GraphInfo
+
+MANIFEST = "repro.json"
+MARKER = "trtdiff-repro"
+SUBGRAPH = "subgraph.onnx"
+# Backends that run the standalone file again here (TensorRT's output is kept as the comparison ran it).
+RERUN = ("onnxruntime", "onnx-reference")
+OnCulprits = Callable[[Sequence["Culprit"], Sequence["LocalRun"]], None]
+
+
+def check_repro_dir(directory: str | None, force: bool = False) -> None:
+    """Refuse a folder trtdiff may not fill: a file, a missing parent, a non-empty folder not written by trtdiff."""
+    if directory is None:
+        return
+    target = Path(directory)
+    if target.exists() and not target.is_dir():
+        raise OptionError("is a file; give a folder to create", parameter="save_repro", value=directory)
+    if not target.exists():
+        if not target.parent.is_dir():
+            raise OptionError(
+                f"folder {target.parent} does not exist; create it first", parameter="save_repro", value=directory
+            )
+        return
+    if any(target.iterdir()) and not _ours(target) and not force:
+        raise OptionError(
+            "the folder is not empty and holds no earlier trtdiff repro; choose a new or empty folder",
+            parameter="save_repro",
+            value=directory,
+        )
+
+
+def _ours(target: Path) -> bool:
+    try:
+        data = json.loads((target / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("kind") == MARKER
+
+
+@dataclass(frozen=True)
+class ReproContext:
+    """What the repro folder says about where the culprit came from, and how to rerun its backends."""
+
+    directory: Path
+    graph: GraphInfo
+    thresholds: Thresholds
+    model: str
+    ort_provider: str = "CPUExecutionProvider"
+
+
+def repro_writer(context: ReproContext, notes: list[str]) -> OnCulprits:
+    """A callback for the culprit step: writes the repro folders of the culprits it is given."""
+
+    def write(culprits: Sequence[Culprit], runs: Sequence[LocalRun]) -> None:
+        written = write_repros(context, culprits, runs)
+        if written:
+            notes.append(f"repro of {len(written)} culprit(s) in {context.directory}: trtdiff repro {written[0]}")
+        else:
+            notes.append(f"no culprit to reproduce: nothing written to {context.directory}")
+
+    return write
+
+
+def write_repros(context: ReproContext, culprits: Sequence[Culprit], runs: Sequence[LocalRun]) -> list[Path]:
+    """One folder per culprit whose local run is at hand; the folders written."""
+    if not culprits:
+        return []
+    top = context.directory
+    _clear_earlier(top)
+    top.mkdir(exist_ok=True)
+    by_pair = {run.pair: run for run in runs}
+    folders: list[Path] = []
+    for number, culprit in enumerate(culprits, start=1):
+        run = by_pair.get(culprit.pair)
+        if run is None or culprit.tensor not in run.shadow.subgraphs:
+            continue
+        folder = top / f"{number}-{_slug(culprit.onnx_node)}"
+        _write_one(folder, context, culprit, run)
+        folders.append(folder)
+    manifest = {"kind": MARKER, "culprits": [f.name for f in folders], "model": context.model}
+    (top / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    (top / "README.md").write_text(_top_readme(context, culprits, folders))
+    return folders
+
+
+def _clear_earlier(top: Path) -> None:
+    """Remove what an earlier repro wrote here (its culprit folders and files), nothing else."""
+    if not _ours(top):
+        return
+    data = json.loads((top / MANIFEST).read_text())
+    for name in data.get("culprits", []):
+        if "/" not in name and (top / name).is_dir():
+            shutil.rmtree(top / name)
+    for name in (MANIFEST, "README.md"):
+        (top / name).unlink(missing_ok=True)
+
+
+def _write_one(folder: Path, context: ReproContext, culprit: Culprit, run: LocalRun) -> None:
+    import onnx
+
+    graph = context.graph
+    model = standalone(submodel(run.shadow, culprit.tensor, graph))
+    inputs = {value.name: np.asarray(run.feeds[value.name]) for value in model.graph.input}
+    model = typed_inputs(model, inputs)
+    output = model.graph.output[0].name
+    folder.mkdir(parents=True)
+    (folder / "inputs").mkdir()
+    (folder / "outputs").mkdir()
+    onnx.save(model, str(folder / SUBGRAPH))
+    input_files = {}
+    for index, (name, value) in enumerate(inputs.items()):
+        file = f"inputs/{index}-{_slug(name)}.npy"
+        np.save(folder / file, value)
+        input_files[name] = file
+    savez: Any = np.savez  # numpy's stub types the keywords as its own flags
+    savez(folder / "inputs.npz", **inputs)
+    reference, candidate = run.diverged.get(culprit.tensor, (None, None))
+    outputs: dict[str, np.ndarray] = {}
+    if candidate is not None:
+        outputs[culprit.pair.candidate] = np.asarray(candidate)
+    for name, value in rerun(folder / SUBGRAPH, inputs, output, context.ort_provider).items():
+        outputs[name] = value
+    output_files = {}
+    if reference is not None:
+        np.save(folder / "outputs" / "reference.npy", np.asarray(reference))
+    for name, value in outputs.items():
+        file = f"outputs/{_slug(name)}.npy"
+        np.save(folder / file, value)
+        output_files[name] = file
+    manifest: dict[str, Any] = {
+        "kind": MARKER,
+        "model": context.model,
+        "opset": graph.opset,
+        "subgraph": SUBGRAPH,
+        "nodes": list(culprit.subgraph),
+        "culprit": {"onnx_node": culprit.onnx_node, "op_type": culprit.op_type, "module": culprit.module},
+        "tensor": culprit.tensor,
+        "output": output,
+        "pair": str(culprit.pair),
+        "verdict": culprit.verdict,
+        "advice": culprit.advice,
+        "inputs": input_files,
+        "reference": {"backend": culprit.pair.reference, "file": "outputs/reference.npy"},
+        "outputs": output_files,
+        "thresholds": {
+            "min_cosine": context.thresholds.min_cosine,
+            "rtol": context.thresholds.rtol,
+            "max_abs": context.thresholds.max_abs,
+        },
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    polygraphy = _polygraphy_files(folder, inputs, output, reference)
+    (folder / "README.md").write_text(_readme(folder, manifest, reference, outputs, context, polygraphy))
+
+
+def standalone(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The subgraph with trtdiff's shadow prefix taken off every name: the ONNX file's own tensor and node names."""
+    for node in model.graph.node:
+        node.name = node.name.removeprefix(PREFIX)
+        for i, name in enumerate(node.input):
+            node.input[i] = name.removeprefix(PREFIX)
+        for i, name in enumerate(node.output):
+            node.output[i] = name.removeprefix(PREFIX)
+    for value in model.graph.output:
+        value.name = value.name.removeprefix(PREFIX)
+    model.graph.name = "trtdiff-repro"
+    return model
+
+
+def rerun(path: Path, inputs: Mapping[str, np.ndarray], output: str, provider: str) -> dict[str, np.ndarray]:
+    """The standalone file's output on ONNX Runtime and on the ONNX spec evaluator, run here now."""
+    from trtdiff.backends.onnx_reference import OnnxReferenceBackend
+    from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+    from trtdiff.source.onnx_graph import load_graph
+
+    graph = load_graph(path)
+    found: dict[str, np.ndarray] = {}
+    runners: tuple[OnnxBackend, ...] = (OnnxRuntimeBackend(graph, provider=provider), OnnxReferenceBackend(graph))
+    for name, runner in zip(RERUN, runners, strict=True):
+        for chunk in runner.run(dict(inputs), [output]):
+            if output in chunk:
+                found[name] = np.asarray(chunk[output])
+    return found
+
+
+@dataclass(frozen=True)
+class ReproResult:
+    """One backend's output of the subgraph alone against the reference's value."""
+
+    backend: str
+    metrics: PairMetrics
+    rerun: bool  # run again now (True) or as the comparison ran it (False)
+
+
+def check_repro(folder: str | Path, provider: str = "CPUExecutionProvider") -> list[ReproResult]:
+    """Run the repro in `folder` again (ONNX Runtime, the spec evaluator) and compare every output with the reference.
+
+    `folder` is one culprit's folder, or the top folder (its first culprit).
+    """
+    target = Path(folder)
+    data = _manifest(target)
+    if "subgraph" not in data:
+        names = data.get("culprits") or []
+        if not names:
+            raise ReportFileError(f"{target}: this repro holds no culprit")
+        target = target / names[0]
+        data = _manifest(target)
+    thresholds = Thresholds(**data["thresholds"])
+    inputs = {name: np.load(target / file) for name, file in data["inputs"].items()}
+    reference = np.load(target / data["reference"]["file"])
+    fresh = rerun(target / data["subgraph"], inputs, data["output"], provider)
+    results = [ReproResult(name, compare_tensors(reference, value, thresholds), True) for name, value in fresh.items()]
+    for name, file in data["outputs"].items():
+        if name not in fresh:
+            results.append(ReproResult(name, compare_tensors(reference, np.load(target / file), thresholds), False))
+    return results
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError) as error:
+        raise ReportFileError(
+            f"{folder}: no trtdiff repro here ({MANIFEST} missing or unreadable); give a folder --save-repro wrote"
+        ) from error
+    if not isinstance(data, dict) or data.get("kind") != MARKER:
+        raise ReportFileError(f"{folder}: {MANIFEST} is not a trtdiff repro")
+    return data
+
+
+def _polygraphy_files(
+    folder: Path, inputs: Mapping[str, np.ndarray], output: str, reference: np.ndarray | None
+) -> bool:
+    """Polygraphy's own input and reference-output files, where Polygraphy is installed; whether written."""
+    if reference is None or importlib.util.find_spec("polygraphy") is None:
+        return False
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # its log lines
+        from polygraphy.comparator import RunResults
+        from polygraphy.comparator.struct import IterationResult
+        from polygraphy.json import save_json
+
+        save_json([dict(inputs)], str(folder / "polygraphy_inputs.json"))
+        iteration = IterationResult({output: np.asarray(reference)}, runner_name="reference")
+        RunResults([("reference", [iteration])]).save(str(folder / "polygraphy_reference.json"))
+    return True
+
+
+def _readme(
+    folder: Path,
+    manifest: Mapping[str, Any],
+    reference: np.ndarray | None,
+    outputs: Mapping[str, np.ndarray],
+    context: ReproContext,
+    polygraphy: bool,
+) -> str:
+    culprit = manifest["culprit"]
+    thresholds = context.thresholds
+    lines = [
+        f"# {culprit['onnx_node']} ({culprit['op_type']}) diverges on {manifest['pair']}",
+        "",
+        f"Found by trtdiff in `{context.model}` (ONNX opset {manifest['opset']}): this node's own error breaks "
+        f"the thresholds (cosine ≥ {thresholds.min_cosine}, max-abs error ≤ {thresholds.rtol} × the reference's "
+        f"largest magnitude) when it runs alone on the reference's inputs. trtdiff's verdict: "
+        f"**{manifest['verdict']}**" + (f"; fix: {manifest['advice']}" if manifest["advice"] else "") + ".",
+        "",
+        f"- `{SUBGRAPH}`: nodes {', '.join(f'`{n}`' for n in manifest['nodes'])}; output `{manifest['output']}`",
+        "- `inputs/*.npy`, `inputs.npz`: the reference's values of its inputs "
+        + ", ".join(f"`{n}`" for n in manifest["inputs"]),
+        "- `outputs/reference.npy`: the reference's value of the output; `outputs/BACKEND.npy`: each backend's",
+        "",
+    ]
+    if reference is not None:
+        lines += ["| output | cosine | max-abs | rel-err | diverged |", "| --- | --- | --- | --- | --- |"]
+        for name, value in outputs.items():
+            m = compare_tensors(reference, value, thresholds)
+            diverged = "yes" if m.diverged else "no"
+            lines.append(f"| {name} | {m.cosine:.6f} | {m.max_abs:.2e} | {m.rel_err:.2e} | {diverged} |")
+        lines.append("")
+    lines += ["Show it with trtdiff (exit 1 when the subgraph alone still diverges):", ""]
+    lines += [f"    trtdiff repro {folder}", ""]
+    if polygraphy and reference is not None:
+        atol = thresholds.rtol * float(np.max(np.abs(reference))) if reference.size else 0.0
+        lines += [
+            "With Polygraphy (ONNX Runtime against the saved reference output; the tolerance is trtdiff's rtol "
+            "times the reference's largest magnitude):",
+            "",
+            f"    cd {folder} && polygraphy run {SUBGRAPH} --onnxrt --load-inputs polygraphy_inputs.json "
+            f"--load-outputs polygraphy_reference.json --atol {atol:.3g} --rtol 0",
+            "",
+        ]
+    lines += [
+        "With ONNX Runtime and numpy alone:",
+        "",
+        "```python",
+        "import numpy as np, onnxruntime as ort",
+        f"session = ort.InferenceSession('{SUBGRAPH}', providers=['CPUExecutionProvider'])",
+        "feeds = dict(np.load('inputs.npz'))",
+        "got, want = session.run(None, feeds)[0].ravel(), np.load('outputs/reference.npy').ravel()",
+        "print('cosine', got @ want / np.linalg.norm(got) / np.linalg.norm(want),",
+        "      'rel-err', np.abs(got - want).max() / np.abs(want).max())",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _top_readme(context: ReproContext, culprits: Sequence[Culprit], folders: Sequence[Path]) -> str:
+    lines = [f"# trtdiff repro of `{context.model}`", ""]
+    for folder in folders:
+        lines.append(f"- `{folder.name}/`: `trtdiff repro {folder}`")
+    if len(folders) < len(culprits):
+        lines.append(f"- {len(culprits) - len(folders)} culprit(s) without a local run here: no folder")
+    return "\n".join(lines) + "\n"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "node"

@@ -1,0 +1,66 @@
+"""`trtdiff view REPORT.json`: Model Explorer on the report's ONNX file, coloured by the report's node data.
+
+The node data is made from the report now (trtdiff.render.explorer) into a temporary folder,
+so a report is enough; the ONNX file must still be where the report says (or beside the
+report). Model Explorer's own local server serves the page; Ctrl-C stops it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import tempfile
+from pathlib import Path
+
+from trtdiff.errors import MissingPackageError, OptionError, ReportFileError
+from trtdiff.options import ViewOptions
+
+INSTALL = "pip install 'trtdiff[explorer]' (Google's ai-edge-model-explorer and its ONNX adapter model-explorer-onnx)"
+DEFAULT_PORT = 8080  # Model Explorer's own default: from it, the first free port up to 8099
+
+
+def view(path: str, options: ViewOptions) -> None:
+    """Serve Model Explorer with the report's ONNX file and node data until interrupted."""
+    from trtdiff.render.explorer import onnx_file, write_model_explorer
+    from trtdiff.render.saved import read_saved
+    from trtdiff.report import Report
+
+    missing = [name for name in ("model_explorer", "model_explorer_onnx") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingPackageError(f"Model Explorer is not installed ({', '.join(missing)}): {INSTALL}")
+    saved = read_saved(path)
+    if not isinstance(saved, Report):
+        raise ReportFileError(
+            f"{path}: a sweep keeps no ONNX file per combination; compare the combination to look at with "
+            "--model-explorer PATH, then view that report"
+        )
+    onnx_path = onnx_file(saved, path)
+    if onnx_path is None:
+        where = f" ({saved.onnx_path} is not there)" if saved.onnx_path else " (the export was temporary)"
+        raise ReportFileError(
+            f"{path}: the report keeps no ONNX file{where}; compare again with --model-explorer PATH "
+            "or --save-onnx PATH"
+        )
+    if options.port is not None and _in_use(options.host, options.port):
+        raise OptionError("is in use; choose another port, or leave it out", parameter="port", value=options.port)
+    import onnx
+    from model_explorer import config, server
+
+    with tempfile.TemporaryDirectory(prefix="trtdiff-view-") as folder:
+        stem = Path(folder) / f"{Path(path).with_suffix('').name}-nodes"
+        overlays = write_model_explorer(saved, f"{stem}.json", onnx.load(str(onnx_path), load_external_data=False))
+        settings = config().add_model_from_path(str(onnx_path))
+        for overlay in reversed(overlays):  # Model Explorer shows the last one added: the accumulated error
+            settings.add_node_data_from_path(str(overlay))
+        server.start(
+            host=options.host,
+            port=options.port or DEFAULT_PORT,
+            config=settings,
+            extensions=["model_explorer_onnx"],
+            no_open_in_browser=options.no_browser,
+        )
+
+
+def _in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        return probe.connect_ex((host, port)) == 0
