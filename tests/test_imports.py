@@ -222,6 +222,7 @@ def test_help_imports_no_torch() -> None:
     _no_torch("-m", "trtdiff", "--help")
 
 
+@pytest.mark.slow
 def test_the_import_check_sees_torch() -> None:
     modules, log = imported_modules("-c", "import trtdiff.pairing.evaluate")
     assert "torch" in modules and who_imported("torch", log)[-1] == "trtdiff.pairing.evaluate"
@@ -238,6 +239,7 @@ def _relu_onnx(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_comparing_an_onnx_file_imports_no_torch(tmp_path: Path) -> None:
     """Two ONNX backends on an ONNX file: the report's torch version comes from the installed metadata."""
     if _has_gpu_device_nodes():
@@ -251,6 +253,7 @@ def _has_gpu_device_nodes() -> bool:
     return any(Path("/dev").glob("nvidia[0-9]*")) or Path("/dev/dxg").exists()
 
 
+@pytest.mark.slow
 def test_building_an_onnx_file_imports_no_torch(tmp_path: Path) -> None:
     """`trtdiff build model.onnx` on a machine without an NVIDIA device: TensorRT, never torch."""
     import importlib.util

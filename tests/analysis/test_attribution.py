@@ -67,6 +67,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> tuple[Report, Report]:
     )
 
 
+@pytest.mark.slow
 def test_fixing_a_culprit_alone_leaves_what_the_others_do(reports: tuple[Report, Report]) -> None:
     report, without_b = reports
     assert [c.onnx_node for c in report.culprits] == ["/c/Conv", "/a/Conv", "/b/Conv"]

@@ -54,6 +54,7 @@ def test_trained_example_names_both_resizes_and_what_fixing_them_recovers(shapes
     assert final.final_rel_err_after == 0.0 and decoder.final_rel_err_after < decoder.final_rel_err_before
 
 
+@pytest.mark.slow
 def test_each_culprit_carries_the_re_export_at_opset_11(shapes_opset10: trtdiff.Report) -> None:
     for culprit in shapes_opset10.culprits:  # a Python caller reads parameter names; the CLI, flags (below)
         assert culprit.advice_code == "resize-no-coordinate-mode"
@@ -188,6 +189,7 @@ def test_shadow_inputs_take_the_types_of_the_values_fed(export_example: Callable
     assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.DOUBLE  # the model given is kept
 
 
+@pytest.mark.slow
 def test_a_tensorrt_failure_in_the_culprit_step_is_a_note(export_example: Callable[..., Path]) -> None:
     """Defect: a TensorRT failure on the shadow or injected model threw away the finished comparison.
 

@@ -220,6 +220,7 @@ def test_environment_names_versions_and_each_backend(graph: GraphInfo) -> None:
     assert "torch_device" not in environment([], None)
 
 
+@pytest.mark.slow
 def test_pairing_counts_float_tensors_and_the_rest_by_kind() -> None:
     import trtdiff
 

@@ -181,6 +181,7 @@ def _png_rows(data: bytes) -> tuple[int, int, bytes]:
     not CHROMIUM.exists(),
     reason="headless check needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
 )
+@pytest.mark.slow
 def test_chromium_renders_the_plots(gated_html: Path, tmp_path: Path) -> None:
     dom = _chromium(tmp_path, "--dump-dom", gated_html.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]

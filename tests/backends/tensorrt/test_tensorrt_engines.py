@@ -211,6 +211,7 @@ def test_bisection_names_the_marks_with_a_stand_in_comparator() -> None:
     assert stopped.builds == 4 and "stopped after 4 builds" in (stopped.note or "") and "t613" in stopped.marks
 
 
+@pytest.mark.slow
 def test_each_bisection_step_is_a_real_rebuild_with_half_the_marks(deeplab: GraphInfo) -> None:
     """Real TensorRT-RTX rebuilds with a subset of the debug marks; the comparator is a stand-in reading the plan."""
     built = build_engine(deeplab, BuildSettings(input_shapes=SHAPE))
@@ -228,6 +229,7 @@ def test_each_bisection_step_is_a_real_rebuild_with_half_the_marks(deeplab: Grap
     assert found.builds <= 2 * int(np.ceil(np.log2(len(marks))))
 
 
+@pytest.mark.slow
 def test_planning_the_marks_of_3000_nodes_costs_less_than_tensorrts_own_build(tmp_path: Path) -> None:
     """Defect: a per-name regular-expression scan made marking quadratic (87 s on 3,000 named nodes)."""
     planning: dict[bool, float] = {}
@@ -248,6 +250,7 @@ def test_planning_the_marks_of_3000_nodes_costs_less_than_tensorrts_own_build(tm
     assert max(planning.values()) < tensorrt_build, (planning, tensorrt_build)
 
 
+@pytest.mark.slow
 def test_reading_thousands_of_engine_layers_is_linear(tmp_path: Path) -> None:
     """Defect: fusion reading rebuilt the node list per layer (7.3 s on 2,000 layers)."""
     graph = constant_add_relu(tmp_path / "chain.onnx", 2000, named=True)
