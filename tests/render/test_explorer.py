@@ -67,7 +67,7 @@ def test_overlays_give_every_compared_node_its_figures_and_mark_the_culprits(div
     report = culprit_report(diverged)
     model = _graph()
     assert node_ids(model)["Shape_3"] == "<node_3>" and node_ids(model)["/decoder/Resize"] == "/decoder/Resize"
-    accumulated, local, cosine, status = overlays(report, model)
+    status, accumulated, local, cosine = overlays(report, model)
     compared = {layer.onnx_node for layer in report.layers}
     for overlay in (accumulated, local, cosine):
         assert set(overlay.results) == compared
@@ -93,7 +93,7 @@ def test_the_files_load_with_model_explorers_own_classes(
     report = culprit_report(diverged)
     written = write_model_explorer(report, tmp_path / "me.json", _graph())
     assert written == overlay_paths(tmp_path / "me.json")
-    assert [p.name for p in written] == ["me.json", "me.local.json", "me.cosine.json", "me.status.json"]
+    assert [p.name for p in written] == ["me.json", "me.error.json", "me.local.json", "me.cosine.json"]
     for path in written:
         data = json.loads(path.read_text())
         loaded = dacite.from_dict(builder.GraphNodeData, data, config=dacite.Config(strict=True))
@@ -145,7 +145,7 @@ def test_deeplab_at_opset_10_colours_the_graph(tmp_path: Path) -> None:
         dacite.from_dict(builder.GraphNodeData, json.loads(p.read_text()), config=dacite.Config(strict=True))
         for p in overlay_paths(me)
     ]
-    accumulated, _, _, status = loaded
+    status, accumulated, _, _ = loaded
     compared = {ids[layer.onnx_node] for layer in report.layers}
     assert compared <= set(accumulated.results)  # every compared node has its error
     non_constant = {ids[n.name] for n in model.graph.node if n.op_type != "Constant"}

@@ -6,15 +6,15 @@ colours. The ONNX adapter's node id is the ONNX node's name (`<node_N>` for an u
 N its position in the graph). `write_model_explorer(report, "me.json")` writes four node-data
 files, one value per node each (Model Explorer shows one value per node and file):
 
-- `me.json`: the accumulated error, the worst relative error (max-abs error over the
+- `me.json`: every ONNX node's status as a number, coloured: 0 not compared (constants,
+  shape arithmetic, unpaired tensors; grey), 1 agrees (green), 2 diverged (inherited),
+  3 first divergence, 4 culprit (red), 5 where NaN/Inf first appear;
+- `me.error.json`: the accumulated error, the worst relative error (max-abs error over the
   reference's largest magnitude) over the node's compared outputs and backend pairs, each
-  node coloured by its status (below);
+  node coloured by its status;
 - `me.local.json`: the local error (the node alone on the reference's inputs), red where it
   breaks the thresholds: where the error is introduced;
-- `me.cosine.json`: the worst cosine, red below `min_cosine`;
-- `me.status.json`: every ONNX node's status as a number: 0 not compared (constants, shape
-  arithmetic, unpaired tensors), 1 agrees, 2 diverged (inherited), 3 first divergence,
-  4 culprit, 5 where NaN/Inf first appear.
+- `me.cosine.json`: the worst cosine, red below `min_cosine`.
 
 Each file is a `GraphNodeData` (`results`, `name`, `thresholds`, ...): written with Model
 Explorer's own builder where it is installed (the `explorer` extra), the same JSON without it.
@@ -42,7 +42,7 @@ STATUS_NAMES = ("not compared", "agrees", "diverged (inherited)", "first diverge
 GREY, GREEN, ORANGE, DEEP_ORANGE, RED, PURPLE = "#bdbdbd", "#43a047", "#fb8c00", "#f4511e", "#d32f2f", "#8e24aa"
 STATUS_COLOURS = (GREY, GREEN, ORANGE, DEEP_ORANGE, RED, PURPLE)
 TOP = 1e300  # the last threshold's bound: every finite value at or below it
-SUFFIXES = ("", ".local", ".cosine", ".status")
+SUFFIXES = ("", ".error", ".local", ".cosine")
 
 
 @dataclass(frozen=True)
@@ -136,15 +136,15 @@ def overlays(report: Report, model: onnx.ModelProto | None = None) -> tuple[Over
     below = math.nextafter(report.thresholds.min_cosine, -math.inf)
     statuses = {key(name): NodeValue(float(code)) for name, code in status.items()}
     return (
-        Overlay("", f"{NAME_PREFIX}: accumulated error", accumulated, ((rtol, GREEN), (TOP, ORANGE))),
-        Overlay(".local", f"{NAME_PREFIX}: local error", local, ((rtol, GREEN), (TOP, RED))),
-        Overlay(".cosine", f"{NAME_PREFIX}: cosine", cosines, ((below, RED), (TOP, GREEN))),
         Overlay(
-            ".status",
+            "",
             f"{NAME_PREFIX}: status (0 not compared, 1 agrees, 2 diverged, 3 first divergence, 4 culprit, 5 NaN/Inf)",
             statuses,
             tuple((float(code), colour) for code, colour in enumerate(STATUS_COLOURS)),
         ),
+        Overlay(".error", f"{NAME_PREFIX}: accumulated error", accumulated, ((rtol, GREEN), (TOP, ORANGE))),
+        Overlay(".local", f"{NAME_PREFIX}: local error", local, ((rtol, GREEN), (TOP, RED))),
+        Overlay(".cosine", f"{NAME_PREFIX}: cosine", cosines, ((below, RED), (TOP, GREEN))),
     )
 
 
@@ -195,7 +195,7 @@ def _status(report: Report, nodes: dict[str, _Node], names: Iterable[str]) -> di
 
 
 def overlay_paths(path: str | Path) -> tuple[Path, ...]:
-    """The files `write_model_explorer(report, path)` writes, in overlay order: me.json, me.local.json, ..."""
+    """The files `write_model_explorer(report, path)` writes, in overlay order: me.json, me.error.json, ..."""
     base = _base(Path(path))
     return tuple(Path(f"{base}{suffix}.json") for suffix in SUFFIXES)
 
@@ -245,7 +245,7 @@ def onnx_file(report: Report, report_path: str | Path | None = None) -> Path | N
 
 
 def write_model_explorer(report: Report, path: str | Path, model: onnx.ModelProto | None = None) -> tuple[Path, ...]:
-    """Write the four overlays of `report` next to each other (me.json, me.local.json, ...); the paths written."""
+    """Write the four overlays of `report` next to each other (me.json, me.error.json, ...); the paths written."""
     written = []
     for overlay, target in zip(overlays(report, model), overlay_paths(path), strict=True):
         target.write_text(json.dumps(overlay.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
