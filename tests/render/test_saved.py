@@ -120,7 +120,7 @@ def test_a_saved_sweep_renders_every_combination(tmp_path: Path, passing: Report
         "Failure"
     ]
     assert (tmp_path / "me.opset10-torchscript.json").exists() and (
-        tmp_path / "me.opset13-torchscript.status.json"
+        tmp_path / "me.opset13-torchscript.cosine.json"
     ).exists()
     assert render_sweep_markdown(sweep) == text and render_sweep_junit(sweep) == xml.read_text()
 

@@ -28,6 +28,7 @@ from trtdiff.errors import (
     describe_error,
 )
 from trtdiff.options import CompareOptions
+from trtdiff.options.exporters import export_problem
 from trtdiff.options.resolved import resolve
 from trtdiff.report import Report
 from trtdiff.report.serialization import from_jsonable, to_jsonable
@@ -191,21 +192,6 @@ def _entry(
 
 
 def why_not(opset: int, exporter: str) -> str | None:
-    """Why no exporter writes this combination, or None when one can."""
-    from trtdiff.source.export import (  # imports torch: only when a sweep runs
-        DYNAMO_NATIVE_OPSET,
-        TORCHSCRIPT_MAX_OPSET,
-        TORCHSCRIPT_MIN_OPSET,
-        dynamo_max_opset,
-    )
-
-    if exporter == "dynamo" and opset < DYNAMO_NATIVE_OPSET:
-        return f"the dynamo exporter writes opsets from {DYNAMO_NATIVE_OPSET}"
-    script, dynamo = f"{TORCHSCRIPT_MIN_OPSET}-{TORCHSCRIPT_MAX_OPSET}", f"{DYNAMO_NATIVE_OPSET}-{dynamo_max_opset()}"
-    if exporter == "dynamo" and opset > dynamo_max_opset():
-        return f"the dynamo exporter writes opsets {dynamo}"
-    if exporter == "auto" and not TORCHSCRIPT_MIN_OPSET <= opset <= dynamo_max_opset():
-        return f"no exporter writes it (TorchScript: opsets {script}, dynamo: {dynamo})"
-    if exporter == "torchscript" and not TORCHSCRIPT_MIN_OPSET <= opset <= TORCHSCRIPT_MAX_OPSET:
-        return f"the TorchScript exporter writes opsets {script}"
-    return None
+    """Why no exporter writes this combination, or None when one can (the export's own rule)."""
+    problem = export_problem(opset, exporter)
+    return problem.reason if problem is not None else None

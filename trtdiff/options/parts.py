@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from trtdiff.errors import OptionError, param
 from trtdiff.options.declare import COMPARE, Declared, Parser, all_declarations, option
+from trtdiff.options.exporters import export_problem
 from trtdiff.options.parse import (
     check_input_shape,
     parse_bytes,
@@ -129,6 +130,10 @@ class ExportOptions:
                 f"nothing is exported when an ONNX file is given with {param('onnx')}; drop one of them",
                 parameter="save_onnx",
             )
+        problem = export_problem(self.opset, self.exporter) if self.opset is not None and self.onnx is None else None
+        if problem is not None:
+            value = self.opset if problem.parameter == "opset" else self.exporter
+            raise OptionError(problem.message, parameter=problem.parameter, value=value)
 
 
 @dataclass(frozen=True)

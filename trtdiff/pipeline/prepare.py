@@ -19,6 +19,7 @@ from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.backends.registry import choose_backends, open_backends
 from trtdiff.errors import ExportError, InputError, ModelRunError, OnnxFileError, OptionError, param
 from trtdiff.options import DEFAULT_OPSET, CompareOptions, ExportOptions, LoadOptions
+from trtdiff.options.exporters import export_problem
 from trtdiff.source.inputs import make_inputs
 from trtdiff.source.loading import LoadedModel, from_module, load_model
 from trtdiff.source.onnx_graph import GraphInfo, load_graph
@@ -105,6 +106,7 @@ def prepare(
     say("loading the model")
     with timed(timings, "load"):
         source = load_source(model, options.load, options.export.onnx, first_feeds)
+    _check_exportable(source, options.export)
     if backends is None:
         backends, chosen_notes = choose_backends(options.runtime, source.loaded.kind != "onnx")
     else:
@@ -242,6 +244,16 @@ def _file_shape_notes(graph: GraphInfo, derived: Mapping[str, tuple[int, ...]]) 
             "computed from it are empty and compare exactly"
         )
     return notes
+
+
+def _check_exportable(source: Source, options: ExportOptions) -> None:
+    """Refuse an opset or exporter this model cannot be exported with, before recording PyTorch."""
+    if source.given_graph is not None:
+        return
+    problem = export_problem(options.opset or DEFAULT_OPSET, options.exporter, source.loaded.kind)
+    if problem is not None:
+        value = (options.opset or DEFAULT_OPSET) if problem.parameter == "opset" else options.exporter
+        raise OptionError(problem.message, parameter=problem.parameter, value=value)
 
 
 def onnx_graph_for(

@@ -26,12 +26,15 @@ import torch
 
 from trtdiff.errors import ExportError, OptionError, cause_line, interrupts_kept, param
 from trtdiff.options import EXPORTERS
+from trtdiff.options.exporters import (
+    DYNAMO_NATIVE_OPSET,
+    TORCHSCRIPT_MAX_OPSET,
+    TORCHSCRIPT_MIN_OPSET,
+    dynamo_max_opset,
+    export_problem,
+)
 from trtdiff.source.loading import LoadedModel, utf8_path
 from trtdiff.source.onnx_graph import opset_of
-
-DYNAMO_NATIVE_OPSET = 18
-TORCHSCRIPT_MAX_OPSET = 20
-TORCHSCRIPT_MIN_OPSET = 7
 
 
 @dataclass(frozen=True)
@@ -54,47 +57,12 @@ def choose_exporter(exporter: str, opset: int, loaded: LoadedModel) -> str:
     return "torchscript" if opset < DYNAMO_NATIVE_OPSET else "dynamo"
 
 
-def dynamo_max_opset() -> int:
-    """The newest opset the dynamo exporter writes: the newest the installed onnx package converts to."""
-    return int(onnx.defs.onnx_opset_version())
-
-
 def check_writable(opset: int, exporter: str, loaded: LoadedModel) -> None:
     """Refuse, before any work, an opset or exporter that cannot write this model, naming what can."""
-    ts_range = f"{TORCHSCRIPT_MIN_OPSET}-{TORCHSCRIPT_MAX_OPSET}"
-    dynamo_range = f"{DYNAMO_NATIVE_OPSET}-{dynamo_max_opset()}"
-    ts_writes = TORCHSCRIPT_MIN_OPSET <= opset <= TORCHSCRIPT_MAX_OPSET
-    if loaded.kind == "torchscript":
-        if exporter == "dynamo":
-            raise OptionError(
-                f"the dynamo exporter cannot read a TorchScript archive; use {param('exporter')} torchscript "
-                f"(opsets {ts_range}), or give the eager model (a factory pkg.module:function) to use dynamo",
-                parameter="exporter",
-                value="dynamo",
-            )
-        if not ts_writes:
-            raise OptionError(
-                f"a TorchScript archive is exported by the TorchScript exporter, which writes opsets {ts_range}; "
-                "choose one of those",
-                parameter="opset",
-                value=opset,
-            )
-        return
-    if exporter == "torchscript" and not ts_writes:
-        other = (
-            f"use {param('exporter')} dynamo (opsets {dynamo_range})"
-            if TORCHSCRIPT_MAX_OPSET < opset <= dynamo_max_opset()
-            else f"choose one of those (ONNX Runtime and TensorRT read opsets from {TORCHSCRIPT_MIN_OPSET} on)"
-        )
-        raise OptionError(f"the TorchScript exporter writes opsets {ts_range}; {other}", parameter="opset", value=opset)
-    if opset > dynamo_max_opset() or opset < TORCHSCRIPT_MIN_OPSET:
-        raise OptionError(
-            f"no exporter writes it: the TorchScript exporter writes opsets {ts_range}, the dynamo exporter "
-            f"{dynamo_range} (ONNX Runtime and TensorRT read opsets from {TORCHSCRIPT_MIN_OPSET} on); "
-            "choose one of those",
-            parameter="opset",
-            value=opset,
-        )
+    problem = export_problem(opset, exporter, loaded.kind)
+    if problem is not None:
+        value = opset if problem.parameter == "opset" else exporter
+        raise OptionError(problem.message, parameter=problem.parameter, value=value)
 
 
 def export_onnx(
