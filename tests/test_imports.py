@@ -131,7 +131,7 @@ def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 def test_every_module_belongs_to_a_stage() -> None:
     unplaced = [m for m in _module_names() if m != "trtdiff" and m.split(".")[1] not in STAGES]
-    assert unplaced == [], "add the new stage to STAGES (bottom to top) and to the README's layout"
+    assert unplaced == [], "add the new stage to STAGES (bottom to top) and to docs/design.md's layout"
 
 
 def test_no_import_climbs_to_a_later_stage() -> None:
