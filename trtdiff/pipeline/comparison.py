@@ -11,7 +11,7 @@ the simplified file's comparison when asked (hypotheses.simplify), and the sweep
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import cached_property
@@ -20,11 +20,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtdiff.analysis.diagnose import Findings, Inputs, analyse, attribute_culprits
-from trtdiff.analysis.engine import BackendValues, CapturedValues, Engine, ForwardValues, Pass, ValueSource
+from trtdiff.analysis.engine import (
+    BackendValues,
+    CapturedValues,
+    Engine,
+    ForwardValues,
+    Pass,
+    StreamedValues,
+    ValueSource,
+)
 from trtdiff.analysis.localize import first_divergence
 from trtdiff.analysis.nonfinite import first_non_finite, non_finite_backends
 from trtdiff.analysis.results import build_layers, environment, mark_failures, pairing_summary, sample_results
-from trtdiff.backends.store import TensorStore
+from trtdiff.backends.base import chunk_names
+from trtdiff.backends.store import TensorStore, release_memory
 from trtdiff.errors import OptionError, param
 from trtdiff.gate.checks import layer_checks, miou_checks, output_checks
 from trtdiff.options import CompareOptions
@@ -39,6 +48,7 @@ if TYPE_CHECKING:
     import torch
 
     from trtdiff.analysis.culprits import ValuesOf
+    from trtdiff.backends.pytorch.capture import Visit
     from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.pairing.pairs import Pairing
     from trtdiff.report import (
@@ -92,7 +102,8 @@ def compare_once(
             )
         )
         reference = _pair(prepared, timings)
-        run = _Run(prepared, options, reference, _backends_run(prepared, reference), name_of)
+        run = _Run(prepared, options, reference, _backends_run(prepared, reference), name_of, stack)
+        run.hold_what_is_read()
         say(f"running {', '.join(b.name for b in prepared.backends)} and comparing every layer")
         compared = run.engine().run(
             run.passes(samples.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes), say)
@@ -135,6 +146,7 @@ class _Run:
     reference: _Reference
     backends: tuple[str, ...]
     name_of: Callable[[str], str] = str
+    stack: ExitStack | None = None  # where a recording made for the culprit pass is closed
 
     @property
     def pairs(self) -> tuple[BackendPair, ...]:
@@ -144,9 +156,30 @@ class _Run:
         graph = self.prepared.graph
         tensors = self.layer_tensors()
         sizes = {t: n for t in tensors if (n := graph.tensor_type(t).nbytes()) is not None}
-        return Engine(
-            self.pairs, self.options.thresholds, tuple(graph.graph_outputs), sizes, self.options.runtime.chunk_bytes
-        )
+        runtime = self.options.runtime
+        chunk = min(runtime.chunk_bytes, runtime.memory_bytes)  # what a backend returns at once stays under the limit
+        return Engine(self.pairs, self.options.thresholds, tuple(graph.graph_outputs), sizes, chunk)
+
+    @cached_property
+    def streams(self) -> bool:
+        """Whether sample 0's reference is streamed (recorded again, each value compared and dropped), not held.
+
+        So when the other backends return sample 0's tensors in one chunk, and the culprit pass
+        is not asked for whatever happens (it reads the reference's values: they are then held).
+        """
+        reference = self.reference
+        if reference.capture is None or reference.pairing is None or self.options.analysis.culprit:
+            return False
+        engine = self.engine()
+        return len(chunk_names(self.layer_tensors(), engine.sizes, engine.chunk_bytes)) == 1
+
+    def hold_what_is_read(self) -> None:
+        """Drop the first recording's values that nothing reads: all but the outputs when streamed, else unpaired ones."""
+        capture, pairing = self.reference.capture, self.reference.pairing
+        if capture is None or pairing is None:
+            return
+        capture.retain(() if self.streams else [p.key for p in pairing.pairs.values()])
+        release_memory()
 
     def layer_tensors(self) -> tuple[str, ...]:
         """Sample 0's tensors: those paired with PyTorch, every one several backends share, the outputs."""
@@ -181,11 +214,57 @@ class _Run:
 
     @cached_property
     def captured(self) -> CapturedValues | None:
-        """PyTorch's recorded values by ONNX tensor (sample 0; built once, its key map with it)."""
+        """PyTorch's recorded values by ONNX tensor (sample 0; built once, its key map with it).
+
+        When sample 0 was streamed, the model is recorded again for this (the culprit pass reads it).
+        """
         reference = self.reference
         if reference.capture is None or reference.pairing is None:
             return None
-        return CapturedValues(reference.capture, reference.pairing, tuple(self.prepared.graph.graph_outputs))
+        outputs = tuple(self.prepared.graph.graph_outputs)
+        if not self.streams:
+            return CapturedValues(reference.capture, reference.pairing, outputs)
+        stack = self.stack if self.stack is not None else ExitStack()
+        store = stack.enter_context(TensorStore(self.options.runtime.memory_bytes))
+        recorded = self._record_again(store)
+        recorded.retain([p.key for p in reference.pairing.pairs.values()])
+        return CapturedValues(recorded, reference.pairing, outputs)
+
+    def _record_again(
+        self, store: TensorStore, visit: Visit | None = None, keep: Container[str] | None = None
+    ) -> TorchCapture:
+        """Sample 0 recorded again as the first recording was (device, TF32, attention)."""
+        from trtdiff.backends.pytorch.capture import capture
+
+        first, module, runtime = self.reference.capture, self.reference.module, self.options.runtime
+        assert first is not None and module is not None
+        return capture(
+            module,
+            self.prepared.model_feeds,
+            device=runtime.torch_device,
+            tf32=runtime.tf32,
+            store=store,
+            attention="decomposed" if first.decomposed else "fused",
+            visit=visit,
+            keep=keep,
+        )
+
+    def _streamed(self) -> StreamedValues:
+        """Sample 0's reference, streamed through the comparison (the engine records it as it compares)."""
+        reference = self.reference
+        assert reference.capture is not None and reference.pairing is not None
+
+        def record(visit: Visit, keep: Container[str]) -> TorchCapture:
+            with TensorStore(self.options.runtime.memory_bytes) as store:
+                return self._record_again(store, visit, keep)
+
+        def full() -> CapturedValues:
+            captured = self.captured
+            assert captured is not None
+            return captured
+
+        outputs = tuple(self.prepared.graph.graph_outputs)
+        return StreamedValues(reference.capture, reference.pairing, outputs, record, full)
 
     def passes(self, samples: Iterator[Sample], say: Progress) -> Iterator[Pass]:
         """Sample 0 on every tensor (from the capture), then each later sample's final outputs."""
@@ -196,7 +275,7 @@ class _Run:
             say(f"final outputs of sample {index + 1}{f'/{total}' if total else ''} ({sample.name})")
             sources: list[ValueSource] = []
             if index == 0:
-                captured = self.captured
+                captured = self._streamed() if self.streams else self.captured
                 if captured is not None:
                     sources.append(captured)
                 feeds = self.prepared.feeds

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, Literal
 
@@ -41,6 +41,7 @@ from trtdiff.backends.pytorch.records import (
     DERIVED_PREFIX as DERIVED_PREFIX,
     INPUT as INPUT,
     INPUT_PREFIX as INPUT_PREFIX,
+    OUTPUT_PREFIX as OUTPUT_PREFIX,
     ModuleCall as ModuleCall,
     TorchCapture as TorchCapture,
     TorchRecord as TorchRecord,
@@ -53,9 +54,17 @@ from trtdiff.errors import InputError, ModelRunError, OptionError, TrtdiffError,
 class _Recorder(TorchDispatchMode):
     """Records computing aten ops (see op_kinds) with their inputs' producers and sources."""
 
-    def __init__(self, store: TensorStore, path_stack: list[str] | None) -> None:
+    def __init__(
+        self,
+        store: TensorStore,
+        path_stack: list[str] | None,
+        visit: Visit | None = None,
+        keep: Container[str] | None = None,
+    ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch declares no types here
         self.store = store
+        self.visit = visit
+        self.keep = keep
         self.path_stack = path_stack
         self.records: list[TorchRecord] = []
         self._producer: dict[int, tuple[weakref.ref[Any], int]] = {}
@@ -64,6 +73,27 @@ class _Recorder(TorchDispatchMode):
         self.fused: list[tuple[str, str | None]] = []  # fused attention kernels that ran: (op, module path)
         self.failure: BaseException | None = None  # the first error raised through the recorder
         self._nested = 0  # inside a fused kernel's decomposition (see _decompose)
+        self._deferred: list[tuple[str, torch.Tensor]] = []  # values made there, for `visit`
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """Keep torch from wrapping `__torch_dispatch__` in dynamo's disable, whose first call imports dynamo and
+        sympy (about a second); this mode is never compiled."""
+        return False
+
+    def hold(self, key: str, tensor: torch.Tensor) -> None:
+        """Show a value to `visit` as it is produced, then keep a copy of it (of those in `keep`, when given).
+
+        The copy is taken now because in-place ops (ReLU(inplace=True)) overwrite their input;
+        on a GPU it stays there, on the CPU it is a numpy array.
+        """
+        if self.visit is not None:
+            if self._nested:  # inside a decomposition that may yet be dropped: shown once it is kept
+                self._deferred.append((key, tensor.detach().clone()))
+            else:
+                self.visit(key, tensor)
+        if self.keep is None or key in self.keep:
+            self.store.put(key, _held_copy(tensor))
 
     def path(self) -> str | None:
         """The module path of the op running now ("" at the top; None when paths are not followed)."""
@@ -99,7 +129,7 @@ class _Recorder(TorchDispatchMode):
             (self.source(tensor),),
         )
         self.records.append(record)
-        self.store.put(record.key, tensor.detach().to("cpu", copy=True).numpy())
+        self.hold(record.key, tensor)
         self.mark(tensor, index, produced=True)
         return index
 
@@ -145,7 +175,7 @@ class _Recorder(TorchDispatchMode):
             sources=tuple(self.source(a) for a in tensors),
         )
         self.records.append(record)
-        self.store.put(record.key, first.detach().to("cpu", copy=True).numpy())
+        self.hold(record.key, first)
         self.mark(first, index, produced=True)
         return out
 
@@ -159,7 +189,7 @@ class _Recorder(TorchDispatchMode):
         first = out[0] if isinstance(out, (tuple, list)) else out
         if run is None or not isinstance(first, torch.Tensor):
             return False
-        start = len(self.records)
+        start, shown = len(self.records), len(self._deferred)
         self._nested += 1
         try:
             with self:
@@ -174,7 +204,12 @@ class _Recorder(TorchDispatchMode):
             for record in self.records[start:]:
                 self.store.discard(record.key)
             del self.records[start:]
+            del self._deferred[shown:]
             return False
+        if not self._nested and self.visit is not None:
+            for key, kept in self._deferred:
+                self.visit(key, kept)
+            self._deferred.clear()
         self.mark(first, last, produced=self.producer(value) == last and tuple(first.shape) == tuple(value.shape))
         return True
 
@@ -190,7 +225,8 @@ class _Recorder(TorchDispatchMode):
         if not isinstance(out, torch.Tensor) or out.numel() != tensors[0].numel():
             return False
         self.records[index] = dataclasses.replace(record, shape=tuple(out.shape))
-        self.store.put(record.key, self.store.get(record.key).reshape(tuple(out.shape)))
+        if record.key in self.store:
+            self.store.put(record.key, self.store.get(record.key).reshape(tuple(out.shape)))
         self.mark(out, index, produced=True)
         return True
 
@@ -210,6 +246,13 @@ def _gap(value: torch.Tensor, reference: torch.Tensor) -> float:
     return output_gap([value.detach().float().cpu().numpy()], [reference.detach().float().cpu().numpy()])
 
 
+def _held_copy(tensor: torch.Tensor) -> Any:
+    """A copy of a recorded value to keep: on the GPU it ran on (no trip to the host), else a numpy array."""
+    if tensor.device.type == "cuda":
+        return tensor.detach().clone()
+    return tensor.detach().to("cpu", copy=True).numpy()
+
+
 _UNFLATTEN = frozenset({"view", "_unsafe_view", "reshape", "_reshape_alias"})
 
 
@@ -223,6 +266,8 @@ def _lookup(table: dict[int, tuple[weakref.ref[Any], int]], tensor: Any) -> int 
 
 
 AttentionMode = Literal["auto", "decomposed", "fused"]
+Visit = Callable[[str, "torch.Tensor"], None]
+"""Called with each recorded value's key and tensor as it is produced (before later ops can change it)."""
 
 
 def capture(
@@ -233,6 +278,8 @@ def capture(
     tf32: bool = False,
     store: TensorStore | None = None,
     attention: AttentionMode = "auto",
+    visit: Visit | None = None,
+    keep: Container[str] | None = None,
 ) -> TorchCapture:
     """Run `module` once on `inputs` (in order) on `device` and record every computing op's output.
 
@@ -242,13 +289,19 @@ def capture(
     attention, checks the final outputs against a plain forward with the fused kernels: beyond
     ATTENTION_RTOL it records again with the fused kernels, with a note. "decomposed" and
     "fused" record one way without the check (a later sample, recorded as the first was).
+
+    `visit` sees every value as it is produced (the comparison streams the reference through
+    it); then only the values named in `keep` are kept, when it is given. Both need one way of
+    recording attention, not "auto", which may record twice.
     """
     store = store if store is not None else TensorStore()
+    if (visit is not None or keep is not None) and attention == "auto":
+        raise ValueError("a streamed recording records attention one way: decomposed or fused")
     with _on_device(module, device, tf32):
         if attention == "fused":
-            return _capture(module, inputs, device, store, decomposed=False)
+            return _capture(module, inputs, device, store, decomposed=False, visit=visit, keep=keep)
         try:
-            recorded = _capture(module, inputs, device, store, decomposed=True)
+            recorded = _capture(module, inputs, device, store, decomposed=True, visit=visit, keep=keep)
         except ModelRunError as error:
             if attention == "decomposed":
                 raise
@@ -307,12 +360,19 @@ def _on_device(module: torch.nn.Module, device: str, tf32: bool) -> Iterator[Non
 
 
 def _capture(
-    module: torch.nn.Module, inputs: Mapping[str, np.ndarray], device: str, store: TensorStore, *, decomposed: bool
+    module: torch.nn.Module,
+    inputs: Mapping[str, np.ndarray],
+    device: str,
+    store: TensorStore,
+    *,
+    decomposed: bool,
+    visit: Visit | None = None,
+    keep: Container[str] | None = None,
 ) -> TorchCapture:
     scripted = module if isinstance(module, torch.jit.ScriptModule) else None
     eager = scripted is None and not isinstance(module, torch.fx.GraphModule)
     path_stack: list[str] | None = [] if eager else None
-    recorder = _Recorder(store, path_stack)
+    recorder = _Recorder(store, path_stack, visit, keep)
     watch = AttentionWatch(path_stack) if decomposed and scripted is None else None
     in_script = script_attention(scripted) if scripted is not None else []
     calls: list[ModuleCall] = []
@@ -344,8 +404,8 @@ def _capture(
     for i, leaf in enumerate(leaves):
         if not isinstance(leaf, torch.Tensor):
             continue
-        key = f"torch:output:{i}"
-        store.put(key, leaf.detach().to("cpu", copy=True).numpy())
+        key = f"{OUTPUT_PREFIX}{i}"
+        recorder.hold(key, leaf)
         output_keys.append(key)
         output_records.append(recorder.producer(leaf))
     return TorchCapture(
