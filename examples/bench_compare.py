@@ -180,7 +180,7 @@ def floor_table(args: argparse.Namespace) -> None:
             for run in runs:
                 if not run.ok:
                     print(f"  {side}² {device}: {run.detail.strip()[-600:]}")
-        noise = ", ".join(f"{name} {spread(r)}" for name, r in [("floor", floors)] + list(compares.items()) if r)
+        noise = ", ".join(f"{name} {spread(r)}" for name, r in [("floor", floors), *compares.items()] if r)
         print(f"  {side}²: spread of the runs: {noise}", flush=True)
     header = ["input", "floor"] + [f"trtdiff --torch-device {d}" for d in devices]
     header += ["sweep of opsets 11,13,17"] if args.sweep else []

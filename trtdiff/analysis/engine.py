@@ -75,6 +75,8 @@ class CapturedValues:
     pairing: Pairing
     outputs: tuple[str, ...]
     name: str = "torch"
+    native: bool = False
+    """Recorded values as held (torch tensors on the GPU the reference ran on), for the metrics; else on the host."""
 
     @cached_property
     def keys(self) -> dict[str, str]:
@@ -86,7 +88,15 @@ class CapturedValues:
 
     def values(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         """Recorded values, and derived ones computed for this capture by the pairing that derived them."""
-        value = self.pairing.value
+        value, derivation = self.pairing.value, self.pairing.derivation
+        if self.native:
+            return {
+                tensor: value(self.capture, key)
+                if derivation is not None and derivation.owns(key)
+                else self.capture.native(key)
+                for tensor in names
+                if (key := self.keys.get(tensor)) is not None
+            }
         return {tensor: value(self.capture, self.keys[tensor]) for tensor in names if tensor in self.keys}
 
 
@@ -121,7 +131,7 @@ class StreamedValues:
         return self._full().values(names)
 
     def stream(self, names: Sequence[str], visit: Callable[[str, Any], None]) -> None:
-        """Call `visit(tensor, value)` for each of `names` this source has, recorded values as the forward makes them."""
+        """Call `visit(tensor, value)` for each of `names` it has, recorded values as the forward makes them."""
         keys, capture = self.keys, self.first.capture
         recorded = {f"torch:{r.index}" for r in capture.records} | set(capture.output_keys)
         by_key: dict[str, list[str]] = {}
@@ -201,7 +211,7 @@ class Engine:
             for group in groups:
                 values = {source.name: source.values(group) for source in current.sources}
                 for name, tensors in values.items():
-                    kept[name].update((t, v) for t, v in tensors.items() if t in self.outputs)
+                    kept[name].update((t, to_host(v)) for t, v in tensors.items() if t in self.outputs)
                 for tensor in group:
                     entry = self._compare(tensor, values)
                     if entry:

@@ -11,6 +11,7 @@ the simplified file's comparison when asked (hypotheses.simplify), and the sweep
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -174,7 +175,7 @@ class _Run:
         return len(chunk_names(self.layer_tensors(), engine.sizes, engine.chunk_bytes)) == 1
 
     def hold_what_is_read(self) -> None:
-        """Drop the first recording's values that nothing reads: all but the outputs when streamed, else unpaired ones."""
+        """Drop the first recording's values nothing reads: all but the outputs when streamed, else unpaired ones."""
         capture, pairing = self.reference.capture, self.reference.pairing
         if capture is None or pairing is None:
             return
@@ -276,6 +277,8 @@ class _Run:
             sources: list[ValueSource] = []
             if index == 0:
                 captured = self._streamed() if self.streams else self.captured
+                if isinstance(captured, CapturedValues):  # compared where it is held (a GPU)
+                    captured = dataclasses.replace(captured, native=True)
                 if captured is not None:
                     sources.append(captured)
                 feeds = self.prepared.feeds
@@ -522,7 +525,7 @@ def _report(
     graph = prepared.graph
     layers = findings.layers
     compared = {layer.tensor for layer in layers}
-    torch_device = run.options.runtime.torch_device if run.reference.capture is not None else None
+    torch_device = run.reference.capture.device if run.reference.capture is not None else None  # "auto" resolved
     return Report(
         passed=all(check.passed for check in checks),
         model=prepared.loaded.source,

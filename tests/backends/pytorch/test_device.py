@@ -42,3 +42,29 @@ def test_tf32_reference_is_looser_than_fp32(resnet_model: nn.Module) -> None:
         return max(layer.pairs[BackendPair("torch", "onnxruntime")].rel_err for layer in report.layers)
 
     assert worst(tf32=True) > 10 * worst(tf32=False)
+
+
+def test_auto_is_the_gpu_when_torch_sees_one_else_the_cpu() -> None:
+    from trtdiff.backends.pytorch.capture import resolve_device
+
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == "cpu" and resolve_device("cuda:1") == "cuda:1"
+
+
+def test_the_report_names_the_device_auto_chose(resnet_model: nn.Module) -> None:
+    report = trtdiff.compare(resnet_model, input_shapes=["1x3x32x32"], opset=13, backends=["torch", "onnxruntime"])
+    assert report.passed
+    assert report.environment["torch_device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@needs_cuda
+def test_gpu_reference_is_compared_on_the_gpu_and_matches_the_cpu_figures(resnet_model: nn.Module) -> None:
+    """Streamed (one chunk) and held (several chunks) on the GPU give the figures the CPU reference gives."""
+    kwargs = {"input_shapes": [SHAPE], "opset": 13, "backends": ["torch", "onnxruntime"]}
+    cpu = trtdiff.compare(resnet_model, torch_device="cpu", **kwargs)
+    for chunk in (1 << 30, 1 << 16):
+        gpu = trtdiff.compare(resnet_model, torch_device="cuda", chunk_bytes=chunk, **kwargs)
+        assert gpu.passed and [layer.tensor for layer in gpu.layers] == [layer.tensor for layer in cpu.layers]
+        for mine, theirs in zip(gpu.layers, cpu.layers, strict=True):
+            pair = BackendPair("torch", "onnxruntime")
+            assert mine.pairs[pair].cosine == pytest.approx(theirs.pairs[pair].cosine, abs=1e-5)

@@ -283,7 +283,8 @@ def capture(
 ) -> TorchCapture:
     """Run `module` once on `inputs` (in order) on `device` and record every computing op's output.
 
-    On CUDA, TF32 is off for matmuls and cuDNN convolutions unless `tf32`, so the reference is
+    `device` "auto" is the GPU when torch sees one (`resolve_device`). On CUDA, TF32 is off
+    for matmuls and cuDNN convolutions unless `tf32`, so the reference is
     true FP32; the module is moved to `device` for the pass and back afterwards.
     `attention` "auto" records attention op by op (torch_attention) and, when the model ran
     attention, checks the final outputs against a plain forward with the fused kernels: beyond
@@ -294,6 +295,7 @@ def capture(
     it); then only the values named in `keep` are kept, when it is given. Both need one way of
     recording attention, not "auto", which may record twice.
     """
+    device = resolve_device(device)
     store = store if store is not None else TensorStore()
     if (visit is not None or keep is not None) and attention == "auto":
         raise ValueError("a streamed recording records attention one way: decomposed or fused")
@@ -335,6 +337,13 @@ def _discard_records(store: TensorStore) -> None:
         while f"{prefix}{index}" in store:
             store.discard(f"{prefix}{index}")
             index += 1
+
+
+def resolve_device(device: str) -> str:
+    """The device `device` names: "auto" is the first CUDA GPU when torch sees one, else the CPU."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
 
 
 @contextmanager
@@ -439,6 +448,7 @@ def run_outputs(
     module: torch.nn.Module, inputs: Sequence[np.ndarray], *, device: str = "cpu", tf32: bool = False
 ) -> list[np.ndarray]:
     """A plain forward pass (no recording): the model's flattened tensor outputs, on the host."""
+    device = resolve_device(device)
     with _on_device(module, device, tf32), torch.no_grad():
         tensors = [torch.from_numpy(np.array(value, copy=True, order="C")).to(device) for value in inputs]
         try:

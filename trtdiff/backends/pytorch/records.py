@@ -8,8 +8,8 @@ by the `Pairing` that derived it, never by the capture alone (pairing.pairs: `Pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
