@@ -55,6 +55,9 @@ class OnnxRuntimeBackend(OnnxBackend):
         self._exposed_set = frozenset(self._output_of)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        # No arena: it would keep the largest run's intermediates for the life of the session, on top of the
+        # tensors handed back (measured: 4.9 GB against 4.0 GB peak at 2048x2048 under --memory-limit 1GB).
+        options.enable_cpu_mem_arena = False
         # ONNX Runtime logs each failure to stderr and raises it too: only the raised one is reported (one line).
         # The default logger is ONNX Runtime's process-wide state (it has no getter to restore it from): the
         # session's own level below is what keeps a run quiet; the default covers loading the model.
