@@ -78,13 +78,15 @@ def compare_once(
     *,
     progress: Progress | None = None,
     name_of: Callable[[str], str] = str,
+    shared: SharedRecording | None = None,
 ) -> Comparison:
     """Compare `model` layer by layer across the chosen backends, once (no simplified file: see trtdiff.api).
 
     Every backend, store and temporary file it opens is closed before it returns or raises.
     `progress` is called with a short description as each long step starts; a culprit's
-    advice names parameters as `name_of` writes them. Raises a TrtdiffError naming the
-    parameter on bad input.
+    advice names parameters as `name_of` writes them. `shared` lends the PyTorch recording
+    of the same model and inputs to several comparisons (a sweep): recorded once, held
+    whole. Raises a TrtdiffError naming the parameter on bad input.
     """
     options.validate()
     say = progress or _silent
@@ -97,13 +99,13 @@ def compare_once(
                 model,
                 options,
                 first_feeds=samples.first_feeds(),
-                capture=_recorder(options, store),
+                capture=shared.recorder(options) if shared is not None else _recorder(options, store),
                 timings=timings,
                 say=say,
             )
         )
         reference = _pair(prepared, timings)
-        run = _Run(prepared, options, reference, _backends_run(prepared, reference), name_of, stack)
+        run = _Run(prepared, options, reference, _backends_run(prepared, reference), name_of, stack, shared is not None)
         run.hold_what_is_read()
         say(f"running {', '.join(b.name for b in prepared.backends)} and comparing every layer")
         compared = run.engine().run(
@@ -124,7 +126,12 @@ def compare_once(
         non_finite = _non_finite(run, layers, results, stack, timings)
         findings = _findings(run, layers, divergence, results, segmentation, stack, timings, say)
         checks = _checks(options, layers, results, segmentation, run, divergence)
-        notes = (*prepared.notes, *samples.notes(), *_spill_note(store), *findings.notes)
+        notes = (
+            *prepared.notes,
+            *samples.notes(),
+            *_spill_note(reference.capture.store if reference.capture is not None else store),
+            *findings.notes,
+        )
         report = _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings, non_finite)
         return Comparison(report, prepared.graph.model)
 
@@ -148,6 +155,7 @@ class _Run:
     backends: tuple[str, ...]
     name_of: Callable[[str], str] = str
     stack: ExitStack | None = None  # where a recording made for the culprit pass is closed
+    shared: bool = False  # the recording is lent by a SharedRecording: held whole, never streamed
 
     @property
     def pairs(self) -> tuple[BackendPair, ...]:
@@ -169,7 +177,7 @@ class _Run:
         is not asked for whatever happens (it reads the reference's values: they are then held).
         """
         reference = self.reference
-        if reference.capture is None or reference.pairing is None or self.options.analysis.culprit:
+        if reference.capture is None or reference.pairing is None or self.options.analysis.culprit or self.shared:
             return False
         engine = self.engine()
         return len(chunk_names(self.layer_tensors(), engine.sizes, engine.chunk_bytes)) == 1
@@ -177,7 +185,7 @@ class _Run:
     def hold_what_is_read(self) -> None:
         """Drop the first recording's values nothing reads: all but the outputs when streamed, else unpaired ones."""
         capture, pairing = self.reference.capture, self.reference.pairing
-        if capture is None or pairing is None:
+        if capture is None or pairing is None or self.shared:  # the next comparison pairs it again
             return
         capture.retain(() if self.streams else [p.key for p in pairing.pairs.values()])
         release_memory()
@@ -314,6 +322,43 @@ def _recorder(options: CompareOptions, store: TensorStore) -> Capture:
         return capture(module, feeds, device=runtime.torch_device, tf32=runtime.tf32, store=store)
 
     return record
+
+
+class SharedRecording:
+    """One PyTorch recording lent to every comparison of the same model, inputs, device and TF32 (a sweep).
+
+    A context manager: its store (with the comparisons' memory limit) is closed when it ends.
+    A comparison whose inputs or settings differ records anew, and that recording is lent on.
+    """
+
+    def __init__(self, memory_bytes: int) -> None:
+        self.store = TensorStore(memory_bytes)
+        self._recorded: TorchCapture | None = None
+        self._settings: tuple[str, bool] | None = None
+
+    def recorder(self, options: CompareOptions) -> Capture:
+        """The capture step of a comparison with `options`: the lent recording where it fits, else a new one."""
+        settings = (options.runtime.torch_device, options.runtime.tf32)
+
+        def record(module: torch.nn.Module, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
+            import numpy as np
+
+            lent = self._recorded
+            if lent is not None and self._settings == settings and len(lent.inputs) == len(feeds):
+                if all(np.array_equal(a, b) for a, b in zip(lent.inputs, feeds.values(), strict=True)):
+                    return lent
+            self.store.close()
+            self._recorded, self._settings = _recorder(options, self.store)(module, feeds), settings
+            return self._recorded
+
+        return record
+
+    def __enter__(self) -> SharedRecording:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.store.close()
+        self._recorded = None
 
 
 def _pair(prepared: Prepared, timings: dict[str, float]) -> _Reference:
