@@ -79,12 +79,18 @@ class Run:
     detail: str = ""
 
 
-def measure(command: Sequence[str], folder: Path) -> Run:
-    """Run `command` as a child process; wall time and its own peak RSS (ru_maxrss of that child)."""
+def measure(command: Sequence[str], folder: Path, source: str | None = None) -> Run:
+    """Run `command` as a child process; wall time and its own peak RSS (ru_maxrss of that child).
+
+    `source`: a source tree whose trtdiff the child imports (first on PYTHONPATH).
+    """
     log = folder / "child.log"
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(source).resolve()), env.get("PYTHONPATH")) if p)
     with log.open("w") as out:
         start = time.perf_counter()
-        child = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT, cwd=folder)
+        child = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT, cwd=folder, env=env)
         _, status, usage = os.wait4(child.pid, 0)
         seconds = time.perf_counter() - start
     child.returncode = os.waitstatus_to_exitcode(status)
@@ -113,17 +119,20 @@ def trtdiff_command(archive: Path, side: int, device: str, extra: Sequence[str],
     ]
 
 
-def compare_run(archive: Path, side: int, device: str, extra: Sequence[str], folder: Path) -> Run:
+def compare_run(
+    archive: Path, side: int, device: str, extra: Sequence[str], folder: Path, source: str | None = None
+) -> Run:
     """One trtdiff compare; a clean model must pass (a failed verdict is reported, not timed as success)."""
     report = folder / "report.json"
     report.unlink(missing_ok=True)
-    run = measure(trtdiff_command(archive, side, device, extra, report), folder)
+    run = measure(trtdiff_command(archive, side, device, extra, report), folder, source)
     if not report.exists():
         return Run(run.seconds, run.peak_mb, False, run.detail)
     data = json.loads(report.read_text())
-    verdict = "passed" if data["passed"] else "FAILED"
-    notes = "; ".join(data.get("notes", ()))
-    return Run(run.seconds, run.peak_mb, bool(data["passed"]), f"{verdict}; {notes}")
+    reports = [entry["report"] or {"passed": False} for entry in data["sweep"]] if "sweep" in data else [data]
+    passed = all(r["passed"] for r in reports)
+    notes = "; ".join(note for r in reports for note in r.get("notes", ()))
+    return Run(run.seconds, run.peak_mb, passed, f"{'passed' if passed else 'FAILED'}; {notes}")
 
 
 def median(runs: Sequence[Run]) -> tuple[float, float]:
@@ -160,19 +169,20 @@ def floor_table(args: argparse.Namespace) -> None:
     rows = []
     for side in (int(s) for s in args.sizes.split(",")):
         floors: list[Run] = []
-        compares: dict[str, list[Run]] = {d: [] for d in devices}
+        columns = [(d, None) for d in devices] + ([(d, args.baseline) for d in devices] if args.baseline else [])
+        compares: dict[str, list[Run]] = {_name(d, b): [] for d, b in columns}
         sweeps: list[Run] = []
         for _ in range(args.repeat):
             if not args.no_floor:
                 floors.append(measure([sys.executable, "-c", FLOOR, str(archive), str(side), "17"], folder))
-            for device in devices:
-                compares[device].append(compare_run(archive, side, device, extra, folder))
+            for device, source in columns:
+                compares[_name(device, source)].append(compare_run(archive, side, device, extra, folder, source))
             if args.sweep:
                 sweeps.append(compare_run(archive, side, "cpu", [*extra, "--opset", "11,13,17"], folder))
         base = median(floors) if floors else None
-        row = [f"{side}²", cell(floors, None)] + [cell(compares[d], base) for d in devices]
+        row = [f"{side}²", cell(floors, None)] + [cell(runs, base) for runs in compares.values()]
         if args.sweep:
-            one = median(compares["cpu"])
+            one = median(compares[_name("cpu", None)])
             swept = median(sweeps)
             row.append(f"{swept[0]:.2f} s ({swept[0] / one[0]:.2f}x one compare)")
         rows.append(row)
@@ -182,7 +192,8 @@ def floor_table(args: argparse.Namespace) -> None:
                     print(f"  {side}² {device}: {run.detail.strip()[-600:]}")
         noise = ", ".join(f"{name} {spread(r)}" for name, r in [("floor", floors), *compares.items()] if r)
         print(f"  {side}²: spread of the runs: {noise}", flush=True)
-    header = ["input", "floor"] + [f"trtdiff --torch-device {d}" for d in devices]
+    header = ["input", "floor"] + [_name(d, None) for d in devices]
+    header += [_name(d, args.baseline) for d in devices] if args.baseline else []
     header += ["sweep of opsets 11,13,17"] if args.sweep else []
     if args.memory_limit:
         header[2:] = [f"{h} --memory-limit {args.memory_limit}" for h in header[2:]]
@@ -192,6 +203,10 @@ def floor_table(args: argparse.Namespace) -> None:
     for row in rows:
         print("| " + " | ".join(row) + " |")
     print("\n(median wall seconds and peak memory; in brackets the ratios to the floor of the same run)")
+
+
+def _name(device: str, source: str | None) -> str:
+    return f"trtdiff{' (' + Path(source).name + ')' if source else ''} --torch-device {device}"
 
 
 CHILD = """
@@ -244,6 +259,7 @@ def main() -> None:
     parser.add_argument("--model", help="a TorchScript archive of 1x3xHxW input (default: the DeepLabV3+ above)")
     parser.add_argument("--memory-limit", help="pass --memory-limit to trtdiff (e.g. 1GB)")
     parser.add_argument("--no-floor", action="store_true", help="measure trtdiff only")
+    parser.add_argument("--baseline", help="also measure the trtdiff of this source tree (e.g. an older checkout)")
     parser.add_argument("--cpu-only", action="store_true", help="no --torch-device cuda row, even with a GPU")
     parser.add_argument("--sweep", action="store_true", help="also a sweep of opsets 11,13,17 on the CPU")
     parser.add_argument("--culprits", action="store_true", help="the culprit step's cost on the examples instead")

@@ -248,7 +248,8 @@ class BackendOptions:
                                              "backend.")
     memory_bytes: int = option(DEFAULT_MEMORY_BYTES, group=BACKENDS, commands=COMPARE, flag="--memory-limit",
                                metavar="SIZE", parse=parse_bytes, default_text="2GB",
-                               help="Reference tensors kept in RAM before spilling to disk.")
+                               help="Reference tensors held in RAM (or on its GPU) before spilling to disk; also "
+                                    "the most one backend returns at once.")
     chunk_bytes: int = option(DEFAULT_CHUNK_BYTES, group=BACKENDS, flag=None, parse=parse_bytes, default_text="1GB",
                               help="Intermediates one backend returns at once (compared, then dropped).")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from torch import nn
@@ -68,3 +70,35 @@ def test_gpu_reference_is_compared_on_the_gpu_and_matches_the_cpu_figures(resnet
         for mine, theirs in zip(gpu.layers, cpu.layers, strict=True):
             pair = BackendPair("torch", "onnxruntime")
             assert mine.pairs[pair].cosine == pytest.approx(theirs.pairs[pair].cosine, abs=1e-5)
+
+
+def _project_models() -> list[tuple[str, Callable[[], nn.Module], str]]:
+    from tests.arch_models import ARCHITECTURES
+    from tests.culprit_models import (
+        BLOCK_SHAPE,
+        CHAIN_SHAPE,
+        CNN_SHAPE,
+        MLP_SHAPE,
+        conv_chain,
+        conv_mlp,
+        small_cnn,
+        transformer_block,
+    )
+    from trtdiff.cli.demo import EXAMPLES, build_example
+
+    found = [(name, lambda name=name: build_example(name), "1x3x128x128") for name in EXAMPLES]
+    found += [(name, a.model, a.shape) for name, a in ARCHITECTURES.items()]
+    found += [("small_cnn", small_cnn, CNN_SHAPE), ("transformer_block", transformer_block, BLOCK_SHAPE)]
+    found += [("conv_mlp", conv_mlp, MLP_SHAPE), ("conv_chain", conv_chain, CHAIN_SHAPE)]
+    return found
+
+
+@needs_cuda
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "build", "shape"), _project_models(), ids=[m[0] for m in _project_models()])
+def test_the_projects_clean_models_stay_clean_with_the_gpu_reference(
+    name: str, build: Callable[[], nn.Module], shape: str
+) -> None:
+    report = trtdiff.compare(build(), input_shapes=[shape], opset=17, backends=["torch", "onnxruntime"])
+    assert report.environment["torch_device"] == "cuda"
+    assert report.passed, (name, report.first_divergence)
