@@ -186,6 +186,7 @@ def floor_table(args: argparse.Namespace) -> None:
             swept = median(sweeps)
             row.append(f"{swept[0]:.2f} s ({swept[0] / one[0]:.2f}x one compare)")
         rows.append(row)
+        print("  row: | " + " | ".join(row) + " |", flush=True)
         for device, runs in compares.items():
             for run in runs:
                 if not run.ok:
