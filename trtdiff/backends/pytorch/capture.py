@@ -4,8 +4,8 @@ A TorchDispatchMode sees each aten op in execution order, for eager modules, loa
 TorchScript archives and ExportedPrograms alike. For eager modules, forward hooks add the
 module path each op ran in, which is what lets pairing follow the exporter's scopes. Python
 hooks do not fire inside a TorchScript module, so there the paths are read from its graph
-instead (`script_paths`). Values are copied when recorded, because in-place ops
-(ReLU(inplace=True)) overwrite their input. Data flow is followed through the ops that are
+instead (`script_paths`). Values are kept as the tensors the forward made, copied
+only when an in-place op (ReLU(inplace=True)) is about to overwrite one. Data flow is followed through the ops that are
 not recorded (views, reshapes, copies) so each record knows which records feed it
 (`TorchRecord.sources`). What a capture holds is plain data (records.py: torch-free, so
 pairing reads it without importing torch); values pairing derives from the recorded ones are
@@ -74,6 +74,7 @@ class _Recorder(TorchDispatchMode):
         self.failure: BaseException | None = None  # the first error raised through the recorder
         self._nested = 0  # inside a fused kernel's decomposition (see _decompose)
         self._deferred: list[tuple[str, torch.Tensor]] = []  # values made there, for `visit`
+        self._uncopied: dict[int, list[str]] = {}  # storage address -> keys kept without a copy
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -82,10 +83,11 @@ class _Recorder(TorchDispatchMode):
         return False
 
     def hold(self, key: str, tensor: torch.Tensor) -> None:
-        """Show a value to `visit` as it is produced, then keep a copy of it (of those in `keep`, when given).
+        """Show a value to `visit` as it is produced, then keep it (those in `keep`, when given).
 
-        The copy is taken now because in-place ops (ReLU(inplace=True)) overwrite their input;
-        on a GPU it stays there, on the CPU it is a numpy array.
+        On the CPU the tensor itself is kept, copied only if an in-place op is about to write
+        to its memory (`_copy_before_write`: ReLU(inplace=True) overwrites its input); on a GPU
+        a copy is kept there.
         """
         if self.visit is not None:
             if self._nested:  # inside a decomposition that may yet be dropped: shown once it is kept
@@ -93,7 +95,28 @@ class _Recorder(TorchDispatchMode):
             else:
                 self.visit(key, tensor)
         if self.keep is None or key in self.keep:
-            self.store.put(key, _held_copy(tensor))
+            if tensor.device.type == "cpu" and tensor.layout == torch.strided:
+                self.store.put(key, tensor.detach())
+                self._uncopied.setdefault(_storage(tensor), []).append(key)
+            else:
+                self.store.put(key, _held_copy(tensor))
+
+    def _copy_before_write(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Copy the kept values whose memory an in-place (or out=) op is about to write."""
+        schema = func._schema
+        written = [
+            value
+            for index, argument in enumerate(schema.arguments)
+            if argument.alias_info is not None and argument.alias_info.is_write
+            for value in [args[index] if index < len(args) else kwargs.get(argument.name)]
+        ]
+        leaves, _ = tree_flatten(written)
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu":
+                for key in self._uncopied.pop(_storage(leaf), []):
+                    kept = self.store.get(key) if key in self.store else None
+                    if isinstance(kept, torch.Tensor):  # not spilled to disk (a copy already)
+                        self.store.put(key, _held_copy(kept))
 
     def path(self) -> str | None:
         """The module path of the op running now ("" at the top; None when paths are not followed)."""
@@ -147,6 +170,8 @@ class _Recorder(TorchDispatchMode):
         if self._nested and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
             with self:  # called from inside this mode, a composite op arrives whole: record its parts
                 return func.decompose(*args, **kwargs)
+        if self._uncopied and func._schema.is_mutable:
+            self._copy_before_write(func, args, kwargs)
         out = func(*args, **kwargs)
         packet = func._overloadpacket.__name__
         if packet in FUSED_ATTENTION:
@@ -244,6 +269,10 @@ class _Recorder(TorchDispatchMode):
 
 def _gap(value: torch.Tensor, reference: torch.Tensor) -> float:
     return output_gap([value.detach().float().cpu().numpy()], [reference.detach().float().cpu().numpy()])
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    return int(tensor.untyped_storage().data_ptr())
 
 
 def _held_copy(tensor: torch.Tensor) -> Any:
