@@ -268,3 +268,34 @@ def test_building_an_onnx_file_imports_no_torch(tmp_path: Path) -> None:
     modules, log = imported_modules("-m", "trtdiff", "build", "m.onnx", cwd=tmp_path)
     assert any(m.split(".")[0] in MODULE_CANDIDATES for m in modules)  # it did build, with TensorRT
     assert "torch" not in modules, f"torch imported through {' <- '.join(who_imported('torch', log))}"
+
+
+HEAVY = ("torch._dynamo", "torch.distributed.fsdp", "sympy")
+"""What a TorchScript comparison never uses, and about three seconds to import."""
+
+
+def _no_heavy(modules: set[str], log: str) -> None:
+    found = [m for m in HEAVY if m in modules]
+    assert not found, f"{found[0]} imported through {' <- '.join(who_imported(found[0], log))}"
+
+
+def test_help_imports_no_dynamo_fsdp_or_sympy() -> None:
+    _no_heavy(*imported_modules("-m", "trtdiff", "--help"))
+
+
+@pytest.mark.slow
+def test_comparing_a_torchscript_archive_imports_no_dynamo_fsdp_or_sympy(tmp_path: Path) -> None:
+    """Loading, recording (a TorchDispatchMode), the TorchScript exporter, ONNX Runtime and the report: none of them."""
+    import torch
+
+    from tests.culprit_models import save_archive, small_cnn
+
+    save_archive(small_cnn(), "1x3x16x16", tmp_path / "m.pt")
+    assert "torch._dynamo" in imported_modules("-c", "import torch._dynamo")[0]  # the check sees it
+    arguments = ["compare", "m.pt", "--input-shape", "1x3x16x16", "--backends", "torch,onnxruntime"]
+    modules, log = imported_modules(
+        "-m", "trtdiff", *arguments, "--exporter", "torchscript", "--json", "r.json", cwd=tmp_path
+    )
+    assert "torch" in modules and (tmp_path / "r.json").is_file()
+    _no_heavy(modules, log)
+    assert torch.__version__  # the archive was saved by this torch

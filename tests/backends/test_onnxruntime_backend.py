@@ -227,3 +227,30 @@ def test_a_run_failure_is_one_line_and_onnx_runtime_logs_nothing(
     assert "The input tensor cannot be reshaped to the requested shape. Input shape:{1,3,4,4}" in message
     captured = capfd.readouterr()
     assert "onnxruntime" not in captured.err + captured.out  # ONNX Runtime logged it too; that stays silent
+
+
+def test_auto_takes_cuda_where_onnxruntime_gpu_has_it_with_tf32_off_unless_asked() -> None:
+    from trtdiff.backends.onnxruntime_backend import choose_provider
+
+    gpu = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert choose_provider("auto", gpu, tf32=False) == ("CUDAExecutionProvider", {"use_tf32": "0"})
+    assert choose_provider("auto", gpu, tf32=True) == ("CUDAExecutionProvider", {"use_tf32": "1"})
+    assert choose_provider("CPUExecutionProvider", gpu, tf32=False) == ("CPUExecutionProvider", {})
+    assert choose_provider("auto", ["CPUExecutionProvider"], tf32=True) == ("CPUExecutionProvider", {})
+
+
+def test_a_provider_this_onnxruntime_lacks_names_ort_provider_and_the_choices() -> None:
+    from trtdiff.backends.onnxruntime_backend import choose_provider
+    from trtdiff.errors import OptionError
+
+    with pytest.raises(OptionError, match="choose auto or one of CPUExecutionProvider") as caught:
+        choose_provider("CUDAExecutionProvider", ["CPUExecutionProvider"], tf32=False)
+    assert caught.value.parameter == "ort_provider"
+
+
+def test_the_provider_chosen_here_is_the_one_installed(graph: GraphInfo) -> None:
+    import onnxruntime as ort
+
+    with OnnxRuntimeBackend(graph, provider="auto") as opened:
+        expected = "CUDAExecutionProvider" if "CUDAExecutionProvider" in ort.get_available_providers() else "CPU"
+        assert opened.provider.startswith(expected) and opened.provider in opened.describe()

@@ -27,7 +27,10 @@ def test_a_commands_flags_are_exactly_its_declared_options(command: str) -> None
 def test_help_shows_the_declared_help_and_default() -> None:
     memory = declared_of("memory_bytes")
     assert memory is not None and default_text(memory) == "2GB"
-    assert help_text(memory) == "Reference tensors kept in RAM before spilling to disk. [default: 2GB]"
+    assert (
+        help_text(memory)
+        == "Reference tensors held in RAM (or on its GPU) before spilling to disk; also the most one backend returns at once. [default: 2GB]"
+    )
     result = CliRunner().invoke(main, ["compare", "--help"], terminal_width=200)
     assert "--memory-limit SIZE" in result.output and "[default: 2GB]" in result.output
 

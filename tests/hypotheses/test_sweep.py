@@ -200,3 +200,23 @@ def test_opsets_past_the_newest_any_exporter_writes_are_skipped() -> None:
     assert why_not(newest + 1, "dynamo") == f"no exporter writes it (TorchScript: opsets 7-20, dynamo: 18-{newest})"
     assert why_not(newest + 1, "auto") == f"no exporter writes it (TorchScript: opsets 7-20, dynamo: 18-{newest})"
     assert why_not(6, "auto") is not None
+
+
+@pytest.mark.slow
+def test_a_sweep_records_pytorch_once_and_each_row_has_the_figures_of_its_own_compare(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import trtdiff
+    from trtdiff.backends.pytorch import capture as capture_module
+
+    recordings: list[int] = []
+    original = capture_module.capture
+    monkeypatch.setattr(capture_module, "capture", lambda *a, **k: recordings.append(1) or original(*a, **k))
+    swept = sweep(FACTORY, opsets=[11, 13, 17], input_shapes=[SHAPE], backends=["torch", "onnxruntime"])
+    assert len(recordings) == 1 and swept.passed
+    for entry in swept.entries:
+        alone = trtdiff.compare(FACTORY, opset=entry.opset, input_shapes=[SHAPE], backends=["torch", "onnxruntime"])
+        assert entry.report is not None
+        assert [(layer.tensor, layer.pairs) for layer in entry.report.layers] == [
+            (layer.tensor, layer.pairs) for layer in alone.layers
+        ]

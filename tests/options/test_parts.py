@@ -23,7 +23,7 @@ from trtdiff.report import Thresholds
 def test_defaults() -> None:
     options = CompareOptions()
     assert options.load == LoadOptions() and options.export == ExportOptions()
-    assert options.runtime.backends is None and options.runtime.ort_provider == "CPUExecutionProvider"
+    assert options.runtime.backends is None and options.runtime.ort_provider == "auto"
     assert options.runtime.chunk_bytes == DEFAULT_CHUNK_BYTES and options.runtime.memory_bytes == DEFAULT_MEMORY_BYTES
     assert options.thresholds == Thresholds(min_cosine=0.9999, rtol=1e-3, max_abs=None)
     assert options.force is False

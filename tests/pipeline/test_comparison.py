@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import onnx
 import pytest
 import torch
 from torch import nn
 
 import trtdiff
-from trtdiff.errors import OptionError
+from trtdiff.errors import ModelRunError, OptionError
 from trtdiff.options import CompareOptions
 from trtdiff.pipeline.comparison import Comparison, compare_once
 
@@ -73,3 +75,64 @@ def test_compare_once_hands_back_the_onnx_model_and_never_simplifies(net: Flat) 
     assert isinstance(compared, Comparison) and isinstance(compared.onnx_model, onnx.ModelProto)
     assert compared.report.simplified is None  # simplify is the facade's (trtdiff.compare), not the comparison's
     assert len(compared.onnx_model.graph.node) == len(compared.report.layers) + len(compared.report.not_compared)
+
+
+def _figures(report: trtdiff.Report) -> list[tuple[str, tuple[int, ...], dict[str, tuple[float, ...]]]]:
+    return [
+        (
+            layer.tensor,
+            layer.shape,
+            {
+                str(p): (m.cosine, m.max_abs, m.mean_abs, m.rel_err, m.nan_ref, m.nan_cand)
+                for p, m in layer.pairs.items()
+            },
+        )
+        for layer in report.layers
+    ]
+
+
+@pytest.mark.slow
+def test_a_streamed_reference_gives_the_figures_of_a_held_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One chunk: PyTorch recorded again and compared as it runs; many chunks: held. The same report either way."""
+    from tests.culprit_models import transformer_block
+    from trtdiff.analysis.engine import StreamedValues
+
+    streams: list[int] = []
+    original = StreamedValues.stream
+    monkeypatch.setattr(StreamedValues, "stream", lambda self, *a: streams.append(1) or original(self, *a))
+    model = transformer_block()  # derived values (LayerNorm, GELU) and attention recorded op by op
+    kwargs = {"input_shapes": ["1x16x32"], "opset": 17, "backends": BACKENDS, "culprit": False}
+    streamed = trtdiff.compare(model, **kwargs)
+    held = trtdiff.compare(model, chunk_bytes=4096, **kwargs)
+    assert streamed.passed and held.passed and streams == [1]  # the first streamed, the second held
+    assert _figures(streamed) == _figures(held)
+    assert streamed.samples[0].outputs == held.samples[0].outputs
+
+
+@pytest.mark.slow
+def test_culprits_are_named_after_a_streamed_comparison(tmp_path: Path) -> None:
+    """The culprit pass reads the reference's values: sample 0 is recorded again for it, and finds the edit."""
+    from tests.culprit_models import edited, export, node, set_attribute, small_cnn
+
+    model = small_cnn()
+    source = export(model, "1x3x32x32", tmp_path / "cnn.onnx", 13)
+
+    def edit(proto: onnx.ModelProto) -> str:
+        target = node(proto, "Conv")
+        set_attribute(target, "dilations", [2, 2])
+        set_attribute(target, "pads", [2, 2, 2, 2])
+        return target.name
+
+    path, name = edited(source, tmp_path / "edited.onnx", edit)
+    report = trtdiff.compare(model, onnx=str(path), input_shapes=["1x3x32x32"], backends=["torch", "onnxruntime"])
+    assert not report.passed and report.culprit is not None and report.culprit.onnx_node == name
+
+
+@pytest.mark.slow
+def test_a_model_whose_forward_fails_says_so_though_the_export_runs_first() -> None:
+    class Broken(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.view(5, -1)
+
+    with pytest.raises(ModelRunError, match="the model's forward raised RuntimeError"):
+        trtdiff.compare(Broken(), input_shapes=[SHAPE], backends=["torch", "onnxruntime"])

@@ -5,20 +5,28 @@ the PyTorch values recorded by the capture (sample 0, every paired tensor), or a
 PyTorch forward (later samples, final outputs only). Sample 0 is compared on every tensor
 (the layer-by-layer pass), later samples on the final outputs (the gate): two uses of the
 same loop. Chunks bound how many intermediates are in memory at once.
+
+A *streamed* reference (`StreamedValues`) is not held at all: when the other sources'
+tensors come in one chunk, they are fetched first and PyTorch is recorded again, each value
+compared as the forward produces it (on the device it is on) and dropped, and each
+candidate tensor dropped once every pair that reads it is compared. Over several chunks it
+is recorded and held like any other source.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
 
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.backends.base import chunk_names, fetch
+from trtdiff.backends.store import to_host
 
 if TYPE_CHECKING:
-    import numpy as np
     import torch
 
     from trtdiff.backends.base import OnnxBackend
@@ -67,6 +75,8 @@ class CapturedValues:
     pairing: Pairing
     outputs: tuple[str, ...]
     name: str = "torch"
+    native: bool = False
+    """Recorded values as held (torch tensors on the GPU the reference ran on), for the metrics; else on the host."""
 
     @cached_property
     def keys(self) -> dict[str, str]:
@@ -78,8 +88,65 @@ class CapturedValues:
 
     def values(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         """Recorded values, and derived ones computed for this capture by the pairing that derived them."""
-        value = self.pairing.value
+        value, derivation = self.pairing.value, self.pairing.derivation
+        if self.native:
+            return {
+                tensor: value(self.capture, key)
+                if derivation is not None and derivation.owns(key)
+                else self.capture.native(key)
+                for tensor in names
+                if (key := self.keys.get(tensor)) is not None
+            }
         return {tensor: value(self.capture, self.keys[tensor]) for tensor in names if tensor in self.keys}
+
+
+class StreamedValues:
+    """PyTorch's values on sample 0, recorded again and handed over one by one as the forward produces them.
+
+    `capture` is the first recording, whose recorded values were dropped once paired (it keeps
+    the records, the final outputs and the derived values); `record(visit, keep)` records the
+    model again the same way, calling `visit(key, tensor)` with each value as it is produced
+    and keeping only the keys in `keep`. `values` (several chunks, or a reader such as the
+    culprit pass) reads `full()`: one recording held in a store, made on first use.
+    """
+
+    name = "torch"
+
+    def __init__(
+        self,
+        capture: TorchCapture,
+        pairing: Pairing,
+        outputs: Sequence[str],
+        record: Callable[[Callable[[str, Any], None], Container[str]], TorchCapture],
+        full: Callable[[], CapturedValues],
+    ) -> None:
+        self.first = CapturedValues(capture, pairing, tuple(outputs))
+        self._record, self._full = record, full
+
+    @property
+    def keys(self) -> dict[str, str]:
+        return self.first.keys
+
+    def values(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        return self._full().values(names)
+
+    def stream(self, names: Sequence[str], visit: Callable[[str, Any], None]) -> None:
+        """Call `visit(tensor, value)` for each of `names` it has, recorded values as the forward makes them."""
+        keys, capture = self.keys, self.first.capture
+        recorded = {f"torch:{r.index}" for r in capture.records} | set(capture.output_keys)
+        by_key: dict[str, list[str]] = {}
+        for tensor in names:
+            if tensor in keys and keys[tensor] in recorded:
+                by_key.setdefault(keys[tensor], []).append(tensor)
+
+        def seen(key: str, value: Any) -> None:
+            for tensor in by_key.get(key, ()):
+                visit(tensor, value)
+
+        self._record(seen, frozenset())
+        rest = [t for t in names if t in keys and keys[t] not in recorded]  # derived values, model inputs
+        for tensor, value in self.first.values(rest).items():
+            visit(tensor, value)
 
 
 class ForwardValues:
@@ -134,18 +201,59 @@ class Engine:
     def run(self, passes: Iterable[Pass]) -> Iterator[Compared]:
         """Compare each pass chunk by chunk, as the chunks arrive; one result per pass."""
         for current in passes:
+            streamed = next((s for s in current.sources if isinstance(s, StreamedValues)), None)
+            groups = chunk_names(current.tensors, self.sizes, self.chunk_bytes)
+            if streamed is not None and len(groups) == 1:
+                yield self._streamed(current, streamed)
+                continue
             metrics: dict[str, dict[BackendPair, PairMetrics]] = {}
             kept: dict[str, dict[str, np.ndarray]] = {source.name: {} for source in current.sources}
-            for group in chunk_names(current.tensors, self.sizes, self.chunk_bytes):
+            for group in groups:
                 values = {source.name: source.values(group) for source in current.sources}
                 for name, tensors in values.items():
-                    kept[name].update((t, v) for t, v in tensors.items() if t in self.outputs)
+                    kept[name].update((t, to_host(v)) for t, v in tensors.items() if t in self.outputs)
                 for tensor in group:
                     entry = self._compare(tensor, values)
                     if entry:
                         metrics[tensor] = entry
                 del values
             yield Compared(current.sample, metrics, kept)
+
+    def _streamed(self, current: Pass, streamed: StreamedValues) -> Compared:
+        """One chunk: the other sources fetched, then the reference streamed through them (see the module docstring)."""
+        name = streamed.name
+        others = [s for s in current.sources if s is not streamed]
+        values = {source.name: source.values(current.tensors) for source in others}
+        kept: dict[str, dict[str, np.ndarray]] = {s.name: {} for s in current.sources}
+        for source, tensors in values.items():
+            kept[source].update((t, v) for t, v in tensors.items() if t in self.outputs)
+        metrics: dict[str, dict[BackendPair, PairMetrics]] = {}
+        among_others = tuple(p for p in self.pairs if name not in (p.reference, p.candidate))
+        with_reference = tuple(p for p in self.pairs if name in (p.reference, p.candidate))
+        for tensor in current.tensors:
+            entry = {p: m for p, m in self._compare(tensor, values).items() if p in among_others}
+            if entry:
+                metrics[tensor] = entry
+
+        def visit(tensor: str, value: Any) -> None:
+            for pair in with_reference:
+                other = pair.candidate if pair.reference == name else pair.reference
+                theirs = values.get(other, {}).get(tensor)
+                if theirs is not None:
+                    ref, cand = (value, theirs) if pair.reference == name else (theirs, value)
+                    metrics.setdefault(tensor, {})[pair] = compare_tensors(ref, cand, self.thresholds)
+            if tensor in self.outputs:
+                kept[name][tensor] = np.array(to_host(value), copy=True)  # the forward may still write to it
+            for tensors in values.values():  # compared with the reference: no pair reads it again
+                tensors.pop(tensor, None)
+
+        streamed.stream(current.tensors, visit)
+        ordered = {  # as the chunked loop orders them: tensors as asked, pairs as declared
+            tensor: {pair: metrics[tensor][pair] for pair in self.pairs if pair in metrics[tensor]}
+            for tensor in current.tensors
+            if metrics.get(tensor)
+        }
+        return Compared(current.sample, ordered, kept)
 
     def _compare(self, tensor: str, values: Mapping[str, Mapping[str, np.ndarray]]) -> dict[BackendPair, PairMetrics]:
         entry: dict[BackendPair, PairMetrics] = {}

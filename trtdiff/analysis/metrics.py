@@ -9,9 +9,23 @@ NaN and Inf are compared by position: both sides holding NaN (or the same infini
 same places agree, as a -inf attention mask does in every backend; a NaN or Inf where the
 other side has something else diverges. Whether final outputs may hold them at all is the
 gate's question (trtdiff.gate.checks), not this one's.
+
+Speed: every figure comes from one pass over the pair, block by block (`_Moments`). A block
+is read as stored (float32, float16, integers) into a small float64 scratch buffer that stays
+in cache, so the sums, norms and dot product accumulate in float64 exactly as a plain float64
+implementation would, without a float64 copy of the whole tensor. On the CPU the blocks are
+shared among threads (numpy releases the GIL); torch tensors (the PyTorch reference on a GPU)
+are compared with torch where they are, and only the figures cross to the host.
 """
 
 from __future__ import annotations
+
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,52 +33,79 @@ from trtdiff.pairing.views import view_compatible
 from trtdiff.report import PairMetrics, Reason, Thresholds
 from trtdiff.source.inputs import non_finite_counts
 
+if TYPE_CHECKING:
+    import torch
 
-def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Thresholds) -> PairMetrics:
-    """Metrics of `candidate` against `reference`, with the divergence verdict and its reasons."""
+BLOCK = 1 << 16
+"""Elements per block on the CPU: three float64 scratch buffers of this size stay in a core's L2 cache."""
+TORCH_BLOCK = 1 << 24
+"""Elements per block with torch (on a GPU): float64 temporaries of 128 MB at most."""
+_PARALLEL_FROM = 4 * BLOCK  # smaller tensors are compared on the calling thread
+
+
+@dataclass
+class _Moments:
+    """What one pass over a pair (or a block of it) yields; blocks combine by `add`."""
+
+    size: int = 0
+    nan_ref: int = 0
+    nan_cand: int = 0
+    inf_ref: int = 0
+    inf_cand: int = 0
+    differ: int = 0
+    finite: int = 0  # positions finite on both sides: what the figures below are over
+    max_abs: float = 0.0
+    sum_abs: float = 0.0
+    ref_max_abs: float = 0.0
+    dot: float = 0.0
+    ref_sq: float = 0.0
+    cand_sq: float = 0.0
+
+    def add(self, other: _Moments) -> None:
+        self.size += other.size
+        self.nan_ref += other.nan_ref
+        self.nan_cand += other.nan_cand
+        self.inf_ref += other.inf_ref
+        self.inf_cand += other.inf_cand
+        self.differ += other.differ
+        self.finite += other.finite
+        self.max_abs = max(self.max_abs, other.max_abs)
+        self.sum_abs += other.sum_abs
+        self.ref_max_abs = max(self.ref_max_abs, other.ref_max_abs)
+        self.dot += other.dot
+        self.ref_sq += other.ref_sq
+        self.cand_sq += other.cand_sq
+
+
+def compare_tensors(reference: Any, candidate: Any, thresholds: Thresholds) -> PairMetrics:
+    """Metrics of `candidate` against `reference`, with the divergence verdict and its reasons.
+
+    Either may be a numpy array or a torch tensor (the PyTorch reference kept on its GPU):
+    with a torch tensor on a GPU the comparison runs there, the other side copied to it.
+    """
+    if _is_torch(reference) or _is_torch(candidate):
+        on_host = [_numpy_view(v) for v in (reference, candidate)]
+        if on_host[0] is None or on_host[1] is None:
+            return _compare_torch(reference, candidate, thresholds)
+        reference, candidate = on_host  # tensors on the CPU: read in place, with the threads below
     reference = np.asarray(reference)
     candidate = np.asarray(candidate)
     if reference.shape != candidate.shape:
-        if view_compatible(reference.shape, candidate.shape):
-            candidate = candidate.reshape(reference.shape)
-        else:
-            mismatch = f"{_shape(reference)} vs {_shape(candidate)}"
-            nan_ref, inf_ref = non_finite_counts(reference)
-            nan_cand, inf_cand = non_finite_counts(candidate)
-            return PairMetrics(
-                cosine=float("nan"),
-                max_abs=float("inf"),
-                mean_abs=float("inf"),
-                rel_err=float("inf"),
-                ref_max_abs=_finite_max_abs(reference),
-                nan_ref=nan_ref,
-                nan_cand=nan_cand,
-                inf_ref=inf_ref,
-                inf_cand=inf_cand,
-                shape_mismatch=mismatch,
-                diverged=True,
-                reasons=(Reason("shape", float("nan"), detail=mismatch),),
-            )
+        if not view_compatible(reference.shape, candidate.shape):
+            return _shape_mismatch(reference, candidate)
+        candidate = candidate.reshape(reference.shape)
     if not _is_float(reference) and not _is_float(candidate):
-        return _exact(reference, candidate)
-    ref = reference.astype(np.float64, copy=False).ravel()
-    cand = candidate.astype(np.float64, copy=False).ravel()
-    nan_r, nan_c, inf_r, inf_c = np.isnan(ref), np.isnan(cand), np.isinf(ref), np.isinf(cand)
-    nan_ref, nan_cand = int(np.count_nonzero(nan_r)), int(np.count_nonzero(nan_c))
-    inf_ref, inf_cand = int(np.count_nonzero(inf_r)), int(np.count_nonzero(inf_c))
-    differ = 0
-    if nan_ref or nan_cand or inf_ref or inf_cand:
-        # Not the same kind of value: NaN against anything else, or an infinity against a different value.
-        differ = int(np.count_nonzero((nan_r != nan_c) | ((inf_r | inf_c) & (ref != cand))))
-        finite = ~(nan_r | nan_c | inf_r | inf_c)
-        ref, cand = ref[finite], cand[finite]
-    del nan_r, nan_c, inf_r, inf_c
-    diff = np.abs(ref - cand)
-    max_abs = float(diff.max()) if diff.size else 0.0
-    mean_abs = float(diff.mean()) if diff.size else 0.0
-    ref_max_abs = float(np.abs(ref).max()) if ref.size else 0.0
+        mismatches = int(np.count_nonzero(reference != candidate))
+        return _exact(_numpy_moments(reference, candidate), mismatches)
+    return _verdict(_numpy_moments(reference, candidate), thresholds)
+
+
+def _verdict(moments: _Moments, thresholds: Thresholds) -> PairMetrics:
+    """The figures of a float pair, its divergence and the reasons."""
+    max_abs, ref_max_abs = moments.max_abs, moments.ref_max_abs
+    mean_abs = moments.sum_abs / moments.finite if moments.finite else 0.0
     rel_err = max_abs / ref_max_abs if ref_max_abs > 0 else (0.0 if max_abs == 0 else float("inf"))
-    cosine = _cosine(ref, cand)
+    cosine = _cosine(moments)
     reasons: list[Reason] = []
     if cosine < thresholds.min_cosine:
         reasons.append(Reason("cosine", cosine, thresholds.min_cosine))
@@ -72,50 +113,291 @@ def compare_tensors(reference: np.ndarray, candidate: np.ndarray, thresholds: Th
         reasons.append(Reason("rel_err", rel_err, thresholds.rtol))
     if thresholds.max_abs is not None and max_abs > thresholds.max_abs:
         reasons.append(Reason("max_abs", max_abs, thresholds.max_abs))
-    if differ:
-        where = f"{differ} of {reference.size} positions"
-        reasons.append(Reason("non_finite", float(nan_cand + inf_cand), float(nan_ref + inf_ref), detail=where))
+    if moments.differ:
+        where = f"{moments.differ} of {moments.size} positions"
+        reasons.append(
+            Reason(
+                "non_finite",
+                float(moments.nan_cand + moments.inf_cand),
+                float(moments.nan_ref + moments.inf_ref),
+                detail=where,
+            )
+        )
     return PairMetrics(
         cosine=cosine,
         max_abs=max_abs,
         mean_abs=mean_abs,
         rel_err=rel_err,
         ref_max_abs=ref_max_abs,
-        nan_ref=nan_ref,
-        nan_cand=nan_cand,
-        inf_ref=inf_ref,
-        inf_cand=inf_cand,
+        nan_ref=moments.nan_ref,
+        nan_cand=moments.nan_cand,
+        inf_ref=moments.inf_ref,
+        inf_cand=moments.inf_cand,
         diverged=bool(reasons),
         reasons=tuple(reasons),
-        non_finite_mismatches=differ,
+        non_finite_mismatches=moments.differ,
     )
 
 
-def _cosine(ref: np.ndarray, cand: np.ndarray) -> float:
-    norm_ref, norm_cand = float(np.linalg.norm(ref)), float(np.linalg.norm(cand))
+def _cosine(moments: _Moments) -> float:
+    norm_ref, norm_cand = math.sqrt(moments.ref_sq), math.sqrt(moments.cand_sq)
     if norm_ref == 0.0 and norm_cand == 0.0:
         return 1.0
     if norm_ref == 0.0 or norm_cand == 0.0:
         return 0.0
-    return float(np.clip(np.dot(ref, cand) / (norm_ref * norm_cand), -1.0, 1.0))
+    return float(min(1.0, max(-1.0, moments.dot / (norm_ref * norm_cand))))
 
 
-def _exact(reference: np.ndarray, candidate: np.ndarray) -> PairMetrics:
-    mismatches = int(np.count_nonzero(reference != candidate))
-    diff = np.abs(reference.astype(np.float64) - candidate.astype(np.float64)).ravel()
-    max_abs = float(diff.max()) if diff.size else 0.0
-    ref_max_abs = _finite_max_abs(reference)
-    reasons = (Reason("mismatches", float(mismatches), float(reference.size)),) if mismatches else ()
+def _exact(moments: _Moments, mismatches: int) -> PairMetrics:
+    """Integer and bool tensors: equal or not, with the figures of their difference."""
+    size = moments.size
+    max_abs, ref_max_abs = moments.max_abs, moments.ref_max_abs
+    reasons = (Reason("mismatches", float(mismatches), float(size)),) if mismatches else ()
     return PairMetrics(
-        cosine=1.0 if mismatches == 0 else float(1.0 - mismatches / max(reference.size, 1)),
+        cosine=1.0 if mismatches == 0 else float(1.0 - mismatches / max(size, 1)),
         max_abs=max_abs,
-        mean_abs=float(diff.mean()) if diff.size else 0.0,
+        mean_abs=moments.sum_abs / size if size else 0.0,
         rel_err=max_abs / ref_max_abs if ref_max_abs else (0.0 if max_abs == 0 else float("inf")),
         ref_max_abs=ref_max_abs,
         mismatches=mismatches,
         diverged=bool(mismatches),
         reasons=reasons,
     )
+
+
+def _shape_mismatch(reference: np.ndarray, candidate: np.ndarray) -> PairMetrics:
+    mismatch = f"{_shape(reference)} vs {_shape(candidate)}"
+    nan_ref, inf_ref = non_finite_counts(reference)
+    nan_cand, inf_cand = non_finite_counts(candidate)
+    return PairMetrics(
+        cosine=float("nan"),
+        max_abs=float("inf"),
+        mean_abs=float("inf"),
+        rel_err=float("inf"),
+        ref_max_abs=_finite_max_abs(reference),
+        nan_ref=nan_ref,
+        nan_cand=nan_cand,
+        inf_ref=inf_ref,
+        inf_cand=inf_cand,
+        shape_mismatch=mismatch,
+        diverged=True,
+        reasons=(Reason("shape", float("nan"), detail=mismatch),),
+    )
+
+
+# --- numpy, on the CPU ------------------------------------------------------------------------------------------
+
+
+def _numpy_moments(reference: np.ndarray, candidate: np.ndarray) -> _Moments:
+    """One pass over the pair, in blocks, on several threads when it is large."""
+    ref, cand = _flat(reference), _flat(candidate)
+    size = ref.size
+    workers = min(_threads(), max(1, size // _PARALLEL_FROM))
+    if workers <= 1:
+        total = _numpy_range(ref, cand, 0, size)
+    else:
+        blocks = -(-size // BLOCK)
+        bounds = [min(size, (blocks * i // workers) * BLOCK) for i in range(workers + 1)]
+        total = _Moments()
+        for part in _executor().map(lambda i: _numpy_range(ref, cand, bounds[i], bounds[i + 1]), range(workers)):
+            total.add(part)
+    if total.finite and not (math.isfinite(total.ref_sq) and math.isfinite(total.cand_sq)):
+        total.dot, total.ref_sq, total.cand_sq = _scaled_products(ref, cand)
+    return total
+
+
+def _scaled_products(ref: np.ndarray, cand: np.ndarray) -> tuple[float, float, float]:
+    """Dot product and squared norms of values whose squares pass float64 (over 1e154), scaled as np.linalg.norm does.
+
+    The products are of the scaled values: the cosine, their only use, is the same.
+    """
+    r, c = ref.astype(np.float64), cand.astype(np.float64)  # only float64 values get this large: no wider copy
+    finite = np.isfinite(r) & np.isfinite(c)
+    r, c = r[finite], c[finite]
+    scale = float(max(np.abs(r).max(), np.abs(c).max()))
+    r, c = r / scale, c / scale
+    return float(_dot(r, c)), float(_dot(r, r)), float(_dot(c, c))
+
+
+def _flat(array: np.ndarray) -> np.ndarray:
+    """The array as one dimension, without a copy where it is contiguous; complex values by their real part."""
+    if np.iscomplexobj(array):
+        array = array.real
+    return array.reshape(-1)
+
+
+def _numpy_range(ref: np.ndarray, cand: np.ndarray, start: int, stop: int) -> _Moments:
+    """The moments of elements [start, stop), block by block through float64 scratch buffers."""
+    length = min(BLOCK, max(stop - start, 0))
+    scratch = np.empty((3, length), dtype=np.float64)
+    total = _Moments()
+    with np.errstate(over="ignore", invalid="ignore"):  # squares past float64 are caught after the sum
+        for begin in range(start, stop, BLOCK):
+            end = min(begin + BLOCK, stop)
+            total.add(_numpy_block(ref[begin:end], cand[begin:end], scratch))
+    return total
+
+
+def _numpy_block(ref: np.ndarray, cand: np.ndarray, scratch: np.ndarray) -> _Moments:
+    n = ref.size
+    r, c, d = scratch[0, :n], scratch[1, :n], scratch[2, :n]
+    np.copyto(r, ref, casting="unsafe")
+    np.copyto(c, cand, casting="unsafe")
+    ref_sq, cand_sq = float(_dot(r, r)), float(_dot(c, c))
+    if not (math.isfinite(ref_sq) and math.isfinite(cand_sq)):  # NaN or Inf in the block (or squares past float64)
+        return _numpy_block_non_finite(r, c)
+    np.abs(r, out=d)
+    ref_max_abs = float(d.max()) if n else 0.0
+    np.subtract(r, c, out=d)
+    np.abs(d, out=d)
+    return _Moments(
+        size=n,
+        finite=n,
+        max_abs=float(d.max()) if n else 0.0,
+        sum_abs=float(d.sum()),
+        ref_max_abs=ref_max_abs,
+        dot=float(_dot(r, c)),
+        ref_sq=ref_sq,
+        cand_sq=cand_sq,
+    )
+
+
+def _numpy_block_non_finite(r: np.ndarray, c: np.ndarray) -> _Moments:
+    """A block holding NaN or Inf: count them, and compute the figures over the positions finite on both sides."""
+    nan_r, nan_c, inf_r, inf_c = np.isnan(r), np.isnan(c), np.isinf(r), np.isinf(c)
+    differ = int(np.count_nonzero((nan_r != nan_c) | ((inf_r | inf_c) & (r != c))))
+    finite = ~(nan_r | nan_c | inf_r | inf_c)
+    rf, cf = r[finite], c[finite]
+    diff = np.abs(rf - cf)
+    return _Moments(
+        size=r.size,
+        nan_ref=int(np.count_nonzero(nan_r)),
+        nan_cand=int(np.count_nonzero(nan_c)),
+        inf_ref=int(np.count_nonzero(inf_r)),
+        inf_cand=int(np.count_nonzero(inf_c)),
+        differ=differ,
+        finite=int(rf.size),
+        max_abs=float(diff.max()) if diff.size else 0.0,
+        sum_abs=float(diff.sum()),
+        ref_max_abs=float(np.abs(rf).max()) if rf.size else 0.0,
+        dot=float(_dot(rf, cf)),
+        ref_sq=float(_dot(rf, rf)),
+        cand_sq=float(_dot(cf, cf)),
+    )
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Sum of products in float64, on this thread (np.dot would hand small blocks to BLAS's own threads)."""
+    return float(np.einsum("i,i->", a, b))
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _threads() -> int:
+    """The processors this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _executor() -> ThreadPoolExecutor:
+    """One pool of comparing threads for the process, made on first use."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=_threads(), thread_name_prefix="trtdiff-metrics")
+        return _pool
+
+
+# --- torch, where the tensors are (a GPU) ---------------------------------------------------------------------------
+
+
+def _compare_torch(reference: Any, candidate: Any, thresholds: Thresholds) -> PairMetrics:
+    """The same figures with torch, on the device of whichever side is a torch tensor (the other copied there)."""
+    import torch
+
+    device = next(v.device for v in (reference, candidate) if isinstance(v, torch.Tensor))
+    ref, cand = _as_torch(reference, device), _as_torch(candidate, device)
+    if ref.shape != cand.shape:
+        if not view_compatible(tuple(ref.shape), tuple(cand.shape)):
+            return _shape_mismatch(_host(ref), _host(cand))
+        cand = cand.reshape(ref.shape)
+    if not ref.is_floating_point() and not cand.is_floating_point() and not ref.is_complex() and not cand.is_complex():
+        mismatches = int((ref != cand).sum())
+        return _exact(_torch_moments(ref, cand), mismatches)
+    return _verdict(_torch_moments(ref, cand), thresholds)
+
+
+def _torch_moments(reference: torch.Tensor, candidate: torch.Tensor) -> _Moments:
+    """One pass over the pair with torch, in float64 blocks; one copy of the figures to the host at the end."""
+    import torch
+
+    ref, cand = reference.reshape(-1), candidate.reshape(-1)
+    if ref.is_complex():
+        ref = ref.real
+    if cand.is_complex():
+        cand = cand.real
+    sums: list[torch.Tensor] = []
+    maxima: list[torch.Tensor] = []
+    for begin in range(0, ref.numel(), TORCH_BLOCK):
+        r = ref[begin : begin + TORCH_BLOCK].to(torch.float64)
+        c = cand[begin : begin + TORCH_BLOCK].to(torch.float64)
+        nan_r, nan_c, inf_r, inf_c = torch.isnan(r), torch.isnan(c), torch.isinf(r), torch.isinf(c)
+        bad = nan_r | nan_c | inf_r | inf_c
+        differ = (nan_r != nan_c) | ((inf_r | inf_c) & (r != c))
+        r, c = r.masked_fill(bad, 0.0), c.masked_fill(bad, 0.0)  # zeros add nothing to the sums and maxima
+        diff = (r - c).abs_()
+        counts = torch.stack([nan_r.sum(), nan_c.sum(), inf_r.sum(), inf_c.sum(), differ.sum(), (~bad).sum()])
+        sums.append(torch.cat([counts.to(torch.float64), torch.stack([diff.sum(), r @ c, r @ r, c @ c])]))
+        maxima.append(torch.stack([diff.max(), r.abs().max()]))
+    total = _Moments(size=ref.numel())
+    if not sums:
+        return total
+    summed = torch.stack(sums).sum(0).tolist()
+    largest = torch.stack(maxima).amax(0).tolist()
+    total.nan_ref, total.nan_cand, total.inf_ref, total.inf_cand, total.differ, total.finite = map(int, summed[:6])
+    total.sum_abs, total.dot, total.ref_sq, total.cand_sq = summed[6:]
+    total.max_abs, total.ref_max_abs = largest
+    if not (math.isfinite(total.ref_sq) and math.isfinite(total.cand_sq)):  # values past 1e154: numpy scales them
+        return _numpy_moments(_host(reference), _host(candidate))
+    return total
+
+
+def _as_torch(value: Any, device: torch.device) -> torch.Tensor:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    array = np.asarray(value)
+    if array.dtype.kind == "V" or array.dtype.name.startswith(("bfloat16", "float8")):  # ml_dtypes
+        array = array.astype(np.float32)
+    return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+
+
+def _host(value: torch.Tensor) -> np.ndarray:
+    import torch
+
+    if value.dtype == torch.bfloat16:
+        value = value.float()
+    return value.detach().cpu().numpy()
+
+
+def _numpy_view(value: Any) -> np.ndarray | None:
+    """`value` as a numpy array without a copy: an array as it is, a CPU tensor of a numpy dtype; else None."""
+    if not _is_torch(value):
+        return np.asarray(value)
+    if value.device.type != "cpu" or str(value.dtype) in ("torch.bfloat16",) or "float8" in str(value.dtype):
+        return None
+    view: np.ndarray = value.detach().resolve_conj().resolve_neg().numpy()
+    return view
+
+
+def _is_torch(value: Any) -> bool:
+    """Whether `value` is a torch tensor (without importing torch when it is not loaded)."""
+    return type(value).__module__.startswith("torch") and hasattr(value, "device")
 
 
 def _is_float(array: np.ndarray) -> bool:

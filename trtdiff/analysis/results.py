@@ -41,7 +41,8 @@ def build_layers(
         tensor_type = graph.tensor_type(tensor)
         shape = tuple(int(d) if d is not None else -1 for d in (tensor_type.shape or ()))
         if torch_pair is not None and capture is not None and pairing is not None:
-            shape = tuple(pairing.value(capture, torch_pair.key).shape)
+            held = capture.shape_of(torch_pair.key)  # also of a value streamed, not held
+            shape = held if held is not None else tuple(pairing.value(capture, torch_pair.key).shape)
         layers.append(
             Layer(
                 tensor=tensor,

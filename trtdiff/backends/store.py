@@ -1,16 +1,20 @@
 """A tensor store that keeps values in memory up to a budget and spills the rest to disk.
 
-The PyTorch reference is captured before any ONNX backend runs, so its intermediates must
-live somewhere while the others run chunk by chunk; past `memory_bytes` they go to .npy
-files in a temporary folder and come back memory-mapped.
+The PyTorch reference is captured before any ONNX backend runs, so what the pairing and the
+culprit pass read of it must live somewhere; past `memory_bytes` values go to .npy files in
+a temporary folder and come back memory-mapped. A value is a numpy array or a torch tensor
+(a reference recorded on a GPU stays there; it is copied to the host only to spill).
 """
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import tempfile
 from collections.abc import Hashable
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +26,7 @@ class TensorStore:
 
     def __init__(self, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> None:
         self.memory_bytes = memory_bytes
-        self._in_memory: dict[Hashable, np.ndarray] = {}
+        self._in_memory: dict[Hashable, Any] = {}
         self._on_disk: dict[Hashable, Path] = {}
         self._held = 0
         self._folder: Path | None = None
@@ -38,7 +42,13 @@ class TensorStore:
     def spilled(self) -> int:
         return len(self._on_disk)
 
-    def put(self, key: Hashable, value: np.ndarray) -> None:
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the values held in memory (on the host or a GPU)."""
+        return self._held
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Hold `value` (a numpy array or a torch tensor) under `key`, in memory within the budget, else on disk."""
         self.discard(key)
         if self._held + value.nbytes <= self.memory_bytes:
             self._in_memory[key] = value
@@ -48,10 +58,11 @@ class TensorStore:
             self._folder = Path(tempfile.mkdtemp(prefix="trtdiff-store-"))
         self._files_written += 1
         path = self._folder / f"{self._files_written}.npy"
-        np.save(path, value, allow_pickle=False)
+        np.save(path, to_host(value), allow_pickle=False)
         self._on_disk[key] = path
 
-    def get(self, key: Hashable) -> np.ndarray:
+    def get(self, key: Hashable) -> Any:
+        """The value as it was put (a spilled one as a read-only memory-mapped numpy array)."""
         if key in self._in_memory:
             return self._in_memory[key]
         mapped: np.ndarray = np.load(self._on_disk[key], mmap_mode="r", allow_pickle=False)
@@ -79,3 +90,33 @@ class TensorStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def to_host(value: Any) -> np.ndarray:
+    """A numpy array on the host: a torch tensor (on any device) copied there, an array as it is."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach"):  # a torch tensor (torch is not imported here)
+        return np.asarray(value.detach().cpu().numpy())
+    return np.asarray(value)
+
+
+def release_memory() -> None:
+    """Hand memory freed by dropped tensors back to the operating system (glibc keeps it otherwise).
+
+    glibc serves allocations below its (adaptive) mmap threshold from its heap and keeps what is
+    freed there for reuse, so hundreds of MB of dropped tensors would still count in the
+    process's resident memory while the next step allocates its own. A no-op where the C
+    library has no malloc_trim.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@cache
+def _malloc_trim() -> Any:
+    try:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)  # the C library the process already runs on
+    except (OSError, TypeError):  # no such handle (Windows)
+        return None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtdiff.errors import BackendError, OptionError, describe_error
-from trtdiff.pipeline.comparison import compare_once
+from trtdiff.pipeline.comparison import SharedRecording, compare_once
 
 if TYPE_CHECKING:
     import onnx
@@ -47,15 +47,17 @@ def compare_simplified(
     *,
     progress: Progress | None = None,
     name_of: Callable[[str], str] = str,
+    shared: SharedRecording | None = None,
 ) -> Report:
     """One comparison and, with `simplify`, the same on the simplified ONNX file beside it (`simplified`).
 
-    The first comparison's backends are closed before the second opens its own.
+    The first comparison's backends are closed before the second opens its own. `shared`:
+    a PyTorch recording lent to both (and to a sweep's other comparisons).
     """
-    first = compare_once(model, options, progress=progress, name_of=name_of)
+    first = compare_once(model, options, progress=progress, name_of=name_of, shared=shared)
     if not options.export.simplify:
         return first.report
-    return with_simplified(model, options, first.onnx_model, first.report, progress or _silent)
+    return with_simplified(model, options, first.onnx_model, first.report, progress or _silent, shared)
 
 
 def with_simplified(
@@ -64,6 +66,7 @@ def with_simplified(
     onnx_model: onnx.ModelProto,
     report: Report,
     say: Progress,
+    shared: SharedRecording | None = None,
 ) -> Report:
     """The same comparison on the simplified ONNX file, side by side (the report's `simplified`)."""
     import tempfile
@@ -76,7 +79,7 @@ def with_simplified(
         path = Path(folder) / "simplified.onnx"
         onnx.save(simplified, path)
         export = dataclasses.replace(options.export, onnx=str(path), simplify=False, save_onnx=None, opset=None)
-        again = compare_once(model, dataclasses.replace(options, export=export, force=False)).report
+        again = compare_once(model, dataclasses.replace(options, export=export, force=False), shared=shared).report
     again = dataclasses.replace(again, onnx_path=None, notes=(f"simplified with {how}", *again.notes))
     return dataclasses.replace(report, simplified=again, passed=report.passed and again.passed)
 

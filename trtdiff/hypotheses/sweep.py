@@ -36,6 +36,7 @@ from trtdiff.report.serialization import from_jsonable, to_jsonable
 if TYPE_CHECKING:
     import torch
 
+    from trtdiff.pipeline.comparison import SharedRecording
     from trtdiff.pipeline.prepare import Progress
 
 
@@ -121,14 +122,19 @@ def sweep(
             parameter="sweep_precision",
             value=",".join(precisions),
         )
+    from trtdiff.pipeline.comparison import SharedRecording
+
     entries: list[SweepEntry] = []
     errors: list[Exception] = []
-    for opset in opsets:
-        for exporter in exporters:
-            for precision in precisions or (None,):
-                entry, error = _entry(model, options, opset, exporter, precision, progress, name_of, origins)
-                entries.append(entry)
-                errors += [error] if error is not None else []
+    with SharedRecording(options.runtime.memory_bytes) as shared:  # PyTorch recorded once for every combination
+        for opset in opsets:
+            for exporter in exporters:
+                for precision in precisions or (None,):
+                    entry, error = _entry(
+                        model, options, opset, exporter, precision, progress, name_of, origins, shared
+                    )
+                    entries.append(entry)
+                    errors += [error] if error is not None else []
     _raise_shared_input_error(entries, errors)
     return Sweep(tuple(entries))
 
@@ -164,6 +170,7 @@ def _entry(
     progress: Progress | None,
     name_of: Callable[[str], str],
     origins: Mapping[str, str] | None = None,
+    shared: SharedRecording | None = None,
 ) -> tuple[SweepEntry, Exception | None]:
     """One combination compared, or why it was skipped or failed (and the error it failed with).
 
@@ -181,7 +188,7 @@ def _entry(
         runtime = dataclasses.replace(runtime, tensorrt=settings, tf32=precision == "tf32")
     try:
         options = dataclasses.replace(options, export=export, runtime=runtime)
-        report = compare_simplified(model, options, progress=progress, name_of=name_of)
+        report = compare_simplified(model, options, progress=progress, name_of=name_of, shared=shared)
         report = dataclasses.replace(report, options=resolve(options, origins))
     except TrtdiffError as error:
         return SweepEntry(opset, exporter, failed=error.render(name_of), precision=precision), error

@@ -40,7 +40,8 @@ SweepPrecision = Literal["fp32", "tf32", "fp16"]
 KNOWN_BACKENDS = ("torch", "onnxruntime", "onnx-reference", "tensorrt")
 ONNX_BACKENDS: tuple[OnnxBackendName, ...] = ("onnxruntime", "onnx-reference", "tensorrt")
 DEFAULT_BACKENDS = ("torch", "onnxruntime", "tensorrt")
-DEFAULT_PROVIDER = "CPUExecutionProvider"
+DEFAULT_PROVIDER = "auto"
+DEFAULT_TORCH_DEVICE = "auto"
 DEFAULT_OPSET = 17
 DEFAULT_CHUNK_BYTES = 1 << 30
 DEFAULT_MEMORY_BYTES = 2 << 30
@@ -235,9 +236,12 @@ class BackendOptions:
                                       parse=_backends,
                                       help="Backends that must run (e.g. tensorrt): exit 2 instead of skipping.")
     ort_provider: str = option(DEFAULT_PROVIDER, group=BACKENDS, commands=("compare", "run", "inspect"),
-                               metavar="NAME", help="ONNX Runtime execution provider.")
-    torch_device: str = option("cpu", group=BACKENDS, commands=COMPARE, metavar="DEVICE",
-                               help="Where the PyTorch reference runs: cpu, cuda, cuda:1 …")
+                               metavar="NAME", help="ONNX Runtime execution provider: auto (CUDAExecutionProvider "
+                                                    "where onnxruntime-gpu has it, TF32 off unless --tf32; else "
+                                                    "CPUExecutionProvider), or a provider's name.")
+    torch_device: str = option(DEFAULT_TORCH_DEVICE, group=BACKENDS, commands=COMPARE, metavar="DEVICE",
+                               help="Where the PyTorch reference runs and is compared: auto (a CUDA GPU when torch "
+                                    "sees one, else cpu), cpu, cuda, cuda:1 …")
     tf32: bool = option(False, group=TENSORRT, commands=ENGINES,
                         help="Allow TF32 in TensorRT and in the PyTorch reference on CUDA (off: true FP32).")
     tensorrt: BuildSettings = field(default_factory=BuildSettings)
@@ -252,7 +256,8 @@ class BackendOptions:
                                              "backend.")
     memory_bytes: int = option(DEFAULT_MEMORY_BYTES, group=BACKENDS, commands=COMPARE, flag="--memory-limit",
                                metavar="SIZE", parse=parse_bytes, default_text="2GB",
-                               help="Reference tensors kept in RAM before spilling to disk.")
+                               help="Reference tensors held in RAM (or on its GPU) before spilling to disk; also "
+                                    "the most one backend returns at once.")
     chunk_bytes: int = option(DEFAULT_CHUNK_BYTES, group=BACKENDS, flag=None, parse=parse_bytes, default_text="1GB",
                               help="Intermediates one backend returns at once (compared, then dropped).")
 

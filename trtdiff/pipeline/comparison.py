@@ -11,7 +11,8 @@ the simplified file's comparison when asked (hypotheses.simplify), and the sweep
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import cached_property
@@ -20,11 +21,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtdiff.analysis.diagnose import Findings, Inputs, analyse, attribute_culprits
-from trtdiff.analysis.engine import BackendValues, CapturedValues, Engine, ForwardValues, Pass, ValueSource
+from trtdiff.analysis.engine import (
+    BackendValues,
+    CapturedValues,
+    Engine,
+    ForwardValues,
+    Pass,
+    StreamedValues,
+    ValueSource,
+)
 from trtdiff.analysis.localize import first_divergence
 from trtdiff.analysis.nonfinite import first_non_finite, non_finite_backends
 from trtdiff.analysis.results import build_layers, environment, mark_failures, pairing_summary, sample_results
-from trtdiff.backends.store import TensorStore
+from trtdiff.backends.base import chunk_names
+from trtdiff.backends.store import TensorStore, release_memory
 from trtdiff.errors import OptionError, param
 from trtdiff.gate.checks import layer_checks, miou_checks, output_checks
 from trtdiff.options import CompareOptions
@@ -41,6 +51,7 @@ if TYPE_CHECKING:
 
     from trtdiff.analysis.culprits import ValuesOf
     from trtdiff.analysis.repro import OnCulprits
+    from trtdiff.backends.pytorch.capture import Visit
     from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.pairing.pairs import Pairing
     from trtdiff.report import (
@@ -69,13 +80,15 @@ def compare_once(
     *,
     progress: Progress | None = None,
     name_of: Callable[[str], str] = str,
+    shared: SharedRecording | None = None,
 ) -> Comparison:
     """Compare `model` layer by layer across the chosen backends, once (no simplified file: see trtdiff.api).
 
     Every backend, store and temporary file it opens is closed before it returns or raises.
     `progress` is called with a short description as each long step starts; a culprit's
-    advice names parameters as `name_of` writes them. Raises a TrtdiffError naming the
-    parameter on bad input.
+    advice names parameters as `name_of` writes them. `shared` lends the PyTorch recording
+    of the same model and inputs to several comparisons (a sweep): recorded once, held
+    whole. Raises a TrtdiffError naming the parameter on bad input.
     """
     options.validate()
     _check_repro_dir(options)
@@ -90,14 +103,24 @@ def compare_once(
                 model,
                 options,
                 first_feeds=samples.first_feeds(),
-                capture=_recorder(options, store),
+                capture=shared.recorder(options) if shared is not None else _recorder(options, store),
                 timings=timings,
                 say=say,
             )
         )
         reference = _pair(prepared, timings)
         repro = _repro(options, prepared, repro_notes)
-        run = _Run(prepared, options, reference, _backends_run(prepared, reference), name_of, repro)
+        run = _Run(
+            prepared,
+            options,
+            reference,
+            _backends_run(prepared, reference),
+            name_of,
+            repro,
+            stack=stack,
+            shared=shared is not None,
+        )
+        run.hold_what_is_read()
         say(f"running {', '.join(b.name for b in prepared.backends)} and comparing every layer")
         compared = run.engine().run(
             run.passes(samples.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes), say)
@@ -117,7 +140,13 @@ def compare_once(
         non_finite = _non_finite(run, layers, results, stack, timings)
         findings = _findings(run, layers, divergence, results, segmentation, stack, timings, say)
         checks = _checks(options, layers, results, segmentation, run, divergence)
-        notes = (*prepared.notes, *samples.notes(), *_spill_note(store), *findings.notes, *repro_notes)
+        notes = (
+            *prepared.notes,
+            *samples.notes(),
+            *_spill_note(reference.capture.store if reference.capture is not None else store),
+            *findings.notes,
+            *repro_notes,
+        )
         report = _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings, non_finite)
         return Comparison(report, prepared.graph.model)
 
@@ -141,6 +170,8 @@ class _Run:
     backends: tuple[str, ...]
     name_of: Callable[[str], str] = str
     repro: OnCulprits | None = None
+    stack: ExitStack | None = None  # where a recording made for the culprit pass is closed
+    shared: bool = False  # the recording is lent by a SharedRecording: held whole, never streamed
 
     @property
     def pairs(self) -> tuple[BackendPair, ...]:
@@ -150,9 +181,30 @@ class _Run:
         graph = self.prepared.graph
         tensors = self.layer_tensors()
         sizes = {t: n for t in tensors if (n := graph.tensor_type(t).nbytes()) is not None}
-        return Engine(
-            self.pairs, self.options.thresholds, tuple(graph.graph_outputs), sizes, self.options.runtime.chunk_bytes
-        )
+        runtime = self.options.runtime
+        chunk = min(runtime.chunk_bytes, runtime.memory_bytes)  # what a backend returns at once stays under the limit
+        return Engine(self.pairs, self.options.thresholds, tuple(graph.graph_outputs), sizes, chunk)
+
+    @cached_property
+    def streams(self) -> bool:
+        """Whether sample 0's reference is streamed (recorded again, each value compared and dropped), not held.
+
+        So when the other backends return sample 0's tensors in one chunk, and the culprit pass
+        is not asked for whatever happens (it reads the reference's values: they are then held).
+        """
+        reference = self.reference
+        if reference.capture is None or reference.pairing is None or self.options.analysis.culprit or self.shared:
+            return False
+        engine = self.engine()
+        return len(chunk_names(self.layer_tensors(), engine.sizes, engine.chunk_bytes)) == 1
+
+    def hold_what_is_read(self) -> None:
+        """Drop the first recording's values nothing reads: all but the outputs when streamed, else unpaired ones."""
+        capture, pairing = self.reference.capture, self.reference.pairing
+        if capture is None or pairing is None or self.shared:  # the next comparison pairs it again
+            return
+        capture.retain(() if self.streams else [p.key for p in pairing.pairs.values()])
+        release_memory()
 
     def layer_tensors(self) -> tuple[str, ...]:
         """Sample 0's tensors: those paired with PyTorch, every one several backends share, the outputs."""
@@ -188,11 +240,57 @@ class _Run:
 
     @cached_property
     def captured(self) -> CapturedValues | None:
-        """PyTorch's recorded values by ONNX tensor (sample 0; built once, its key map with it)."""
+        """PyTorch's recorded values by ONNX tensor (sample 0; built once, its key map with it).
+
+        When sample 0 was streamed, the model is recorded again for this (the culprit pass reads it).
+        """
         reference = self.reference
         if reference.capture is None or reference.pairing is None:
             return None
-        return CapturedValues(reference.capture, reference.pairing, tuple(self.prepared.graph.graph_outputs))
+        outputs = tuple(self.prepared.graph.graph_outputs)
+        if not self.streams:
+            return CapturedValues(reference.capture, reference.pairing, outputs)
+        stack = self.stack if self.stack is not None else ExitStack()
+        store = stack.enter_context(TensorStore(self.options.runtime.memory_bytes))
+        recorded = self._record_again(store)
+        recorded.retain([p.key for p in reference.pairing.pairs.values()])
+        return CapturedValues(recorded, reference.pairing, outputs)
+
+    def _record_again(
+        self, store: TensorStore, visit: Visit | None = None, keep: Container[str] | None = None
+    ) -> TorchCapture:
+        """Sample 0 recorded again as the first recording was (device, TF32, attention)."""
+        from trtdiff.backends.pytorch.capture import capture
+
+        first, module, runtime = self.reference.capture, self.reference.module, self.options.runtime
+        assert first is not None and module is not None
+        return capture(
+            module,
+            self.prepared.model_feeds,
+            device=runtime.torch_device,
+            tf32=runtime.tf32,
+            store=store,
+            attention="decomposed" if first.decomposed else "fused",
+            visit=visit,
+            keep=keep,
+        )
+
+    def _streamed(self) -> StreamedValues:
+        """Sample 0's reference, streamed through the comparison (the engine records it as it compares)."""
+        reference = self.reference
+        assert reference.capture is not None and reference.pairing is not None
+
+        def record(visit: Visit, keep: Container[str]) -> TorchCapture:
+            with TensorStore(self.options.runtime.memory_bytes) as store:
+                return self._record_again(store, visit, keep)
+
+        def full() -> CapturedValues:
+            captured = self.captured
+            assert captured is not None
+            return captured
+
+        outputs = tuple(self.prepared.graph.graph_outputs)
+        return StreamedValues(reference.capture, reference.pairing, outputs, record, full)
 
     def passes(self, samples: Iterator[Sample], say: Progress) -> Iterator[Pass]:
         """Sample 0 on every tensor (from the capture), then each later sample's final outputs."""
@@ -203,7 +301,9 @@ class _Run:
             say(sample_step(index, total, sample.name))
             sources: list[ValueSource] = []
             if index == 0:
-                captured = self.captured
+                captured = self._streamed() if self.streams else self.captured
+                if isinstance(captured, CapturedValues):  # compared where it is held (a GPU)
+                    captured = dataclasses.replace(captured, native=True)
                 if captured is not None:
                     sources.append(captured)
                 feeds = self.prepared.feeds
@@ -239,6 +339,43 @@ def _recorder(options: CompareOptions, store: TensorStore) -> Capture:
         return capture(module, feeds, device=runtime.torch_device, tf32=runtime.tf32, store=store)
 
     return record
+
+
+class SharedRecording:
+    """One PyTorch recording lent to every comparison of the same model, inputs, device and TF32 (a sweep).
+
+    A context manager: its store (with the comparisons' memory limit) is closed when it ends.
+    A comparison whose inputs or settings differ records anew, and that recording is lent on.
+    """
+
+    def __init__(self, memory_bytes: int) -> None:
+        self.store = TensorStore(memory_bytes)
+        self._recorded: TorchCapture | None = None
+        self._settings: tuple[str, bool] | None = None
+
+    def recorder(self, options: CompareOptions) -> Capture:
+        """The capture step of a comparison with `options`: the lent recording where it fits, else a new one."""
+        settings = (options.runtime.torch_device, options.runtime.tf32)
+
+        def record(module: torch.nn.Module, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
+            import numpy as np
+
+            lent = self._recorded
+            if lent is not None and self._settings == settings and len(lent.inputs) == len(feeds):
+                if all(np.array_equal(a, b) for a, b in zip(lent.inputs, feeds.values(), strict=True)):
+                    return lent
+            self.store.close()
+            self._recorded, self._settings = _recorder(options, self.store)(module, feeds), settings
+            return self._recorded
+
+        return record
+
+    def __enter__(self) -> SharedRecording:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.store.close()
+        self._recorded = None
 
 
 def _pair(prepared: Prepared, timings: dict[str, float]) -> _Reference:
@@ -450,7 +587,7 @@ def _report(
     graph = prepared.graph
     layers = findings.layers
     compared = {layer.tensor for layer in layers}
-    torch_device = run.options.runtime.torch_device if run.reference.capture is not None else None
+    torch_device = run.reference.capture.device if run.reference.capture is not None else None  # "auto" resolved
     return Report(
         passed=all(check.passed for check in checks),
         model=prepared.loaded.source,

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.backends.registry import choose_backends, open_backends
-from trtdiff.errors import ExportError, InputError, ModelRunError, OnnxFileError, OptionError, param
+from trtdiff.backends.store import release_memory
+from trtdiff.errors import ExportError, InputError, ModelRunError, OnnxFileError, OptionError, TrtdiffError, param
 from trtdiff.options import DEFAULT_OPSET, CompareOptions, ExportOptions, LoadOptions
 from trtdiff.options.exporters import export_problem
 from trtdiff.source.inputs import make_inputs
@@ -112,17 +113,29 @@ def prepare(
     else:
         chosen_notes = ()
     notes: list[str] = [*source.notes, *chosen_notes]
-    recorded = None
-    if capture is not None and "torch" in backends and source.loaded.module is not None:
+    recording = capture is not None and "torch" in backends and source.loaded.module is not None
+
+    def record() -> TorchCapture:
+        assert capture is not None
         say("running PyTorch, recording every op")
         with timed(timings, "torch"):
-            recorded = _recorded(capture, source)
-        notes += recorded.notes
+            return _recorded(capture, source)
+
     with ExitStack() as stack:  # closed last in, first out: the backends, then the folder they read
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-"))
         say("exporting to ONNX" if source.given_graph is None else "reading the ONNX file")
-        with timed(timings, "export"):
-            graph, exporter = onnx_graph_for(source, options.export, save_path, Path(tmp), notes)
+        # Exported before the recording, so that the export's own peak does not come on top of the recorded values.
+        try:
+            with timed(timings, "export"):
+                graph, exporter = onnx_graph_for(source, options.export, save_path, Path(tmp), notes)
+        except TrtdiffError:
+            if recording:
+                record()  # a forward that fails (or returns no tensor) says so, rather than the export failing
+            raise
+        release_memory()  # what the export freed, before the recording takes its own
+        recorded = record() if recording else None
+        if recorded is not None:
+            notes += recorded.notes
         feeds = onnx_feeds(graph, source.feeds)
         say("preparing backends (a TensorRT engine build can take minutes)")
         with timed(timings, "backends"):

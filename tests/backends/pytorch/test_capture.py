@@ -231,3 +231,27 @@ def test_run_outputs_leaves_the_inputs_unchanged() -> None:
     x = np.ones((1, 3, 4, 4), np.float32)
     run_outputs(InPlaceInput().eval(), [x])
     np.testing.assert_array_equal(x, np.ones((1, 3, 4, 4), np.float32))
+
+
+class WritesThroughAView(nn.Module):
+    """A convolution whose output is then zeroed in part through a view, in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        y[:, :2].mul_(0.0)
+        return y + 1.0
+
+
+def test_a_value_kept_uncopied_is_copied_before_an_in_place_write_through_a_view() -> None:
+    torch.manual_seed(0)
+    model = WritesThroughAView().eval()
+    captured = capture(model, FEEDS)
+    conv = next(r for r in captured.records if r.kind == "conv")
+    with torch.no_grad():
+        expected = model.conv(torch.from_numpy(FEEDS["x"])).numpy()
+    np.testing.assert_array_equal(captured.value(conv.key), expected)  # as the conv made it, not as zeroed later
+    assert (expected[:, :2] != 0).any()

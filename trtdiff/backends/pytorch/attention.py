@@ -24,6 +24,7 @@ mask), a note names the modules whose inside is not recorded.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -95,8 +96,20 @@ class AttentionWatch(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+_SCRIPT_ATTENTION: weakref.WeakKeyDictionary[Any, list[tuple[str, str]]] = weakref.WeakKeyDictionary()
+
+
 def script_attention(module: torch.jit.ScriptModule) -> list[tuple[str, str]]:
-    """(op, module path) of every attention node in a TorchScript module's graphs, control flow included."""
+    """(op, module path) of every attention node in a TorchScript module's graphs, control flow included.
+
+    Read once per module (each recording asks).
+    """
+    if module not in _SCRIPT_ATTENTION:
+        _SCRIPT_ATTENTION[module] = _script_attention(module)
+    return list(_SCRIPT_ATTENTION[module])
+
+
+def _script_attention(module: torch.jit.ScriptModule) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for path, sub in module.named_modules():
         try:

@@ -4,8 +4,8 @@ A TorchDispatchMode sees each aten op in execution order, for eager modules, loa
 TorchScript archives and ExportedPrograms alike. For eager modules, forward hooks add the
 module path each op ran in, which is what lets pairing follow the exporter's scopes. Python
 hooks do not fire inside a TorchScript module, so there the paths are read from its graph
-instead (`script_paths`). Values are copied when recorded, because in-place ops
-(ReLU(inplace=True)) overwrite their input. Data flow is followed through the ops that are
+instead (`script_paths`). Values are kept as the tensors the forward made, copied
+only when an in-place op (ReLU(inplace=True)) is about to overwrite one. Data flow is followed through the ops that are
 not recorded (views, reshapes, copies) so each record knows which records feed it
 (`TorchRecord.sources`). What a capture holds is plain data (records.py: torch-free, so
 pairing reads it without importing torch); values pairing derives from the recorded ones are
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, Literal
 
@@ -41,6 +41,7 @@ from trtdiff.backends.pytorch.records import (
     DERIVED_PREFIX as DERIVED_PREFIX,
     INPUT as INPUT,
     INPUT_PREFIX as INPUT_PREFIX,
+    OUTPUT_PREFIX as OUTPUT_PREFIX,
     ModuleCall as ModuleCall,
     TorchCapture as TorchCapture,
     TorchRecord as TorchRecord,
@@ -53,9 +54,17 @@ from trtdiff.errors import InputError, ModelRunError, OptionError, TrtdiffError,
 class _Recorder(TorchDispatchMode):
     """Records computing aten ops (see op_kinds) with their inputs' producers and sources."""
 
-    def __init__(self, store: TensorStore, path_stack: list[str] | None) -> None:
+    def __init__(
+        self,
+        store: TensorStore,
+        path_stack: list[str] | None,
+        visit: Visit | None = None,
+        keep: Container[str] | None = None,
+    ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch declares no types here
         self.store = store
+        self.visit = visit
+        self.keep = keep
         self.path_stack = path_stack
         self.records: list[TorchRecord] = []
         self._producer: dict[int, tuple[weakref.ref[Any], int]] = {}
@@ -64,6 +73,50 @@ class _Recorder(TorchDispatchMode):
         self.fused: list[tuple[str, str | None]] = []  # fused attention kernels that ran: (op, module path)
         self.failure: BaseException | None = None  # the first error raised through the recorder
         self._nested = 0  # inside a fused kernel's decomposition (see _decompose)
+        self._deferred: list[tuple[str, torch.Tensor]] = []  # values made there, for `visit`
+        self._uncopied: dict[int, list[str]] = {}  # storage address -> keys kept without a copy
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """Keep torch from wrapping `__torch_dispatch__` in dynamo's disable, whose first call imports dynamo and
+        sympy (about a second); this mode is never compiled."""
+        return False
+
+    def hold(self, key: str, tensor: torch.Tensor) -> None:
+        """Show a value to `visit` as it is produced, then keep it (those in `keep`, when given).
+
+        On the CPU the tensor itself is kept, copied only if an in-place op is about to write
+        to its memory (`_copy_before_write`: ReLU(inplace=True) overwrites its input); on a GPU
+        a copy is kept there.
+        """
+        if self.visit is not None:
+            if self._nested:  # inside a decomposition that may yet be dropped: shown once it is kept
+                self._deferred.append((key, tensor.detach().clone()))
+            else:
+                self.visit(key, tensor)
+        if self.keep is None or key in self.keep:
+            if tensor.device.type == "cpu" and tensor.layout == torch.strided:
+                self.store.put(key, tensor.detach())
+                self._uncopied.setdefault(_storage(tensor), []).append(key)
+            else:
+                self.store.put(key, _held_copy(tensor))
+
+    def _copy_before_write(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Copy the kept values whose memory an in-place (or out=) op is about to write."""
+        schema = func._schema
+        written = [
+            value
+            for index, argument in enumerate(schema.arguments)
+            if argument.alias_info is not None and argument.alias_info.is_write
+            for value in [args[index] if index < len(args) else kwargs.get(argument.name)]
+        ]
+        leaves, _ = tree_flatten(written)
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu":
+                for key in self._uncopied.pop(_storage(leaf), []):
+                    kept = self.store.get(key) if key in self.store else None
+                    if isinstance(kept, torch.Tensor):  # not spilled to disk (a copy already)
+                        self.store.put(key, _held_copy(kept))
 
     def path(self) -> str | None:
         """The module path of the op running now ("" at the top; None when paths are not followed)."""
@@ -99,7 +152,7 @@ class _Recorder(TorchDispatchMode):
             (self.source(tensor),),
         )
         self.records.append(record)
-        self.store.put(record.key, tensor.detach().to("cpu", copy=True).numpy())
+        self.hold(record.key, tensor)
         self.mark(tensor, index, produced=True)
         return index
 
@@ -117,6 +170,8 @@ class _Recorder(TorchDispatchMode):
         if self._nested and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
             with self:  # called from inside this mode, a composite op arrives whole: record its parts
                 return func.decompose(*args, **kwargs)
+        if self._uncopied and func._schema.is_mutable:
+            self._copy_before_write(func, args, kwargs)
         out = func(*args, **kwargs)
         packet = func._overloadpacket.__name__
         if packet in FUSED_ATTENTION:
@@ -145,7 +200,7 @@ class _Recorder(TorchDispatchMode):
             sources=tuple(self.source(a) for a in tensors),
         )
         self.records.append(record)
-        self.store.put(record.key, first.detach().to("cpu", copy=True).numpy())
+        self.hold(record.key, first)
         self.mark(first, index, produced=True)
         return out
 
@@ -159,7 +214,7 @@ class _Recorder(TorchDispatchMode):
         first = out[0] if isinstance(out, (tuple, list)) else out
         if run is None or not isinstance(first, torch.Tensor):
             return False
-        start = len(self.records)
+        start, shown = len(self.records), len(self._deferred)
         self._nested += 1
         try:
             with self:
@@ -174,7 +229,12 @@ class _Recorder(TorchDispatchMode):
             for record in self.records[start:]:
                 self.store.discard(record.key)
             del self.records[start:]
+            del self._deferred[shown:]
             return False
+        if not self._nested and self.visit is not None:
+            for key, kept in self._deferred:
+                self.visit(key, kept)
+            self._deferred.clear()
         self.mark(first, last, produced=self.producer(value) == last and tuple(first.shape) == tuple(value.shape))
         return True
 
@@ -190,7 +250,8 @@ class _Recorder(TorchDispatchMode):
         if not isinstance(out, torch.Tensor) or out.numel() != tensors[0].numel():
             return False
         self.records[index] = dataclasses.replace(record, shape=tuple(out.shape))
-        self.store.put(record.key, self.store.get(record.key).reshape(tuple(out.shape)))
+        if record.key in self.store:
+            self.store.put(record.key, self.store.get(record.key).reshape(tuple(out.shape)))
         self.mark(out, index, produced=True)
         return True
 
@@ -210,6 +271,17 @@ def _gap(value: torch.Tensor, reference: torch.Tensor) -> float:
     return output_gap([value.detach().float().cpu().numpy()], [reference.detach().float().cpu().numpy()])
 
 
+def _storage(tensor: torch.Tensor) -> int:
+    return int(tensor.untyped_storage().data_ptr())
+
+
+def _held_copy(tensor: torch.Tensor) -> Any:
+    """A copy of a recorded value to keep: on the GPU it ran on (no trip to the host), else a numpy array."""
+    if tensor.device.type == "cuda":
+        return tensor.detach().clone()
+    return tensor.detach().to("cpu", copy=True).numpy()
+
+
 _UNFLATTEN = frozenset({"view", "_unsafe_view", "reshape", "_reshape_alias"})
 
 
@@ -223,6 +295,8 @@ def _lookup(table: dict[int, tuple[weakref.ref[Any], int]], tensor: Any) -> int 
 
 
 AttentionMode = Literal["auto", "decomposed", "fused"]
+Visit = Callable[[str, "torch.Tensor"], None]
+"""Called with each recorded value's key and tensor as it is produced (before later ops can change it)."""
 
 
 def capture(
@@ -233,22 +307,32 @@ def capture(
     tf32: bool = False,
     store: TensorStore | None = None,
     attention: AttentionMode = "auto",
+    visit: Visit | None = None,
+    keep: Container[str] | None = None,
 ) -> TorchCapture:
     """Run `module` once on `inputs` (in order) on `device` and record every computing op's output.
 
-    On CUDA, TF32 is off for matmuls and cuDNN convolutions unless `tf32`, so the reference is
+    `device` "auto" is the GPU when torch sees one (`resolve_device`). On CUDA, TF32 is off
+    for matmuls and cuDNN convolutions unless `tf32`, so the reference is
     true FP32; the module is moved to `device` for the pass and back afterwards.
     `attention` "auto" records attention op by op (torch_attention) and, when the model ran
     attention, checks the final outputs against a plain forward with the fused kernels: beyond
     ATTENTION_RTOL it records again with the fused kernels, with a note. "decomposed" and
     "fused" record one way without the check (a later sample, recorded as the first was).
+
+    `visit` sees every value as it is produced (the comparison streams the reference through
+    it); then only the values named in `keep` are kept, when it is given. Both need one way of
+    recording attention, not "auto", which may record twice.
     """
+    device = resolve_device(device)
     store = store if store is not None else TensorStore()
+    if (visit is not None or keep is not None) and attention == "auto":
+        raise ValueError("a streamed recording records attention one way: decomposed or fused")
     with _on_device(module, device, tf32):
         if attention == "fused":
-            return _capture(module, inputs, device, store, decomposed=False)
+            return _capture(module, inputs, device, store, decomposed=False, visit=visit, keep=keep)
         try:
-            recorded = _capture(module, inputs, device, store, decomposed=True)
+            recorded = _capture(module, inputs, device, store, decomposed=True, visit=visit, keep=keep)
         except ModelRunError as error:
             if attention == "decomposed":
                 raise
@@ -284,6 +368,13 @@ def _discard_records(store: TensorStore) -> None:
             index += 1
 
 
+def resolve_device(device: str) -> str:
+    """The device `device` names: "auto" is the first CUDA GPU when torch sees one, else the CPU."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
 @contextmanager
 def _on_device(module: torch.nn.Module, device: str, tf32: bool) -> Iterator[None]:
     target = torch.device(device)
@@ -307,12 +398,19 @@ def _on_device(module: torch.nn.Module, device: str, tf32: bool) -> Iterator[Non
 
 
 def _capture(
-    module: torch.nn.Module, inputs: Mapping[str, np.ndarray], device: str, store: TensorStore, *, decomposed: bool
+    module: torch.nn.Module,
+    inputs: Mapping[str, np.ndarray],
+    device: str,
+    store: TensorStore,
+    *,
+    decomposed: bool,
+    visit: Visit | None = None,
+    keep: Container[str] | None = None,
 ) -> TorchCapture:
     scripted = module if isinstance(module, torch.jit.ScriptModule) else None
     eager = scripted is None and not isinstance(module, torch.fx.GraphModule)
     path_stack: list[str] | None = [] if eager else None
-    recorder = _Recorder(store, path_stack)
+    recorder = _Recorder(store, path_stack, visit, keep)
     watch = AttentionWatch(path_stack) if decomposed and scripted is None else None
     in_script = script_attention(scripted) if scripted is not None else []
     calls: list[ModuleCall] = []
@@ -344,8 +442,8 @@ def _capture(
     for i, leaf in enumerate(leaves):
         if not isinstance(leaf, torch.Tensor):
             continue
-        key = f"torch:output:{i}"
-        store.put(key, leaf.detach().to("cpu", copy=True).numpy())
+        key = f"{OUTPUT_PREFIX}{i}"
+        recorder.hold(key, leaf)
         output_keys.append(key)
         output_records.append(recorder.producer(leaf))
     return TorchCapture(
@@ -379,6 +477,7 @@ def run_outputs(
     module: torch.nn.Module, inputs: Sequence[np.ndarray], *, device: str = "cpu", tf32: bool = False
 ) -> list[np.ndarray]:
     """A plain forward pass (no recording): the model's flattened tensor outputs, on the host."""
+    device = resolve_device(device)
     with _on_device(module, device, tf32), torch.no_grad():
         tensors = [torch.from_numpy(np.array(value, copy=True, order="C")).to(device) for value in inputs]
         try:

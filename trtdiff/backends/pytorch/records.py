@@ -8,8 +8,9 @@ by the `Pairing` that derived it, never by the capture alone (pairing.pairs: `Pa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 
 INPUT = -1
 """`TorchRecord.sources` entry of a value computed from a model input by unrecorded ops only."""
+RECORD_PREFIX = "torch:"
+OUTPUT_PREFIX = "torch:output:"
 DERIVED_PREFIX = "torch:derived:"
 INPUT_PREFIX = "torch:input:"
 
@@ -84,18 +87,50 @@ class TorchCapture:
                 self.consumers.setdefault(parent, []).append(record.index)
 
     def value(self, key: str) -> np.ndarray:
-        """A recorded value (or a derived one already computed into the store).
+        """A recorded value (or a derived one already computed into the store), on the host.
 
         A derived value not computed yet is the pairing's to compute (`Pairing.value`): the
         capture alone does not know how, and says so with a KeyError.
         """
+        from trtdiff.backends.store import to_host
+
+        return to_host(self.native(key))
+
+    def native(self, key: str) -> Any:
+        """A value as it is held: a numpy array, or a torch tensor on the GPU the reference ran on."""
         if key.startswith(INPUT_PREFIX):
             return self.inputs[int(key.removeprefix(INPUT_PREFIX))]
         if key not in self.store and key.startswith(DERIVED_PREFIX):
             raise KeyError(
                 f"{key}: no derivation here; a derived value is computed by the pairing that derived it (Pairing.value)"
             )
+        if key not in self.store and key.startswith(RECORD_PREFIX) and not key.startswith(OUTPUT_PREFIX):
+            raise KeyError(f"{key}: not held (dropped once paired, or streamed); record the model again to read it")
         return self.store.get(key)
+
+    def shape_of(self, key: str) -> tuple[int, ...] | None:
+        """The shape of value `key`, also of a value no longer held (None for a derived value not computed)."""
+        if key in self.store:
+            return tuple(self.store.get(key).shape)
+        if key.startswith(INPUT_PREFIX):
+            return tuple(self.inputs[int(key.removeprefix(INPUT_PREFIX))].shape)
+        index = key.removeprefix(RECORD_PREFIX)
+        if key.startswith(RECORD_PREFIX) and index.isdigit() and int(index) < len(self.records):
+            return self.records[int(index)].shape
+        return None
+
+    def retain(self, keys: Iterable[str]) -> None:
+        """Drop from the store every recorded value but `keys` and the model's outputs.
+
+        Called once the pairing knows which values it compares: an op no ONNX tensor stands for
+        (a convolution before the BatchNorm the exporter folds into it) is not held any longer,
+        nor, when the comparison streams the reference, anything it records again. The records
+        themselves (what ran, where, from what) and the derived values stay.
+        """
+        kept = {*keys, *self.output_keys}
+        for record in self.records:
+            if record.key not in kept:
+                self.store.discard(record.key)
 
     def path_of(self, record: TorchRecord) -> str | None:
         """The module path `record` ran in: from forward hooks, else recovered from a TorchScript graph."""

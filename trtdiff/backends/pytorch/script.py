@@ -12,6 +12,7 @@ gives its path to the ops recorded in its place.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -55,10 +56,8 @@ def script_paths(module: torch.jit.ScriptModule, records: Sequence[TorchRecord])
     Records left between two aligned pairs where the graph has only attention nodes of one
     module (SDPA decomposed while recording) get that module's path.
     """
-    ops: list[_ScriptOp] = []
-    try:
-        _walk_method(module, "", "forward", [], ops)
-    except (_Unreadable, AttributeError, KeyError, RuntimeError):
+    ops = _script_ops(module)
+    if ops is None:
         return {}
     op_kinds, record_kinds = [op.kind for op in ops], [record.kind for record in records]
     if op_kinds == record_kinds:
@@ -71,6 +70,22 @@ def script_paths(module: torch.jit.ScriptModule, records: Sequence[TorchRecord])
             return {}
     paths = {records[j].index: ops[i].path for i, j in aligned}
     return paths | _decomposed_paths(ops, records, aligned)
+
+
+_OPS: weakref.WeakKeyDictionary[Any, list[_ScriptOp] | None] = weakref.WeakKeyDictionary()
+
+
+def _script_ops(module: torch.jit.ScriptModule) -> list[_ScriptOp] | None:
+    """The kinded aten nodes of the module's forward, walked once per module (None: unreadable)."""
+    if module not in _OPS:
+        found: list[_ScriptOp] = []
+        try:
+            _walk_method(module, "", "forward", [], found)
+        except (_Unreadable, AttributeError, KeyError, RuntimeError):
+            _OPS[module] = None
+        else:
+            _OPS[module] = found
+    return _OPS[module]
 
 
 def _decomposed_paths(
