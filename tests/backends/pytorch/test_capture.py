@@ -255,3 +255,31 @@ def test_a_value_kept_uncopied_is_copied_before_an_in_place_write_through_a_view
         expected = model.conv(torch.from_numpy(FEEDS["x"])).numpy()
     np.testing.assert_array_equal(captured.value(conv.key), expected)  # as the conv made it, not as zeroed later
     assert (expected[:, :2] != 0).any()
+
+
+def test_what_visit_runs_is_not_recorded_as_the_models_ops() -> None:
+    """A module's output is shown to `visit` from its forward hook, inside the recorder: torch work done there
+    (the metrics on a GPU) must not become records, or every later record is shifted."""
+    torch.manual_seed(0)
+    attention = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = attention
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.attn(x, x, x, need_weights=False)[0]
+
+    inputs = {"x": np.random.default_rng(0).standard_normal((1, 4, 8)).astype(np.float32)}
+    plain = capture(Block(), inputs, attention="decomposed")
+    seen: list[str] = []
+
+    def visit(key: str, value: torch.Tensor) -> None:  # torch work, as the GPU metrics do
+        seen.append(key)
+        (value.double() - value.double()).abs().max().item()
+
+    visited = capture(Block(), inputs, attention="decomposed", visit=visit, keep=frozenset())
+    assert [r.op for r in visited.records] == [r.op for r in plain.records]
+    assert any(r.kind == "module" for r in plain.records)  # the hook's path is exercised
+    assert seen == [r.key for r in plain.records] + list(plain.output_keys)

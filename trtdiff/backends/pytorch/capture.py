@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
 from trtdiff.backends.pytorch.attention import (
@@ -87,8 +87,14 @@ class _Recorder(TorchDispatchMode):
 
         On the CPU the tensor itself is kept, copied only if an in-place op is about to write
         to its memory (`_copy_before_write`: ReLU(inplace=True) overwrites its input); on a GPU
-        a copy is kept there.
+        a copy is kept there. A module's output arrives from its forward hook, inside this
+        mode: what `visit` and the copy run (torch metrics on a GPU) must not be recorded as
+        the model's ops, so the mode is off meanwhile.
         """
+        with _disable_current_modes():
+            self._hold(key, tensor)
+
+    def _hold(self, key: str, tensor: torch.Tensor) -> None:
         if self.visit is not None:
             if self._nested:  # inside a decomposition that may yet be dropped: shown once it is kept
                 self._deferred.append((key, tensor.detach().clone()))
