@@ -283,3 +283,20 @@ def test_what_visit_runs_is_not_recorded_as_the_models_ops() -> None:
     assert [r.op for r in visited.records] == [r.op for r in plain.records]
     assert any(r.kind == "module" for r in plain.records)  # the hook's path is exercised
     assert seen == [r.key for r in plain.records] + list(plain.output_keys)
+
+
+def test_an_archive_records_the_same_ops_every_time_even_where_torchscript_would_fuse() -> None:
+    """TorchScript's executor profiles an archive's first run and fuses later ones (on a GPU by default; here the
+    CPU fuser is switched on to stand in for it): every recording must see the plain graph's ops, the same each time."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3)).eval()
+    x = torch.randn(1, 3, 16, 16)
+    archive = torch.jit.trace(model, x)
+    was_on = torch._C._jit_can_fuse_on_cpu()
+    torch._C._jit_override_can_fuse_on_cpu(True)
+    try:
+        runs = [[r.op for r in capture(archive, {"x": x.numpy()}, attention="decomposed").records] for _ in range(3)]
+        outputs = [run_outputs(archive, [x.numpy()]) for _ in range(2)]
+    finally:
+        torch._C._jit_override_can_fuse_on_cpu(was_on)
+    assert runs[0] == runs[1] == runs[2] and len(runs[0]) == 4
+    np.testing.assert_array_equal(outputs[0][0], outputs[1][0])

@@ -383,6 +383,12 @@ def resolve_device(device: str) -> str:
 
 @contextmanager
 def _on_device(module: torch.nn.Module, device: str, tf32: bool) -> Iterator[None]:
+    """`module` on `device` with TF32 as asked, and TorchScript's graph executor unoptimized.
+
+    Optimized, the executor profiles the first run of an archive and fuses later runs into
+    kernels of its own (on a GPU by default): a second recording would then see other ops than
+    the first, and a fused group no op at all. Every forward trtdiff runs is the plain graph.
+    """
     target = torch.device(device)
     if target.type == "cuda" and not torch.cuda.is_available():
         raise OptionError(
@@ -396,7 +402,8 @@ def _on_device(module: torch.nn.Module, device: str, tf32: bool) -> Iterator[Non
     try:
         if target != original:
             module.to(target)
-        yield
+        with torch.jit.optimized_execution(False):
+            yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
         if target != original:
