@@ -402,7 +402,7 @@ def _on_device(module: torch.nn.Module, device: str, tf32: bool) -> Iterator[Non
     try:
         if target != original:
             module.to(target)
-        with torch.jit.optimized_execution(False):
+        with torch.jit.optimized_execution(False):  # type: ignore[attr-defined]  # public, not in __all__
             yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
