@@ -300,3 +300,28 @@ def test_an_archive_records_the_same_ops_every_time_even_where_torchscript_would
         torch._C._jit_override_can_fuse_on_cpu(was_on)
     assert runs[0] == runs[1] == runs[2] and len(runs[0]) == 4
     np.testing.assert_array_equal(outputs[0][0], outputs[1][0])
+
+
+def test_a_traced_convolution_runs_with_tf32_as_asked_not_as_baked_in() -> None:
+    """A trace writes allow_tf32=True into aten::_convolution; on a GPU ConvolutionTf32 (entered by every forward
+    trtdiff runs there) rewrites it to the --tf32 choice. Checked here by what the next mode down receives."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from trtdiff.backends.pytorch.capture import ConvolutionTf32
+
+    archive = torch.jit.trace(nn.Conv2d(3, 4, 3).eval(), torch.randn(1, 3, 8, 8))
+    seen: list[bool] = []
+
+    class Spy(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func is torch.ops.aten._convolution.default:
+                seen.append(args[-1])
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Spy():
+        archive(torch.randn(1, 3, 8, 8))
+        with ConvolutionTf32(False):
+            archive(torch.randn(1, 3, 8, 8))
+        with ConvolutionTf32(True):
+            archive(torch.randn(1, 3, 8, 8))
+    assert seen == [True, False, True]

@@ -399,15 +399,45 @@ def _on_device(module: torch.nn.Module, device: str, tf32: bool) -> Iterator[Non
     original = next((p.device for p in module.parameters()), torch.device("cpu"))
     flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    precision = ConvolutionTf32(tf32) if target.type == "cuda" else nullcontext()
     try:
         if target != original:
             module.to(target)
-        with torch.jit.optimized_execution(False):  # type: ignore[attr-defined]  # public, not in __all__
+        with torch.jit.optimized_execution(False), precision:  # type: ignore[attr-defined]  # public, not in __all__
             yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
         if target != original:
             module.to(original)
+
+
+class ConvolutionTf32(TorchDispatchMode):
+    """Every convolution with TF32 as asked, also where a trace baked the flag in.
+
+    A traced archive calls `aten::_convolution` with `allow_tf32` written in as a constant (True
+    unless the tracing process had turned it off), so `torch.backends.cudnn.allow_tf32` does not
+    reach it: on a GPU its convolutions would run in TF32 whatever `--tf32` says (an FP32
+    DeepLabV3+ at 1024x1024 then drifts past rtol 1e-3 from ONNX Runtime's CPU values).
+    """
+
+    def __init__(self, tf32: bool) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # torch declares no types here
+        self.tf32 = tf32
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """As _Recorder: no dynamo import for a mode that is never compiled."""
+        return False
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        if func is torch.ops.aten._convolution.default and len(args) == _CONVOLUTION_ARGS:
+            args = (*args[:-1], self.tf32)
+        return func(*args, **(kwargs or {}))
+
+
+_CONVOLUTION_ARGS = 13  # aten::_convolution(input, weight, bias, ..., cudnn_enabled, allow_tf32)
 
 
 def _capture(
