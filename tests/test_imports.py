@@ -144,7 +144,7 @@ def test_no_import_climbs_to_a_later_stage() -> None:
     assert climbing == [], "a type used across stages belongs to the lower stage; inject behaviour from above"
 
 
-def test_no_import_circles_but_the_one_left_to_the_lead() -> None:
+def test_no_import_circles() -> None:
     assert [sorted(c) for c in circles(_graph())] == []
 
 
