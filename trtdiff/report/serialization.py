@@ -1,8 +1,10 @@
 """Turn frozen dataclasses into JSON-ready dicts and back, driven by their type hints.
 
-Non-finite floats are not valid JSON: NaN is written as null and infinities as the strings
-"inf" / "-inf", and read back as floats. A class with a `json_text()` method and a
-`from_json_text(text)` classmethod (a backend pair) is written as that text, as a value or a key.
+Non-finite floats are not valid JSON: they are written as the strings "nan", "inf" and
+"-inf" and read back as floats, so that NaN stays apart from None (null) in a `float | None`
+field. A null where a plain float is expected (reports written before) reads as NaN. A class
+with a `json_text()` method and a `from_json_text(text)` classmethod (a backend pair) is
+written as that text, as a value or a key.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def to_jsonable(value: Any) -> Any:
         return [to_jsonable(v) for v in value]
     if isinstance(value, float):
         if math.isnan(value):
-            return None
+            return "nan"
         if math.isinf(value):
             return "inf" if value > 0 else "-inf"
     return value

@@ -211,9 +211,10 @@ def plan_marks(
     else:
         groups = run_groups(debug, tensor_sizes, budget.bytes) if debug else []
     if mode == "all":
+        runs = max(1, len(groups))
         notes.append(
             f"all: {len(debug)} tensors marked as debug tensors of one engine (its outputs unchanged); "
-            f"{max(1, len(groups))} runs per sample under the mark budget of {budget.describe()}"
+            f"{runs} run{'s' if runs > 1 else ''} per sample under the mark budget of {budget.describe()}"
         )
     return MarkPlan(
         mode,
