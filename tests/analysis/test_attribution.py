@@ -142,3 +142,16 @@ def test_a_feeding_culprit_whose_fix_is_noise_is_credited_nothing() -> None:
     render_terminal(report, Console(file=out, width=80, color_system=None))
     text = " ".join(line.strip() for line in out.getvalue().splitlines())
     assert "injecting torch's value recovers nothing measurable" in text and "-0.000" not in text
+
+
+def test_fixing_nan_positions_is_measurable_even_where_an_mIoU_is_known() -> None:
+    """NaN logits leave argmax masks (and so the mIoU) blind to them: fewer differing NaN/Inf positions in the final
+    outputs is a recovery in its own right, never "nothing measurable" beside "carries 100% of the positions"."""
+    from trtdiff.analysis.attribution import _Figures, _measurable
+    from trtdiff.options import Thresholds
+
+    before = _Figures(rel_err=1e-7, cosine=1.0, miou=0.5, non_finite=1312)
+    fixed = _Figures(rel_err=0.0, cosine=1.0, miou=0.5, non_finite=0)
+    same = _Figures(rel_err=0.0, cosine=1.0, miou=0.5, non_finite=1312)
+    assert _measurable(before, fixed, Thresholds(), share=1e-4)
+    assert not _measurable(before, same, Thresholds(), share=1e-4)

@@ -211,12 +211,18 @@ def pixel_share(confusion: np.ndarray) -> float | None:
 
 
 def _measurable(before: _Figures, after: _Figures, thresholds: Thresholds, share: float | None) -> bool:
-    """Whether going from `before` to `after` recovers more than noise (see the module docstring)."""
+    """Whether going from `before` to `after` recovers more than noise (see the module docstring).
+
+    Fewer final-output positions whose NaN/Inf differ always counts, with an mIoU too (argmax
+    masks can hide NaN that a gate on finite outputs fails).
+    """
+    if after.non_finite < before.non_finite:
+        return True
     if before.miou is not None and after.miou is not None and share is not None:
         return after.miou - before.miou >= share
     rel = before.rel_err - after.rel_err > thresholds.rtol
     cos = after.cosine - before.cosine > 1.0 - thresholds.min_cosine
-    return bool(rel or cos or after.non_finite < before.non_finite)
+    return bool(rel or cos)
 
 
 @dataclass(frozen=True)

@@ -326,10 +326,10 @@ def miou_lost(report: Report, attribution: Attribution) -> float | None:
 
 
 def _recovers(report: Report, a: Attribution, *, alone: bool) -> str | None:
-    """ "0.1450 of 0.1540 mIoU", "nothing measurable", or None without mIoU."""
+    """ "0.1450 of 0.1540 mIoU", "nothing measurable", or None without mIoU (or with a NaN one: NaN logits)."""
     recovered = a.miou_recovered_alone if alone else a.miou_recovered
     lost = miou_lost(report, a)
-    if recovered is None or lost is None:
+    if recovered is None or lost is None or math.isnan(recovered) or math.isnan(lost):
         return None
     return (
         NOTHING
