@@ -407,3 +407,12 @@ def test_a_partly_nan_input_is_noted(tmp_path: Path) -> None:
 def test_python_dash_m_trtdiff_is_the_command() -> None:
     result = subprocess.run([sys.executable, "-m", "trtdiff", "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "Usage: python -m trtdiff" in result.stdout and "compare" in result.stdout
+
+
+def test_an_opset_no_exporter_writes_is_refused_before_loading_with_the_archives_range(tmp_path: Path) -> None:
+    """--opset 99 is refused before any work (the model file need not even exist), and the advice says what a
+    TorchScript archive can take, since the dynamo range does not apply to one."""
+    code, _, stderr = _run("compare", str(tmp_path / "model.pt"), "--input-shape", SHAPE, "--opset", "99")
+    line = _one_error_line(stderr)
+    assert code == 2 and line.startswith("Error: --opset 99: no exporter writes it (TorchScript: opsets 7-20")
+    assert "7-20 for a TorchScript archive" in line

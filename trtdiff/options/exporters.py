@@ -64,7 +64,8 @@ def export_problem(opset: int, exporter: str, kind: str | None = None) -> Export
         return ExportProblem(
             "opset",
             f"no exporter writes it (TorchScript: opsets {ts_range}, dynamo: {DYNAMO_NATIVE_OPSET}-{newest})",
-            f"choose one of those (ONNX Runtime and TensorRT read opsets from {TORCHSCRIPT_MIN_OPSET} on)",
+            f"choose one of those ({ts_range} for a TorchScript archive, which only the TorchScript exporter reads; "
+            f"ONNX Runtime and TensorRT read opsets from {TORCHSCRIPT_MIN_OPSET} on)",
         )
     if exporter == "dynamo" and opset < DYNAMO_NATIVE_OPSET:
         return ExportProblem(
