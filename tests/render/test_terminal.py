@@ -348,3 +348,17 @@ def test_the_name_column_fits_its_content_where_the_console_has_room(culprits: R
 def test_the_opset_is_stated_once(real_report: Report) -> None:
     text = render(real_report)
     assert text.count("opset 10") == 1 and "ONNX: opset 10 as written, exporter torchscript" in text
+
+
+def test_quiet_says_where_nan_first_appears_when_the_finite_check_fails(passing: Report) -> None:
+    """With no culprit and no divergence, the NaN's origin is the one thing a CI log needs besides the verdict."""
+    from nonfinite_reports import nan_report
+
+    out = io.StringIO()
+    render_verdict(nan_report(passing), _console(out))
+    text = flat(out.getvalue())
+    assert text.startswith("FAIL: 1 of")
+    assert "NON-FINITE: the outputs of torch and onnxruntime hold NaN/Inf; they first appear at /root/Sqrt" in text
+    quiet_passing = io.StringIO()
+    render_verdict(passing, _console(quiet_passing))
+    assert "NON-FINITE" not in quiet_passing.getvalue()

@@ -404,7 +404,8 @@ class ReportOptions:
                                              "status per ONNX node), the ONNX file beside it; `trtdiff view` opens "
                                              "them.")
     quiet: bool = option(False, group=REPORTS, commands=COMPARE, short="-q",
-                         help="No progress display and no table: the verdict, the culprits and their fixes.")
+                         help="No progress display and no table: the verdict, where NaN/Inf first appear (when "
+                              "outputs are not finite), the culprits and their fixes.")
 
 
 @dataclass(frozen=True)

@@ -71,13 +71,16 @@ def render_terminal(report: Report, console: Console, *, show_all: bool = False)
 
 
 def render_verdict(report: Report, console: Console) -> None:
-    """What `--quiet` prints: the verdict line, then each culprit with its fix.
+    """What `--quiet` prints: the verdict line, where NaN/Inf first appear, then each culprit with its fix.
 
     Without a culprit, the first divergence stands in for it (the culprit step was off, or
     the error is drift that no single node explains).
     """
     failed = bool(report.failed_checks)
     console.print(_verdict_line(report))
+    if non_finite_failed(report):  # a CI log's one clue to where the NaN comes from
+        for line in non_finite_lines(report):
+            console.print(Text.assemble(("NON-FINITE", "bold red"), f": {line}"))
     style = "bold red" if failed else "bold yellow"
     culprits = culprits_of(report)
     for number, culprit in enumerate(culprits, start=1):
