@@ -259,3 +259,9 @@ def test_a_culprit_whose_nan_positions_differ_is_worded_by_them(culprits: Report
     assert fmt.attribution_summary(only) == [
         "/decoder/Resize alone carries 100% of the 2 final output positions whose NaN/Inf differ"
     ]
+
+
+def test_a_share_short_of_the_whole_is_never_written_as_all_of_it() -> None:
+    from trtdiff.render.format import _percent
+
+    assert [_percent(s) for s in (0.94, 0.995, 0.99996, 1.0, 0.004)] == ["94%", "99.5%", "99.9%", "100%", "0%"]

@@ -458,9 +458,15 @@ def attribution_summary(
             sentences.append(text(f"no culprit alone recovers a measurable part of {loss}") + where)
         else:
             sentences.append(
-                f"{code(best[0].onnx_node)}{text(f' alone carries {100 * best[1]:.0f}% of {loss}')}{where}"
+                f"{code(best[0].onnx_node)}{text(f' alone carries {_percent(best[1])} of {loss}')}{where}"
             )
     return sentences
+
+
+def _percent(share: float) -> str:
+    """ "94%"; a share short of the whole is never rounded up to it ("99.5%", "99.9%", not "100%")."""
+    whole = f"{100 * share:.0f}%"
+    return f"{math.floor(1000 * share) / 10:.1f}%" if whole == "100%" and share < 1.0 else whole
 
 
 def _carries(report: Report, rows: list[tuple[Culprit, Attribution]]) -> tuple[tuple[Culprit, float] | None, str]:
