@@ -457,9 +457,7 @@ def attribution_summary(
         if best is None:
             sentences.append(text(f"no culprit alone recovers a measurable part of {loss}") + where)
         else:
-            sentences.append(
-                f"{code(best[0].onnx_node)}{text(f' alone carries {_percent(best[1])} of {loss}')}{where}"
-            )
+            sentences.append(f"{code(best[0].onnx_node)}{text(f' alone carries {_percent(best[1])} of {loss}')}{where}")
     return sentences
 
 
