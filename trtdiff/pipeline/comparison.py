@@ -108,34 +108,8 @@ def compare_once(
                 say=say,
             )
         )
-        reference = _pair(prepared, timings)
-        repro = _repro(options, prepared, repro_notes)
-        run = _Run(
-            prepared,
-            options,
-            reference,
-            _backends_run(prepared, reference),
-            name_of,
-            repro,
-            stack=stack,
-            shared=shared is not None,
-        )
-        run.hold_what_is_read()
-        say(f"running {', '.join(b.name for b in prepared.backends)} and comparing every layer")
-        compared = run.engine().run(
-            run.passes(samples.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes), say)
-        )
-        with timed(timings, "run_and_compare"):
-            first = next(compared)
-        layers = build_layers(prepared.graph, first.metrics, reference.pairing, reference.capture)
-        with timed(timings, "samples"):
-            results, segmentation = sample_results(
-                chain([first], compared),
-                prepared.graph.graph_outputs,
-                run.pairs,
-                run.backends[0],
-                options.gate.ignore_index,
-            )
+        run = _open_run(prepared, options, name_of, stack, shared is not None, timings, repro_notes)
+        layers, results, segmentation = _compare_samples(run, samples, timings, say)
         divergence = first_divergence(layers, prepared.graph, run.pairs)
         non_finite = _non_finite(run, layers, results, stack, timings)
         findings = _findings(run, layers, divergence, results, segmentation, stack, timings, say)
@@ -143,12 +117,54 @@ def compare_once(
         notes = (
             *prepared.notes,
             *samples.notes(),
-            *_spill_note(reference.capture.store if reference.capture is not None else store),
+            *_spill_note(run.reference.capture.store if run.reference.capture is not None else store),
             *findings.notes,
             *repro_notes,
         )
         report = _report(prepared, run, findings, divergence, results, checks, segmentation, notes, timings, non_finite)
         return Comparison(report, prepared.graph.model)
+
+
+def _open_run(
+    prepared: Prepared,
+    options: CompareOptions,
+    name_of: Callable[[str], str],
+    stack: ExitStack,
+    shared: bool,
+    timings: dict[str, float],
+    repro_notes: list[str],
+) -> _Run:
+    """The reference paired with the ONNX graph, the backends to run, and only what is read of the recording kept."""
+    reference = _pair(prepared, timings)
+    repro = _repro(options, prepared, repro_notes)
+    run = _Run(
+        prepared, options, reference, _backends_run(prepared, reference), name_of, repro, stack=stack, shared=shared
+    )
+    run.hold_what_is_read()
+    return run
+
+
+def _compare_samples(
+    run: _Run, samples: SampleSource, timings: dict[str, float], say: Progress
+) -> tuple[list[Layer], list[SampleResult], SegmentationSummary | None]:
+    """Every backend run and compared: sample 0 layer by layer (the layers), every sample's outputs (the results)."""
+    prepared, reference = run.prepared, run.reference
+    say(f"running {', '.join(b.name for b in prepared.backends)} and comparing every layer")
+    compared = run.engine().run(
+        run.passes(samples.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes), say)
+    )
+    with timed(timings, "run_and_compare"):
+        first = next(compared)
+    layers = build_layers(prepared.graph, first.metrics, reference.pairing, reference.capture)
+    with timed(timings, "samples"):
+        results, segmentation = sample_results(
+            chain([first], compared),
+            prepared.graph.graph_outputs,
+            run.pairs,
+            run.backends[0],
+            run.options.gate.ignore_index,
+        )
+    return layers, results, segmentation
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ until the `with` block ends, and every backend opened is closed then, errors inc
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -108,46 +109,30 @@ def prepare(
     with timed(timings, "load"):
         source = load_source(model, options.load, options.export.onnx, first_feeds)
     _check_exportable(source, options.export)
+    chosen_notes: tuple[str, ...] = ()
     if backends is None:
         backends, chosen_notes = choose_backends(options.runtime, source.loaded.kind != "onnx")
-    else:
-        chosen_notes = ()
     notes: list[str] = [*source.notes, *chosen_notes]
-    recording = capture is not None and "torch" in backends and source.loaded.module is not None
-
-    def record() -> TorchCapture:
-        assert capture is not None
-        say("running PyTorch, recording every op")
-        with timed(timings, "torch"):
-            return _recorded(capture, source)
-
+    record: Callable[[], TorchCapture] | None = None
+    if capture is not None and "torch" in backends and source.loaded.module is not None:
+        record = functools.partial(_recorded, capture, source, say, timings)
     with ExitStack() as stack:  # closed last in, first out: the backends, then the folder they read
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-"))
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-")))
         say("exporting to ONNX" if source.given_graph is None else "reading the ONNX file")
-        # Exported before the recording, so that the export's own peak does not come on top of the recorded values.
-        try:
-            with timed(timings, "export"):
-                graph, exporter = onnx_graph_for(source, options.export, save_path, Path(tmp), notes)
-        except TrtdiffError:
-            if recording:
-                record()  # a forward that fails (or returns no tensor) says so, rather than the export failing
-            raise
-        release_memory()  # what the export freed, before the recording takes its own
-        recorded = record() if recording else None
-        if recorded is not None:
-            notes += recorded.notes
+        graph, exporter, recorded = _export_then_record(
+            source, options.export, save_path, folder, notes, record, timings
+        )
         feeds = onnx_feeds(graph, source.feeds)
         say("preparing backends (a TensorRT engine build can take minutes)")
         with timed(timings, "backends"):
             opened = stack.enter_context(
                 open_backends(graph, feeds, options.runtime, backends, engine_path, compare_outputs=compare_tensors)
             )
-        given = source.given_graph.path if source.given_graph is not None else None
         yield Prepared(
             loaded=source.loaded,
             graph=graph,
             exporter=exporter,
-            onnx_path=str(given or save_path) if save_path or given else None,  # a given file is not exported
+            onnx_path=_onnx_path(source, save_path),
             model_feeds=source.feeds,
             feeds=feeds,
             input_names=source.input_names,
@@ -161,11 +146,48 @@ def prepare(
         )
 
 
-def _recorded(capture: Capture, source: Source) -> TorchCapture:
+def _onnx_path(source: Source, save_path: Path | None) -> str | None:
+    """The ONNX file the report names: the given one (never exported), else where the export was saved."""
+    given = source.given_graph.path if source.given_graph is not None else None
+    return str(given or save_path) if save_path or given else None
+
+
+def _export_then_record(
+    source: Source,
+    options: ExportOptions,
+    save_path: Path | None,
+    folder: Path,
+    notes: list[str],
+    record: Callable[[], TorchCapture] | None,
+    timings: dict[str, float],
+) -> tuple[GraphInfo, str, TorchCapture | None]:
+    """The ONNX graph and its exporter, then the PyTorch recording (`record`, when one is wanted); `notes` grows.
+
+    Exported first, so that the export's own peak does not come on top of the recorded values.
+    When the export fails, the forward is recorded anyway: a model whose forward fails (or
+    returns no tensor) is named for that, rather than for the export it broke.
+    """
+    try:
+        with timed(timings, "export"):
+            graph, exporter = onnx_graph_for(source, options, save_path, folder, notes)
+    except TrtdiffError:
+        if record is not None:
+            record()
+        raise
+    release_memory()  # what the export freed, before the recording takes its own
+    recorded = record() if record is not None else None
+    if recorded is not None:
+        notes += recorded.notes
+    return graph, exporter, recorded
+
+
+def _recorded(capture: Capture, source: Source, say: Progress, timings: dict[str, float]) -> TorchCapture:
     """The PyTorch reference; a forward that fails or returns no tensor is named with the model it is."""
     assert source.loaded.module is not None
+    say("running PyTorch, recording every op")
     try:
-        recorded = capture(source.loaded.module, source.feeds)
+        with timed(timings, "torch"):
+            recorded = capture(source.loaded.module, source.feeds)
     except ModelRunError as error:
         raise ModelRunError(f"{source.loaded.source}: {error.template}") from error
     if not recorded.output_keys:
