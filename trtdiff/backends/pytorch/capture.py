@@ -450,6 +450,7 @@ def _capture(
     visit: Visit | None = None,
     keep: Container[str] | None = None,
 ) -> TorchCapture:
+    """One recorded forward on `device` (see `capture`), attention decomposed or as it ran."""
     scripted = module if isinstance(module, torch.jit.ScriptModule) else None
     eager = scripted is None and not isinstance(module, torch.fx.GraphModule)
     path_stack: list[str] | None = [] if eager else None
@@ -470,25 +471,11 @@ def _capture(
         error = recorder.failure if recorder.failure is not None and not eager else wrapped
         if isinstance(error, KeyboardInterrupt):
             raise KeyboardInterrupt from None
-        shapes = ", ".join(f"{name}:{'x'.join(map(str, v.shape))}" for name, v in inputs.items())
-        raise _forward_failure(
-            error,
-            f" (inputs {shapes}); check {param('input_shapes')} / {param('input_files')} against what the model "
-            "expects",
-        ) from wrapped
+        raise _forward_failure(error, _inputs_advice(inputs)) from wrapped
     finally:
         for handle in handles:
             handle.remove()
-    leaves, _ = tree_flatten(result)
-    output_records: list[int | None] = []
-    output_keys: list[str] = []
-    for i, leaf in enumerate(leaves):
-        if not isinstance(leaf, torch.Tensor):
-            continue
-        key = f"{OUTPUT_PREFIX}{i}"
-        recorder.hold(key, leaf)
-        output_keys.append(key)
-        output_records.append(recorder.producer(leaf))
+    output_records, output_keys = _hold_outputs(recorder, result)
     return TorchCapture(
         records=recorder.records,
         module_calls=calls,
@@ -503,6 +490,25 @@ def _capture(
         ran_attention=bool(watch.calls if watch is not None else in_script),
         notes=tuple(note for note in [fused_note(recorder.fused, in_script)] if note),
     )
+
+
+def _inputs_advice(inputs: Mapping[str, np.ndarray]) -> str:
+    """What to check when the forward fails: the inputs it was given, against what the model expects."""
+    shapes = ", ".join(f"{name}:{'x'.join(map(str, v.shape))}" for name, v in inputs.items())
+    return f" (inputs {shapes}); check {param('input_shapes')} / {param('input_files')} against what the model expects"
+
+
+def _hold_outputs(recorder: _Recorder, result: Any) -> tuple[list[int | None], list[str]]:
+    """Hold the model's tensor outputs (keys by position among its flattened outputs) and the record of each."""
+    records: list[int | None] = []
+    keys: list[str] = []
+    for i, leaf in enumerate(tree_flatten(result)[0]):
+        if isinstance(leaf, torch.Tensor):
+            key = f"{OUTPUT_PREFIX}{i}"
+            recorder.hold(key, leaf)
+            keys.append(key)
+            records.append(recorder.producer(leaf))
+    return records, keys
 
 
 def _forward_failure(error: BaseException, advice: str) -> TrtdiffError:
