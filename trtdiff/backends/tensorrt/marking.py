@@ -17,7 +17,7 @@ Marking is planned first (`plan_marks`, no change to the network) and applied af
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -180,42 +180,20 @@ def plan_marks(
         raise OptionError(f"unknown; choose one of {', '.join(OUTPUT_MODES)}", parameter="outputs", value=mode)
     onnx_to_trt = map_onnx_names(parser, index, model)
     reverse = {t: o for o, t in onnx_to_trt.items()}
-    _, sub_values = subgraph_names(model)
     rules = _Rules(trt, index, mark_bool)
-    outputs: list[str] = []
-    debug: list[str] = []
-    skipped: list[SkippedTensor] = []
-    tensor_sizes: dict[str, int | None] = {}
     by_onnx = sizes or {}
-    for layer, tensor, nested in rules.walk():
-        name = tensor.name
-        reason = rules.skip_reason(layer, tensor, nested)
-        if tensor.is_network_output and reason is None:
-            outputs.append(name)
-        elif mode != "all":
-            continue
-        elif reason is not None:
-            onnx_name = reverse.get(name) or (name if name in sub_values else None)
-            skipped.append(SkippedTensor(name, onnx_name, layer.name, reason))
-            continue
-        else:
-            debug.append(name)
-        tensor_sizes[name] = _tensor_bytes(tensor, by_onnx.get(reverse.get(name, "")))
-    notes: list[str] = []
+
+    def size_of(tensor: Any) -> int | None:
+        return _tensor_bytes(tensor, by_onnx.get(reverse.get(tensor.name, "")))
+
+    outputs, debug, skipped, tensor_sizes = _sort_tensors(rules, mode, reverse, subgraph_names(model)[1], size_of)
     if mode == "unfused":
         candidates = [t.name for layer, t, nested in rules.walk() if rules.skip_reason(layer, t, nested) is None]
-        tensor_sizes.update(
-            (n, _tensor_bytes(index.by_name[n][1], by_onnx.get(reverse.get(n, "")))) for n in candidates
-        )
+        tensor_sizes.update((n, size_of(index.by_name[n][1])) for n in candidates)
         groups = run_groups([n for n in candidates if n not in outputs], tensor_sizes, budget.bytes)
     else:
         groups = run_groups(debug, tensor_sizes, budget.bytes) if debug else []
-    if mode == "all":
-        runs = max(1, len(groups))
-        notes.append(
-            f"all: {len(debug)} tensors marked as debug tensors of one engine (its outputs unchanged); "
-            f"{runs} run{'s' if runs > 1 else ''} per sample under the mark budget of {budget.describe()}"
-        )
+    notes = [_all_note(len(debug), len(groups), budget)] if mode == "all" else []
     return MarkPlan(
         mode,
         tuple(outputs),
@@ -229,6 +207,44 @@ def plan_marks(
         budget,
         index.tensor_names(),
         data_tensors,
+    )
+
+
+def _sort_tensors(
+    rules: _Rules,
+    mode: OutputsMode,
+    reverse: Mapping[str, str],
+    sub_values: Container[str],
+    size_of: Callable[[Any], int | None],
+) -> tuple[list[str], list[str], list[SkippedTensor], dict[str, int | None]]:
+    """The network's tensors as `mode` treats them: outputs kept, debug tensors to mark, those skipped and why,
+    and the bytes of each tensor kept or marked."""
+    outputs: list[str] = []
+    debug: list[str] = []
+    skipped: list[SkippedTensor] = []
+    sizes: dict[str, int | None] = {}
+    for layer, tensor, nested in rules.walk():
+        name = tensor.name
+        reason = rules.skip_reason(layer, tensor, nested)
+        if tensor.is_network_output and reason is None:
+            outputs.append(name)
+        elif mode != "all":
+            continue
+        elif reason is not None:
+            onnx_name = reverse.get(name) or (name if name in sub_values else None)
+            skipped.append(SkippedTensor(name, onnx_name, layer.name, reason))
+            continue
+        else:
+            debug.append(name)
+        sizes[name] = size_of(tensor)
+    return outputs, debug, skipped, sizes
+
+
+def _all_note(marked: int, groups: int, budget: Budget) -> str:
+    runs = max(1, groups)
+    return (
+        f"all: {marked} tensors marked as debug tensors of one engine (its outputs unchanged); "
+        f"{runs} run{'s' if runs > 1 else ''} per sample under the mark budget of {budget.describe()}"
     )
 
 
