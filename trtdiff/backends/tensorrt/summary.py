@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from trtdiff.backends.tensorrt.fusion import SOURCE_INSPECTOR, fusions_split
 from trtdiff.backends.tensorrt.precision import NO_INSPECTOR, layer_precisions
-from trtdiff.report import EngineLayerInfo, MarkingCheck, NotReturned, PlainEngine, TensorRTSummary
+from trtdiff.report import EngineLayerInfo, LayerPrecision, MarkingCheck, NotReturned, PlainEngine, TensorRTSummary
 
 if TYPE_CHECKING:
     from trtdiff.backends.tensorrt.builder import BuildResult
@@ -44,20 +45,31 @@ def summarize(
     against the model TensorRT parsed (an FP16 conversion's Casts included), for precision.
     """
     plan = build.mark_plan
-    settings = build.settings
-    not_returned = tuple(
-        NotReturned(tensor=s.onnx_name or s.trt_name or s.layer or "?", reason=s.reason) for s in plan.skipped
-    )
-    fused = tuple(EngineLayerInfo(layer.name, layer.onnx_nodes) for layer in (fusion.fused() if fusion else ()))
     split = fusions_split(plain_fusion, fusion) if fusion is not None and plain_fusion is not None else ()
-    parsed = build.parsed_graph if precision_fusion is not None and build.parsed_graph is not None else graph
-    order = {node.name: node.index for node in parsed.nodes} if parsed is not None else {}
-    layers = precision_fusion or fusion
-    precisions = layer_precisions(layers, build.asked, order) if layers is not None else ()
-    computed = plan.data_tensors
+    precisions = _precisions(build, graph, fusion, precision_fusion)
     returned = len(set(plan.returned_onnx()) & _data_tensors(graph)) if graph is not None else 0
-    plain = build.plain
     notes = (*plan.notes, *build.notes, *_fusion_notes(fusion), *_split_notes(plan.mode, split, fusion), *run_notes)
+    return dataclasses.replace(
+        _built(build, fusion, status=status, gpu=gpu, include_name_map=include_name_map),
+        tensors_returned=returned,
+        tensors_computed=plan.data_tensors,
+        plain_engine=_plain_engine(build, plain_fusion),
+        fusions_split=split,
+        fusions_split_source=(fusion.source if fusion is not None and plain_fusion is not None else None),
+        layer_precisions=precisions,
+        precision_source=fusion.source if fusion else None,
+        precision_missing=_precision_missing(fusion, precisions),
+        tf32_built=fusion.tf32 if fusion else None,
+        marking_check=marking_check,
+        notes=tuple(dict.fromkeys(notes)),
+    )
+
+
+def _built(
+    build: BuildResult, fusion: FusionReport | None, *, status: TensorRTStatus, gpu: str | None, include_name_map: bool
+) -> TensorRTSummary:
+    """What was built: settings, marks and runs, the marked engine's layers and plan (the rest is filled in after)."""
+    plan, settings = build.mark_plan, build.settings
     return TensorRTSummary(
         status=status,
         version=build.info.describe(),
@@ -67,8 +79,12 @@ def summarize(
         tf32=settings.tf32,
         flags=tuple(build.flags),
         marked=len(plan.marked),
-        not_returned=not_returned,
-        fused_layers=fused,
+        not_returned=tuple(
+            NotReturned(tensor=s.onnx_name or s.trt_name or s.layer or "?", reason=s.reason) for s in plan.skipped
+        ),
+        fused_layers=tuple(
+            EngineLayerInfo(layer.name, layer.onnx_nodes) for layer in (fusion.fused() if fusion else ())
+        ),
         fusion_source=fusion.source if fusion else None,
         engine_layers=len(fusion.layers) if fusion else 0,
         plan_bytes=build.plan_nbytes,
@@ -81,29 +97,32 @@ def summarize(
         budget_source=plan.budget.source if plan.budget else None,
         runs_per_sample=plan.runs_per_sample,
         debug_marked=len(plan.debug),
-        tensors_returned=returned,
-        tensors_computed=computed,
-        plain_engine=(
-            PlainEngine(
-                len(plain.plan),
-                plain.build_seconds,
-                plain.cache_key,
-                plain.from_cache,
-                plain_fusion.source if plain_fusion else None,
-                len(plain_fusion.layers) if plain_fusion else 0,
-            )
-            if plain is not None
-            else None
-        ),
-        fusions_split=split,
-        fusions_split_source=(fusion.source if fusion is not None and plain_fusion is not None else None),
-        layer_precisions=precisions,
-        precision_source=fusion.source if fusion else None,
-        precision_missing=_precision_missing(fusion, precisions),
-        tf32_built=fusion.tf32 if fusion else None,
-        marking_check=marking_check,
-        notes=tuple(dict.fromkeys(notes)),
     )
+
+
+def _plain_engine(build: BuildResult, plain_fusion: FusionReport | None) -> PlainEngine | None:
+    """The engine that ships, as built beside the marked one (None where none was built)."""
+    plain = build.plain
+    if plain is None:
+        return None
+    return PlainEngine(
+        len(plain.plan),
+        plain.build_seconds,
+        plain.cache_key,
+        plain.from_cache,
+        plain_fusion.source if plain_fusion else None,
+        len(plain_fusion.layers) if plain_fusion else 0,
+    )
+
+
+def _precisions(
+    build: BuildResult, graph: GraphInfo | None, fusion: FusionReport | None, precision_fusion: FusionReport | None
+) -> tuple[LayerPrecision, ...]:
+    """Each engine layer's precision as built against what was asked, in the order of the model TensorRT parsed."""
+    parsed = build.parsed_graph if precision_fusion is not None and build.parsed_graph is not None else graph
+    order = {node.name: node.index for node in parsed.nodes} if parsed is not None else {}
+    layers = precision_fusion or fusion
+    return layer_precisions(layers, build.asked, order) if layers is not None else ()
 
 
 def not_run_check() -> MarkingCheck:
