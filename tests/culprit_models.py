@@ -176,6 +176,22 @@ def conv_mlp(act: str = "gelu", functional: bool = False) -> nn.Module:
     return model.eval()
 
 
+class ConvReluHead(nn.Module):
+    """Conv, ReLU, a 1x1 conv head: the smallest model with layers to pair (input 1x3x8x8); `flat` flattens the
+    output, so that it is no (N, C, H, W) map and has no mIoU."""
+
+    def __init__(self, flat: bool = False) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.relu = nn.ReLU()
+        self.head = nn.Conv2d(4, 2, 1)
+        self.flat = flat
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.head(self.relu(self.conv(x)))
+        return y.flatten(1) if self.flat else y
+
+
 def small_cnn() -> nn.Module:
     torch.manual_seed(0)
     model = SmallCNN()

@@ -7,6 +7,7 @@ from pathlib import Path
 import onnx
 import pytest
 import torch
+from culprit_models import ConvReluHead
 from torch import nn
 
 import trtdiff
@@ -18,26 +19,13 @@ SHAPE = "1x3x8x8"
 BACKENDS = ["torch", "onnxruntime", "onnx-reference"]
 
 
-class Flat(nn.Module):
-    """Conv, ReLU, conv, flattened: no (N, C, H, W) output, so no mIoU."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.relu = nn.ReLU()
-        self.head = nn.Conv2d(4, 2, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.relu(self.conv(x))).flatten(1)
-
-
 @pytest.fixture(scope="module")
-def net() -> Flat:
+def net() -> ConvReluHead:
     torch.manual_seed(0)
-    return Flat().eval()
+    return ConvReluHead(flat=True).eval()
 
 
-def test_a_comparison_closes_every_backend_it_opened(net: Flat, opened_backends: list) -> None:
+def test_a_comparison_closes_every_backend_it_opened(net: ConvReluHead, opened_backends: list) -> None:
     report = trtdiff.compare(net, input_shapes=[SHAPE], opset=13, backends=BACKENDS, culprit=True)
     assert report.passed and report.backends == tuple(BACKENDS)
     names = [b.name for b in opened_backends]
@@ -47,7 +35,7 @@ def test_a_comparison_closes_every_backend_it_opened(net: Flat, opened_backends:
     assert all(b.closed for b in opened_backends)
 
 
-def test_a_late_option_error_closes_the_backends(net: Flat, opened_backends: list) -> None:
+def test_a_late_option_error_closes_the_backends(net: ConvReluHead, opened_backends: list) -> None:
     with pytest.raises(OptionError) as caught:  # found only once the outputs were compared: no (N, C, H, W) output
         trtdiff.compare(net, input_shapes=[SHAPE], opset=13, backends=BACKENDS, min_miou=0.5)
     assert caught.value.parameter == "min_miou"
@@ -55,7 +43,7 @@ def test_a_late_option_error_closes_the_backends(net: Flat, opened_backends: lis
 
 
 def test_a_failing_culprit_step_closes_its_backends_and_the_comparisons(
-    net: Flat, opened_backends: list, monkeypatch: pytest.MonkeyPatch
+    net: ConvReluHead, opened_backends: list, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from trtdiff.analysis import culprits
 
@@ -69,7 +57,7 @@ def test_a_failing_culprit_step_closes_its_backends_and_the_comparisons(
     assert all(b.closed for b in opened_backends)
 
 
-def test_compare_once_hands_back_the_onnx_model_and_never_simplifies(net: Flat) -> None:
+def test_compare_once_hands_back_the_onnx_model_and_never_simplifies(net: ConvReluHead) -> None:
     options = CompareOptions().with_fields(input_shapes=[SHAPE], opset=13, backends=BACKENDS[:2], simplify=True)
     compared = compare_once(net, options)
     assert isinstance(compared, Comparison) and isinstance(compared.onnx_model, onnx.ModelProto)

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from culprit_models import ConvReluHead
 from onnx import TensorProto, helper
 from torch import nn
 
@@ -21,17 +22,6 @@ from trtdiff.source.inputs import make_inputs
 from trtdiff.source.onnx_graph import load_graph
 
 SHAPE = "1x3x8x8"
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.relu = nn.ReLU()
-        self.head = nn.Conv2d(4, 2, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.relu(self.conv(x)))
 
 
 class Recorder:
@@ -48,13 +38,15 @@ class Recorder:
 
 
 @pytest.fixture(scope="module")
-def net() -> Net:
+def net() -> ConvReluHead:
     torch.manual_seed(0)
-    return Net().eval()
+    return ConvReluHead().eval()
 
 
 @pytest.fixture(scope="module")
-def exported(net: Net, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Prepared, Recorder, dict, list]]:
+def exported(
+    net: ConvReluHead, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Prepared, Recorder, dict, list]]:
     """One export through prepare, kept with save_onnx; every other test reads the saved file."""
     folder = tmp_path_factory.mktemp("prepare")
     options = CompareOptions().with_fields(
@@ -92,7 +84,9 @@ def test_the_chosen_backends_are_opened(exported: tuple[Prepared, Recorder, dict
     assert prepared.tensorrt is None and prepared.engine_path is None
 
 
-def test_torch_is_captured_once_on_the_feeds(exported: tuple[Prepared, Recorder, dict, list], net: Net) -> None:
+def test_torch_is_captured_once_on_the_feeds(
+    exported: tuple[Prepared, Recorder, dict, list], net: ConvReluHead
+) -> None:
     prepared, recorder = exported[0], exported[1]
     assert len(recorder.calls) == 1
     module, feeds = recorder.calls[0]
@@ -140,7 +134,7 @@ def test_save_engine_is_checked_the_same_way(onnx_file: Path) -> None:
     assert caught.value.parameter == "save_engine"
 
 
-def test_a_given_onnx_file_is_read_not_exported(net: Net, onnx_file: Path) -> None:
+def test_a_given_onnx_file_is_read_not_exported(net: ConvReluHead, onnx_file: Path) -> None:
     options = CompareOptions().with_fields(onnx=str(onnx_file), opset=10, backends=["onnxruntime"])
     recorder, said = Recorder(), []
     with prepare(net, options, capture=recorder, say=said.append) as prepared:
@@ -153,7 +147,7 @@ def test_a_given_onnx_file_is_read_not_exported(net: Net, onnx_file: Path) -> No
     assert "reading the ONNX file" in said
 
 
-def test_capture_runs_when_torch_is_chosen_with_a_given_file(net: Net, onnx_file: Path) -> None:
+def test_capture_runs_when_torch_is_chosen_with_a_given_file(net: ConvReluHead, onnx_file: Path) -> None:
     options = CompareOptions().with_fields(onnx=str(onnx_file), backends=["torch", "onnxruntime"])
     recorder = Recorder()
     with prepare(net, options, capture=recorder) as prepared:
@@ -185,14 +179,14 @@ def test_an_onnx_file_as_model_with_onnx_is_refused(onnx_file: Path) -> None:
     assert (caught.value.parameter, caught.value.value) == ("onnx", str(onnx_file))
 
 
-def test_first_feeds_replace_the_built_inputs(net: Net, onnx_file: Path) -> None:
+def test_first_feeds_replace_the_built_inputs(net: ConvReluHead, onnx_file: Path) -> None:
     first = np.full((1, 3, 8, 8), 0.25, np.float32)
     options = CompareOptions().with_fields(onnx=str(onnx_file), input_shapes=["1x3x4x4"], backends=["onnxruntime"])
     with prepare(net, options, first_feeds={"input_0": first}) as prepared:
         assert list(prepared.feeds) == ["x"] and prepared.feeds["x"] is first
 
 
-def test_inputs_that_do_not_fit_the_file_are_refused(net: Net, onnx_file: Path) -> None:
+def test_inputs_that_do_not_fit_the_file_are_refused(net: ConvReluHead, onnx_file: Path) -> None:
     options = CompareOptions().with_fields(onnx=str(onnx_file), input_shapes=["1x3x4x4"], backends=["onnxruntime"])
     with (
         pytest.raises(InputError, match=r"shape 1x3x4x4 does not fit net.onnx, which expects 1x3x8x8"),
@@ -201,7 +195,7 @@ def test_inputs_that_do_not_fit_the_file_are_refused(net: Net, onnx_file: Path) 
         pass
 
 
-def test_load_source_builds_seeded_inputs_for_a_module(net: Net) -> None:
+def test_load_source_builds_seeded_inputs_for_a_module(net: ConvReluHead) -> None:
     source = load_source(net, LoadOptions(input_shapes=(SHAPE,), seed=3), None)
     assert source.has_torch and source.given_graph is None and source.input_names == ("x",)
     np.testing.assert_array_equal(source.feeds["x"], make_inputs(["x"], shapes=[SHAPE], seed=3)["x"])
@@ -289,7 +283,7 @@ def _with_batch(onnx_file: Path, folder: Path, value: int) -> Path:
     return path
 
 
-def test_a_dimension_written_as_minus_one_is_dynamic(net: Net, onnx_file: Path, tmp_path: Path) -> None:
+def test_a_dimension_written_as_minus_one_is_dynamic(net: ConvReluHead, onnx_file: Path, tmp_path: Path) -> None:
     import trtdiff
 
     path = _with_batch(onnx_file, tmp_path, -1)
@@ -301,7 +295,7 @@ def test_a_dimension_written_as_minus_one_is_dynamic(net: Net, onnx_file: Path, 
     assert chosen.passed and chosen.inputs == {"x": (2, 3, 8, 8)}
 
 
-def test_a_dimension_written_as_zero_is_fed_an_empty_tensor(net: Net, onnx_file: Path, tmp_path: Path) -> None:
+def test_a_dimension_written_as_zero_is_fed_an_empty_tensor(net: ConvReluHead, onnx_file: Path, tmp_path: Path) -> None:
     import trtdiff
 
     path = _with_batch(onnx_file, tmp_path, 0)

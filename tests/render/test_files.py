@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
+from culprit_models import ConvReluHead
 
 import trtdiff
 from trtdiff.errors import OptionError
@@ -103,21 +103,10 @@ def test_other_formats_are_overwritten_whatever_they_hold(tmp_path: Path) -> Non
     ReportFiles(markdown=str(target), junit=str(target), html=str(target)).validate()
 
 
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.relu = nn.ReLU()
-        self.head = nn.Conv2d(4, 2, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.relu(self.conv(x)))
-
-
 @pytest.fixture(scope="module")
 def report() -> Report:
     torch.manual_seed(0)
-    return trtdiff.compare(Net().eval(), input_shapes=["1x3x8x8"], opset=13, backends=["torch", "onnxruntime"])
+    return trtdiff.compare(ConvReluHead().eval(), input_shapes=["1x3x8x8"], opset=13, backends=["torch", "onnxruntime"])
 
 
 def test_written_reports_and_a_rerun_over_them(tmp_path: Path, report: Report) -> None:
