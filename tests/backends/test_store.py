@@ -177,3 +177,15 @@ def test_spill_files_of_live_keys_never_collide(spill_root: Path) -> None:
         store.put(-2, np.full(2, -2.0))
         np.testing.assert_array_equal(store.get(2), np.full(2, 2.0))
         np.testing.assert_array_equal(store.get(-2), np.full(2, -2.0))
+
+
+def test_to_host_reads_bfloat16_as_float32_and_leaves_arrays_as_they_are() -> None:
+    import torch
+
+    from trtdiff.backends.store import to_host
+
+    values = torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16)
+    host = to_host(values)
+    assert host.dtype == np.float32 and host.tolist() == [1.5, -2.0, 3.25]
+    array = np.arange(3, dtype=np.float16)
+    assert to_host(array) is array

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trtdiff.backends.store import to_host
 from trtdiff.pairing.views import view_compatible
 from trtdiff.report import PairMetrics, Reason, Thresholds
 from trtdiff.source.inputs import non_finite_counts
@@ -323,7 +324,7 @@ def _compare_torch(reference: Any, candidate: Any, thresholds: Thresholds) -> Pa
     ref, cand = _as_torch(reference, device), _as_torch(candidate, device)
     if ref.shape != cand.shape:
         if not view_compatible(tuple(ref.shape), tuple(cand.shape)):
-            return _shape_mismatch(_host(ref), _host(cand))
+            return _shape_mismatch(to_host(ref), to_host(cand))
         cand = cand.reshape(ref.shape)
     if not ref.is_floating_point() and not cand.is_floating_point() and not ref.is_complex() and not cand.is_complex():
         mismatches = int((ref != cand).sum())
@@ -362,7 +363,7 @@ def _torch_moments(reference: torch.Tensor, candidate: torch.Tensor) -> _Moments
     total.sum_abs, total.dot, total.ref_sq, total.cand_sq = summed[6:]
     total.max_abs, total.ref_max_abs = largest
     if not (math.isfinite(total.ref_sq) and math.isfinite(total.cand_sq)):  # values past 1e154: numpy scales them
-        return _numpy_moments(_host(reference), _host(candidate))
+        return _numpy_moments(to_host(reference), to_host(candidate))
     return total
 
 
@@ -375,14 +376,6 @@ def _as_torch(value: Any, device: torch.device) -> torch.Tensor:
     if array.dtype.kind == "V" or array.dtype.name.startswith(("bfloat16", "float8")):  # ml_dtypes
         array = array.astype(np.float32)
     return torch.from_numpy(np.ascontiguousarray(array)).to(device)
-
-
-def _host(value: torch.Tensor) -> np.ndarray:
-    import torch
-
-    if value.dtype == torch.bfloat16:
-        value = value.float()
-    return value.detach().cpu().numpy()
 
 
 def _numpy_view(value: Any) -> np.ndarray | None:

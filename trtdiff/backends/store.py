@@ -93,11 +93,17 @@ class TensorStore:
 
 
 def to_host(value: Any) -> np.ndarray:
-    """A numpy array on the host: a torch tensor (on any device) copied there, an array as it is."""
+    """A numpy array on the host: a torch tensor (on any device) copied there, an array as it is.
+
+    bfloat16, which numpy has no type for, arrives as float32 (every bfloat16 value is one).
+    """
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "detach"):  # a torch tensor (torch is not imported here)
-        return np.asarray(value.detach().cpu().numpy())
+        tensor = value.detach()
+        if str(tensor.dtype) == "torch.bfloat16":
+            tensor = tensor.float()
+        return np.asarray(tensor.cpu().numpy())
     return np.asarray(value)
 
 
