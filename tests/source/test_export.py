@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +12,19 @@ import onnxruntime as ort
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from trtdiff.backends.pytorch.capture import capture, returned_value
+from trtdiff.backends.store import TensorStore
 from trtdiff.errors import ExportError, OptionError
-from trtdiff.source.export import DYNAMO_NATIVE_OPSET, TORCHSCRIPT_MAX_OPSET, ExportResult, choose_exporter, export_onnx
+from trtdiff.source.export import (
+    DYNAMO_NATIVE_OPSET,
+    TORCHSCRIPT_MAX_OPSET,
+    ExportResult,
+    choose_exporter,
+    export_onnx,
+    reads_returned,
+)
 from trtdiff.source.loading import LoadedModel, from_module
 
 
@@ -252,3 +263,75 @@ def test_out_of_range_opsets_name_the_range_each_exporter_writes(
         assert expected in str(caught.value)
         if model is traced:
             assert "use exporter dynamo" not in str(caught.value)
+
+
+class _Nested(nn.Module):
+    """Returns a tuple holding a list, and a bfloat16 tensor: what an exporter must see as it was."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        y = self.conv(x)
+        return y, [y.relu(), y * 2], (y * 3).to(torch.bfloat16)
+
+
+class _Convolutions(TorchDispatchMode):
+    """Counts the convolutions run while it is on (an archive's forward runs one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func.overloadpacket in (torch.ops.aten.convolution, torch.ops.aten._convolution):
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _scripted_nested() -> LoadedModel:
+    torch.manual_seed(0)
+    return from_module(torch.jit.script(_Nested().eval()))
+
+
+@pytest.mark.parametrize("spilled", [False, True])
+def test_an_archive_is_exported_from_its_recording_without_running_it_again(
+    feeds: dict[str, np.ndarray], tmp_path: Path, spilled: bool
+) -> None:
+    loaded = _scripted_nested()
+    assert loaded.module is not None and reads_returned(loaded, "torchscript")
+    with TensorStore(0 if spilled else 1 << 30) as store:
+        recorded = capture(loaded.module, feeds, store=store)
+        assert store.spilled == (len(recorded.records) + 4 if spilled else 0)
+        with _Convolutions() as ran:
+            export_onnx(
+                loaded,
+                feeds,
+                opset=13,
+                exporter="torchscript",
+                path=tmp_path / "given.onnx",
+                returned=partial(returned_value, recorded),
+            )
+    assert ran.count == 0
+    with _Convolutions() as ran:  # a fresh archive, as a user exports it: the exporter runs it
+        export_onnx(_scripted_nested(), feeds, opset=13, exporter="torchscript", path=tmp_path / "ran.onnx")
+    assert ran.count > 0
+    assert _unnamed(tmp_path / "given.onnx") == _unnamed(tmp_path / "ran.onnx")
+
+
+def _unnamed(path: Path) -> bytes:
+    """The ONNX file without node names: whether a scripted archive's nodes are named with their module scope
+    ("/conv/Conv", or "/Conv") depends on what its graph executor did before, not on trtdiff."""
+    model = onnx.load(str(path))
+    for node in model.graph.node:
+        node.name = ""
+    return model.SerializeToString()
+
+
+def test_only_an_archive_with_the_torchscript_exporter_reads_what_was_returned(
+    loaded: LoadedModel, traced: LoadedModel
+) -> None:
+    assert reads_returned(traced, "torchscript")
+    assert not reads_returned(traced, "dynamo")
+    assert not reads_returned(loaded, "torchscript")  # an eager model is traced: that run is the export's own

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.backends.registry import choose_backends, open_backends
@@ -161,12 +161,26 @@ def _export_then_record(
     record: Callable[[], TorchCapture] | None,
     timings: dict[str, float],
 ) -> tuple[GraphInfo, str, TorchCapture | None]:
-    """The ONNX graph and its exporter, then the PyTorch recording (`record`, when one is wanted); `notes` grows.
+    """The ONNX graph and its exporter, and the PyTorch recording (`record`, when one is wanted); `notes` grows.
 
-    Exported first, so that the export's own peak does not come on top of the recorded values.
-    When the export fails, the forward is recorded anyway: a model whose forward fails (or
-    returns no tensor) is named for that, rather than for the export it broke.
+    An exporter that runs the forward only to read what it returns (the TorchScript exporter
+    with an archive) is given the recording's outputs instead: recorded first, then exported,
+    one forward for both. Otherwise exported first, so that the export's own peak does not
+    come on top of the recorded values; when that export fails, the forward is recorded
+    anyway: a model whose forward fails (or returns no tensor) is named for that, rather than
+    for the export it broke.
     """
+    if record is not None and _export_reads_recording(source, options):
+        first = record()
+        notes += first.notes
+        from trtdiff.backends.pytorch.capture import returned_value
+
+        with timed(timings, "export"):
+            graph, exporter = onnx_graph_for(
+                source, options, save_path, folder, notes, returned=functools.partial(returned_value, first)
+            )
+        release_memory()
+        return graph, exporter, first
     try:
         with timed(timings, "export"):
             graph, exporter = onnx_graph_for(source, options, save_path, folder, notes)
@@ -179,6 +193,16 @@ def _export_then_record(
     if recorded is not None:
         notes += recorded.notes
     return graph, exporter, recorded
+
+
+def _export_reads_recording(source: Source, options: ExportOptions) -> bool:
+    """Whether the export would run the forward only for its outputs, which the recording holds."""
+    if source.given_graph is not None:
+        return False
+    from trtdiff.source.export import choose_exporter, reads_returned
+
+    exporter = choose_exporter(options.exporter, options.opset or DEFAULT_OPSET, source.loaded)
+    return reads_returned(source.loaded, exporter)
 
 
 def _recorded(capture: Capture, source: Source, say: Progress, timings: dict[str, float]) -> TorchCapture:
@@ -292,9 +316,17 @@ def _check_exportable(source: Source, options: ExportOptions) -> None:
 
 
 def onnx_graph_for(
-    source: Source, options: ExportOptions, save_path: Path | None, folder: Path, notes: list[str]
+    source: Source,
+    options: ExportOptions,
+    save_path: Path | None,
+    folder: Path,
+    notes: list[str],
+    returned: Callable[[], Any] | None = None,
 ) -> tuple[GraphInfo, str]:
-    """The ONNX graph to compare (given, or exported now) and the name of the exporter used."""
+    """The ONNX graph to compare (given, or exported now) and the name of the exporter used.
+
+    `returned` gives what the forward returns on the inputs, for an exporter that reads it (export_onnx).
+    """
     given, opset = source.given_graph, options.opset
     if given is not None:
         if opset is not None and given.opset != opset:
@@ -304,7 +336,12 @@ def onnx_graph_for(
 
     target = save_path if save_path is not None else folder / "model.onnx"
     result = export_onnx(
-        source.loaded, source.feeds, opset=opset or DEFAULT_OPSET, exporter=options.exporter, path=target
+        source.loaded,
+        source.feeds,
+        opset=opset or DEFAULT_OPSET,
+        exporter=options.exporter,
+        path=target,
+        returned=returned,
     )
     try:
         return load_graph(result.path), result.exporter  # opset and exporter are the report's own fields

@@ -9,6 +9,7 @@ ran, the opset actually written is read back and must equal the one asked for.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import os
@@ -16,9 +17,10 @@ import re
 import shutil
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -66,22 +68,31 @@ def check_writable(opset: int, exporter: str, loaded: LoadedModel) -> None:
 
 
 def export_onnx(
-    loaded: LoadedModel, feeds: Mapping[str, np.ndarray], *, opset: int, exporter: str, path: Path
+    loaded: LoadedModel,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    opset: int,
+    exporter: str,
+    path: Path,
+    returned: Callable[[], Any] | None = None,
 ) -> ExportResult:
     """Export `loaded` to `path` and check the opset that was written.
 
     A failure is one line: what the exporter could not write, then advice that was tried
     (the other exporter is run once on the failure, so a suggestion never leads back here).
+    `returned` gives what the model's forward returns on `feeds` (a recording of it): the
+    TorchScript exporter then does not run an archive's forward again (`reads_returned`).
     """
     chosen = choose_exporter(exporter, opset, loaded)
     check_writable(opset, chosen, loaded)
+    given = returned if returned is not None and reads_returned(loaded, chosen) else None
     if utf8_path(path):
-        _export_to(loaded, feeds, chosen, opset, path)
+        _export_to(loaded, feeds, chosen, opset, path, given)
         return ExportResult(path=path, exporter=chosen, opset=opset)
     # The TorchScript exporter's C++ writes only to UTF-8 paths: export to a scratch folder, then move.
     with tempfile.TemporaryDirectory(prefix="trtdiff-") as folder:
         scratch = Path(folder) / "model.onnx"
-        _export_to(loaded, feeds, chosen, opset, scratch)
+        _export_to(loaded, feeds, chosen, opset, scratch, given)
         if any(written != scratch for written in Path(folder).iterdir()):
             raise OptionError(
                 "the exporter wrote the weights beside the ONNX file, which refers to them by name; "
@@ -93,9 +104,64 @@ def export_onnx(
     return ExportResult(path=path, exporter=chosen, opset=opset)
 
 
-def _export_to(loaded: LoadedModel, feeds: Mapping[str, np.ndarray], exporter: str, opset: int, path: Path) -> None:
+def reads_returned(loaded: LoadedModel, exporter: str) -> bool:
+    """Whether exporting `loaded` with `exporter` runs its forward only to read what it returns.
+
+    So does the TorchScript exporter with an archive (a ScriptModule): it runs the forward once
+    for the types and shapes of the outputs (`_get_example_outputs`), which a recording of the
+    same inputs already holds. Tracing an eager module, or the dynamo exporter, needs its own run.
+    """
+    return exporter == "torchscript" and isinstance(loaded.module, torch.jit.ScriptModule) and _exporter() is not None
+
+
+def _exporter() -> Any:
+    """The module of torch's TorchScript exporter that looks up `_get_example_outputs` (None if this torch has none)."""
+    for name in ("torch.onnx._internal.torchscript_exporter.utils", "torch.onnx.utils"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        reads = getattr(module, "_model_to_graph", None)
+        if callable(getattr(module, "_get_example_outputs", None)) and getattr(reads, "__globals__", None) is vars(
+            module
+        ):
+            return module
+    return None
+
+
+@contextlib.contextmanager
+def _outputs_given(returned: Callable[[], Any]) -> Iterator[None]:
+    """The TorchScript exporter reads an archive's outputs from `returned()` instead of running its forward.
+
+    `_get_example_outputs(model, args)` runs `model(*args)` and wraps what it returns in a
+    tuple; this gives the recorded value, wrapped the same way, for the duration of the export.
+    """
+    module = _exporter()
+    original = module._get_example_outputs
+
+    def example_outputs(_model: object, _args: object) -> Any:
+        value = returned()
+        if isinstance(value, list):
+            return [value]
+        return value if isinstance(value, tuple) else (value,)
+
+    module._get_example_outputs = example_outputs
+    try:
+        yield
+    finally:
+        module._get_example_outputs = original
+
+
+def _export_to(
+    loaded: LoadedModel,
+    feeds: Mapping[str, np.ndarray],
+    exporter: str,
+    opset: int,
+    path: Path,
+    returned: Callable[[], Any] | None = None,
+) -> None:
     """Export once; on failure, raise the one-line ExportError with advice that was tried."""
-    failure = _attempt(loaded, feeds, exporter, opset, path)
+    failure = _attempt(loaded, feeds, exporter, opset, path, returned)
     if failure is not None:
         path.unlink(missing_ok=True)
         fix = failure.fix or _other_exporter(loaded, feeds, exporter, opset)
@@ -117,13 +183,19 @@ class _Failure:
 
 
 def _attempt(
-    loaded: LoadedModel, feeds: Mapping[str, np.ndarray], exporter: str, opset: int, path: Path
+    loaded: LoadedModel,
+    feeds: Mapping[str, np.ndarray],
+    exporter: str,
+    opset: int,
+    path: Path,
+    returned: Callable[[], Any] | None = None,
 ) -> _Failure | None:
-    """Export once, quietly; None when `path` holds the opset asked for."""
+    """Export once, quietly; None when `path` holds the opset asked for (`returned`: see export_onnx)."""
     args = tuple(torch.from_numpy(np.array(v, copy=True, order="C")) for v in feeds.values())
     names = list(feeds)
+    given = _outputs_given(returned) if returned is not None else contextlib.nullcontext()
     try:
-        with interrupts_kept(), _quiet_output(), _quiet_torch_logs():
+        with interrupts_kept(), _quiet_output(), _quiet_torch_logs(), given:
             if exporter == "torchscript":
                 assert loaded.module is not None
                 module = _ModeFixed(loaded.module) if loaded.kind == "exported_program" else loaded.module

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from trtdiff.backends.pytorch.attention import (
     ATTENTION_RTOL,
@@ -43,6 +43,7 @@ from trtdiff.backends.pytorch.records import (
     INPUT_PREFIX as INPUT_PREFIX,
     OUTPUT_PREFIX as OUTPUT_PREFIX,
     ModuleCall as ModuleCall,
+    Returned as Returned,
     TorchCapture as TorchCapture,
     TorchRecord as TorchRecord,
 )
@@ -475,7 +476,7 @@ def _capture(
     finally:
         for handle in handles:
             handle.remove()
-    output_records, output_keys = _hold_outputs(recorder, result)
+    output_records, output_keys, returned = _hold_outputs(recorder, result)
     return TorchCapture(
         records=recorder.records,
         module_calls=calls,
@@ -489,6 +490,7 @@ def _capture(
         decomposed=decomposed,
         ran_attention=bool(watch.calls if watch is not None else in_script),
         notes=tuple(note for note in [fused_note(recorder.fused, in_script)] if note),
+        returned=returned,
     )
 
 
@@ -498,17 +500,42 @@ def _inputs_advice(inputs: Mapping[str, np.ndarray]) -> str:
     return f" (inputs {shapes}); check {param('input_shapes')} / {param('input_files')} against what the model expects"
 
 
-def _hold_outputs(recorder: _Recorder, result: Any) -> tuple[list[int | None], list[str]]:
-    """Hold the model's tensor outputs (keys by position among its flattened outputs) and the record of each."""
+def _hold_outputs(recorder: _Recorder, result: Any) -> tuple[list[int | None], list[str], Returned]:
+    """Hold the model's tensor outputs (keys by position among its flattened outputs), the record of each,
+    and the structure they were returned in."""
     records: list[int | None] = []
     keys: list[str] = []
-    for i, leaf in enumerate(tree_flatten(result)[0]):
+    leaves, spec = tree_flatten(result)
+    for i, leaf in enumerate(leaves):
         if isinstance(leaf, torch.Tensor):
             key = f"{OUTPUT_PREFIX}{i}"
             recorder.hold(key, leaf)
             keys.append(key)
             records.append(recorder.producer(leaf))
-    return records, keys
+    tensors = frozenset(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
+    kept = tuple(str(leaf.dtype) if i in tensors else leaf for i, leaf in enumerate(leaves))
+    return records, keys, Returned(spec, kept, tensors)
+
+
+def returned_value(recorded: TorchCapture) -> Any:
+    """What the recorded forward returned, rebuilt on the host from the held outputs (dtypes as they were).
+
+    The TorchScript exporter runs an archive's forward once only to read the types of what it
+    returns; given this, it need not (source.export).
+    """
+    returned = recorded.returned
+    if returned is None:
+        raise ValueError("this recording kept no structure of what the forward returned")
+
+    def tensor(i: int) -> torch.Tensor:
+        held = recorded.native(f"{OUTPUT_PREFIX}{i}")
+        dtype = getattr(torch, returned.leaves[i].removeprefix("torch."))
+        if isinstance(held, torch.Tensor):
+            return held.cpu()
+        return torch.from_numpy(np.array(held, copy=True)).to(dtype)  # spilled to disk (bfloat16 as float32)
+
+    leaves = [tensor(i) if i in returned.tensors else leaf for i, leaf in enumerate(returned.leaves)]
+    return tree_unflatten(leaves, returned.spec)
 
 
 def _forward_failure(error: BaseException, advice: str) -> TrtdiffError:

@@ -54,6 +54,20 @@ class ModuleCall:
     output_record: int | None
 
 
+@dataclass(frozen=True)
+class Returned:
+    """The structure the forward returned (a pytree spec and its leaves), tensors left out.
+
+    Leaf i is a tensor when i is in `tensors` (the leaf is then its dtype's name, "torch.float32");
+    its value is the held output `torch:output:i`.
+    `capture.returned_value` rebuilds what the forward returned from it.
+    """
+
+    spec: Any
+    leaves: tuple[Any, ...]
+    tensors: frozenset[int]
+
+
 @dataclass
 class TorchCapture:
     """Everything one reference forward pass left behind; values live in `store`."""
@@ -76,6 +90,8 @@ class TorchCapture:
     """Whether the model called attention (SDPA, MultiheadAttention) while recorded."""
     notes: tuple[str, ...] = ()
     """What the report should say about this recording (attention that ran fused)."""
+    returned: Returned | None = None
+    """How the forward returned its outputs (an exporter that reads them is given them: `returned_value`)."""
 
     @property
     def input_keys(self) -> list[str]:
