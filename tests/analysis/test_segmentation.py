@@ -162,3 +162,16 @@ def test_scores_holding_nan_have_no_miou_and_fail_the_miou_checks() -> None:
     clean = SegmentationTally(2, ignore_index=None)
     clean.add({"torch": scores, "onnxruntime": scores}, [pair], label)
     assert clean.summary("torch").label_miou["onnxruntime"] == 1.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int64, np.uint8])
+def test_argmax_masks_is_numpys_argmax_with_ties_nan_and_inf(dtype: type) -> None:
+    rng = np.random.default_rng(0)
+    logits = rng.integers(0, 4, (2, 6, 9, 11)).astype(dtype)  # many ties: the lower class wins
+    expected = logits.argmax(axis=1)
+    assert np.array_equal(argmax_masks(logits), expected)
+    if np.dtype(dtype).kind == "f":
+        logits[0, 3, 2, 2] = logits[1, 0, 0, 0] = logits[1, 5, 0, 0] = np.nan  # numpy: the first NaN
+        logits[0, 1, 4, 4], logits[0, 0, 5, 5] = np.inf, -np.inf
+        assert np.array_equal(argmax_masks(logits), logits.argmax(axis=1))
+    assert argmax_masks(logits).dtype == np.int64
