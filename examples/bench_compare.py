@@ -13,7 +13,8 @@ optimizations off, as trtdiff runs it). trtdiff runs `compare --backends torch,o
 --all --json`, on the CPU and, where torch sees a GPU, with `--torch-device cuda`.
 
 Every measurement is a fresh process (imports included), timed from start to exit; its
-peak memory is its own maximum resident set (os.wait4). Each size runs `--repeat` times,
+peak memory is its own maximum resident set (os.wait4). Python bytecode is cached as an
+installed package has it (one warm-up run of each command first, not counted). Each size runs `--repeat` times,
 floor and trtdiff interleaved, and the table gives medians and the ratios to the floor of
 the same run. `--culprits` keeps the older measurement of the culprit step's cost.
 """
@@ -86,6 +87,10 @@ def measure(command: Sequence[str], folder: Path, source: str | None = None) -> 
     """
     log = folder / "child.log"
     env = dict(os.environ)
+    # Bytecode cached, as an installed package has it (pip compiles it), also where the environment
+    # says not to write it: every child reads it from one folder, filled by the warm-up runs.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
     if source is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(source).resolve()), env.get("PYTHONPATH")) if p)
     with log.open("w") as out:
@@ -166,10 +171,14 @@ def floor_table(args: argparse.Namespace) -> None:
     extra = ["--memory-limit", args.memory_limit] if args.memory_limit else []
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"machine: {cores} cores, GPU: {gpu or 'none'}; python {sys.version.split()[0]}; repeat {args.repeat}")
+    columns = [(d, None) for d in devices] + ([(d, args.baseline) for d in devices] if args.baseline else [])
+    warm_up = int(args.sizes.split(",")[0])  # fills the bytecode cache and the page cache; not counted
+    measure([sys.executable, "-c", FLOOR, str(archive), str(warm_up), "17"], folder)
+    for device, source in columns:
+        compare_run(archive, warm_up, device, extra, folder, source)
     rows = []
     for side in (int(s) for s in args.sizes.split(",")):
         floors: list[Run] = []
-        columns = [(d, None) for d in devices] + ([(d, args.baseline) for d in devices] if args.baseline else [])
         compares: dict[str, list[Run]] = {_name(d, b): [] for d, b in columns}
         sweeps: list[Run] = []
         for _ in range(args.repeat):
