@@ -207,9 +207,12 @@ class _Run:
 
         So when the other backends return sample 0's tensors in one chunk, and the culprit pass
         is not asked for whatever happens (it reads the reference's values: they are then held).
+        A reference recorded on a GPU is held there instead (no host memory, no second forward).
         """
         reference = self.reference
         if reference.capture is None or reference.pairing is None or self.options.analysis.culprit or self.shared:
+            return False
+        if reference.capture.device != "cpu":
             return False
         engine = self.engine()
         return len(chunk_names(self.layer_tensors(), engine.sizes, engine.chunk_bytes)) == 1

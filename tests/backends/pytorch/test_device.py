@@ -61,7 +61,7 @@ def test_the_report_names_the_device_auto_chose(resnet_model: nn.Module) -> None
 
 @needs_cuda
 def test_gpu_reference_is_compared_on_the_gpu_and_matches_the_cpu_figures(resnet_model: nn.Module) -> None:
-    """Streamed (one chunk) and held (several chunks) on the GPU give the figures the CPU reference gives."""
+    """Held on the GPU, compared in one chunk or several, gives the figures the CPU reference gives."""
     kwargs = {"input_shapes": [SHAPE], "opset": 13, "backends": ["torch", "onnxruntime"]}
     cpu = trtdiff.compare(resnet_model, torch_device="cpu", **kwargs)
     for chunk in (1 << 30, 1 << 16):
