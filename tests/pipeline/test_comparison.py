@@ -81,7 +81,10 @@ def _figures(report: trtdiff.Report) -> list[tuple[str, tuple[int, ...], dict[st
 
 @pytest.mark.slow
 def test_a_streamed_reference_gives_the_figures_of_a_held_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One chunk: PyTorch recorded again and compared as it runs; many chunks: held. The same report either way."""
+    """One chunk: PyTorch recorded again and compared as it runs; many chunks: held. The same report either way.
+
+    On the CPU: a reference recorded on a GPU is held there (tests/backends/pytorch/test_device.py).
+    """
     from tests.culprit_models import transformer_block
     from trtdiff.analysis.engine import StreamedValues
 
@@ -89,7 +92,7 @@ def test_a_streamed_reference_gives_the_figures_of_a_held_one(monkeypatch: pytes
     original = StreamedValues.stream
     monkeypatch.setattr(StreamedValues, "stream", lambda self, *a: streams.append(1) or original(self, *a))
     model = transformer_block()  # derived values (LayerNorm, GELU) and attention recorded op by op
-    kwargs = {"input_shapes": ["1x16x32"], "opset": 17, "backends": BACKENDS, "culprit": False}
+    kwargs = {"input_shapes": ["1x16x32"], "opset": 17, "backends": BACKENDS, "culprit": False, "torch_device": "cpu"}
     streamed = trtdiff.compare(model, **kwargs)
     held = trtdiff.compare(model, chunk_bytes=4096, **kwargs)
     assert streamed.passed and held.passed and streams == [1]  # the first streamed, the second held

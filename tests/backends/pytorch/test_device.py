@@ -60,10 +60,15 @@ def test_the_report_names_the_device_auto_chose(resnet_model: nn.Module) -> None
 
 
 @needs_cuda
-def test_gpu_reference_is_compared_on_the_gpu_and_matches_the_cpu_figures(resnet_model: nn.Module) -> None:
-    """Held on the GPU, compared in one chunk or several, gives the figures the CPU reference gives."""
+def test_gpu_reference_is_compared_on_the_gpu_and_matches_the_cpu_figures(
+    resnet_model: nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held on the GPU (never recorded again), compared in one chunk or several, gives the CPU reference's figures."""
+    from trtdiff.analysis.engine import StreamedValues
+
     kwargs = {"input_shapes": [SHAPE], "opset": 13, "backends": ["torch", "onnxruntime"]}
     cpu = trtdiff.compare(resnet_model, torch_device="cpu", **kwargs)
+    monkeypatch.setattr(StreamedValues, "stream", lambda *_: pytest.fail("a GPU reference is held, not streamed"))
     for chunk in (1 << 30, 1 << 16):
         gpu = trtdiff.compare(resnet_model, torch_device="cuda", chunk_bytes=chunk, **kwargs)
         assert gpu.passed and [layer.tensor for layer in gpu.layers] == [layer.tensor for layer in cpu.layers]
