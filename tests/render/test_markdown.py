@@ -35,7 +35,7 @@ def test_passing_summary_exactly(passing: Report) -> None:
         "**First divergence:** none — all 3 compared layers agree.\n"
         "\n"
         "<sub>trtdiff 9.8.7 · torch 2.13.0+cpu · onnx 1.23.2 · onnxruntime 1.32.0 (CPUExecutionProvider) · "
-        "CPU x86\\_64, no GPU · python 3.11.7</sub>\n"
+        "CPU x86\\_64 · python 3.11.7</sub>\n"
     )
 
 

@@ -447,7 +447,8 @@ def _environment(report: Report) -> str:
     trt = report.tensorrt
     if trt is not None and trt.version and "tensorrt" not in env:
         env["tensorrt"] = trt.version
-    env.setdefault("gpu", (trt.gpu if trt is not None and trt.gpu else None) or "none visible")
+    if trt is not None and trt.gpu:
+        env.setdefault("gpu", trt.gpu)
     env["trtdiff"] = report.trtdiff_version
     order = ["trtdiff", "torch", "onnx", "onnxruntime", "tensorrt", "torch_device", "gpu", "cpu", "python", "platform"]
     keys = [k for k in order if k in env] + [k for k in env if k not in order]

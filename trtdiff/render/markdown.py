@@ -183,7 +183,7 @@ def _environment(report: Report) -> str:
     if report.tensorrt is not None and report.tensorrt.version and "tensorrt" not in env:
         parts.append(_text(report.tensorrt.version))
     gpu = env.get("gpu") or (report.tensorrt.gpu if report.tensorrt else None)
-    parts.append(f"GPU {_text(gpu)}" if gpu else f"CPU {_text(env.get('cpu', '?'))}, no GPU")
+    parts.append(f"GPU {_text(gpu)}" if gpu else f"CPU {_text(env.get('cpu', '?'))}")
     if "python" in env:
         parts.append(f"python {_text(env['python'])}")
     return "<sub>" + " · ".join(parts) + "</sub>"
