@@ -529,9 +529,9 @@ def returned_value(recorded: TorchCapture) -> Any:
 
     def tensor(i: int) -> torch.Tensor:
         held = recorded.native(f"{OUTPUT_PREFIX}{i}")
-        dtype = getattr(torch, returned.leaves[i].removeprefix("torch."))
         if isinstance(held, torch.Tensor):
             return held.cpu()
+        dtype = getattr(torch, returned.leaves[i].removeprefix("torch."))
         return torch.from_numpy(np.array(held, copy=True)).to(dtype)  # spilled to disk (bfloat16 as float32)
 
     leaves = [tensor(i) if i in returned.tensors else leaf for i, leaf in enumerate(returned.leaves)]
