@@ -115,6 +115,23 @@ def test_steps_are_timed_and_announced(exported: tuple[Prepared, Recorder, dict,
     ]
 
 
+def test_an_archive_is_recorded_first_and_its_export_reads_the_recording(net: ConvReluHead, tmp_path: Path) -> None:
+    """One forward serves both: the TorchScript exporter is handed what the recorded forward returned."""
+    path = tmp_path / "net.pt"
+    torch.jit.save(torch.jit.trace(net, torch.zeros(1, 3, 8, 8)), str(path))
+    options = CompareOptions().with_fields(input_shapes=[SHAPE], opset=13, backends=["torch", "onnxruntime"])
+    recorder, timings, said = Recorder(), {}, []
+    with prepare(path, options, capture=recorder, timings=timings, say=said.append) as prepared:
+        assert prepared.exporter == "torchscript" and len(recorder.calls) == 1
+    assert said == [
+        "loading the model",
+        "running PyTorch, recording every op",
+        "exporting to ONNX",
+        "preparing backends (a TensorRT engine build can take minutes)",
+    ]
+    assert set(timings) == {"load", "torch", "export", "backends"}
+
+
 def test_save_onnx_is_never_overwritten_without_force(onnx_file: Path) -> None:
     before = onnx_file.read_bytes()
     options = CompareOptions().with_fields(input_shapes=[SHAPE], save_onnx=str(onnx_file))

@@ -118,9 +118,8 @@ def prepare(
         record = functools.partial(_recorded, capture, source, say, timings)
     with ExitStack() as stack:  # closed last in, first out: the backends, then the folder they read
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-")))
-        say("exporting to ONNX" if source.given_graph is None else "reading the ONNX file")
         graph, exporter, recorded = _export_then_record(
-            source, options.export, save_path, folder, notes, record, timings
+            source, options.export, save_path, folder, notes, record, timings, say
         )
         feeds = onnx_feeds(graph, source.feeds)
         say("preparing backends (a TensorRT engine build can take minutes)")
@@ -160,6 +159,7 @@ def _export_then_record(
     notes: list[str],
     record: Callable[[], TorchCapture] | None,
     timings: dict[str, float],
+    say: Progress,
 ) -> tuple[GraphInfo, str, TorchCapture | None]:
     """The ONNX graph and its exporter, and the PyTorch recording (`record`, when one is wanted); `notes` grows.
 
@@ -175,12 +175,14 @@ def _export_then_record(
         notes += first.notes
         from trtdiff.backends.pytorch.capture import returned_value
 
+        say("exporting to ONNX")
         with timed(timings, "export"):
             graph, exporter = onnx_graph_for(
                 source, options, save_path, folder, notes, returned=functools.partial(returned_value, first)
             )
         release_memory()
         return graph, exporter, first
+    say("exporting to ONNX" if source.given_graph is None else "reading the ONNX file")
     try:
         with timed(timings, "export"):
             graph, exporter = onnx_graph_for(source, options, save_path, folder, notes)
