@@ -335,3 +335,22 @@ def test_only_an_archive_with_the_torchscript_exporter_reads_what_was_returned(
     assert reads_returned(traced, "torchscript")
     assert not reads_returned(traced, "dynamo")
     assert not reads_returned(loaded, "torchscript")  # an eager model is traced: that run is the export's own
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch's own exporter, called as a user would
+def test_while_an_archive_hands_over_its_outputs_another_model_exports_as_usual(
+    feeds: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    """The hand-over is for the archive it names: another model's export (another thread's) runs its own forward."""
+    from trtdiff.source.export import _outputs_given
+
+    first, other = _scripted_nested(), _scripted_nested()
+    args = (torch.from_numpy(feeds["x"]),)
+    with _outputs_given(first.module, lambda: pytest.fail("the other model was given the first one's outputs")):
+        with _Convolutions() as ran:
+            torch.onnx.export(
+                other.module, args, str(tmp_path / "other.onnx"), opset_version=13, input_names=["x"], dynamo=False
+            )
+    assert ran.count > 0
+    export_onnx(_scripted_nested(), feeds, opset=13, exporter="torchscript", path=tmp_path / "plain.onnx")
+    assert _unnamed(tmp_path / "other.onnx") == _unnamed(tmp_path / "plain.onnx")

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -129,27 +130,34 @@ def _exporter() -> Any:
     return None
 
 
+_PATCHING = threading.Lock()  # one export at a time hands its outputs over (torch's exporter keeps globals anyway)
+
+
 @contextlib.contextmanager
-def _outputs_given(returned: Callable[[], Any]) -> Iterator[None]:
-    """The TorchScript exporter reads an archive's outputs from `returned()` instead of running its forward.
+def _outputs_given(archive: object, returned: Callable[[], Any]) -> Iterator[None]:
+    """The TorchScript exporter reads `archive`'s outputs from `returned()` instead of running its forward.
 
     `_get_example_outputs(model, args)` runs `model(*args)` and wraps what it returns in a
-    tuple; this gives the recorded value, wrapped the same way, for the duration of the export.
+    tuple; for `archive`, this gives the recorded value wrapped the same way, for the duration
+    of the export. Any other model (another thread's export) gets torch's own function.
     """
     module = _exporter()
-    original = module._get_example_outputs
+    with _PATCHING:
+        original = module._get_example_outputs
 
-    def example_outputs(_model: object, _args: object) -> Any:
-        value = returned()
-        if isinstance(value, list):
-            return [value]
-        return value if isinstance(value, tuple) else (value,)
+        def example_outputs(model: object, args: object) -> Any:
+            if model is not archive:
+                return original(model, args)
+            value = returned()
+            if isinstance(value, list):
+                return [value]
+            return value if isinstance(value, tuple) else (value,)
 
-    module._get_example_outputs = example_outputs
-    try:
-        yield
-    finally:
-        module._get_example_outputs = original
+        module._get_example_outputs = example_outputs
+        try:
+            yield
+        finally:
+            module._get_example_outputs = original
 
 
 def _export_to(
@@ -193,7 +201,7 @@ def _attempt(
     """Export once, quietly; None when `path` holds the opset asked for (`returned`: see export_onnx)."""
     args = tuple(torch.from_numpy(np.array(v, copy=True, order="C")) for v in feeds.values())
     names = list(feeds)
-    given = _outputs_given(returned) if returned is not None else contextlib.nullcontext()
+    given = _outputs_given(loaded.module, returned) if returned is not None else contextlib.nullcontext()
     try:
         with interrupts_kept(), _quiet_output(), _quiet_torch_logs(), given:
             if exporter == "torchscript":
