@@ -209,10 +209,10 @@ class _Run:
         is not asked for whatever happens (it reads the reference's values: they are then held).
         A reference recorded on a GPU is held there instead (no host memory, no second forward).
         """
-        reference = self.reference
-        if reference.capture is None or reference.pairing is None or self.options.analysis.culprit or self.shared:
+        capture, pairing = self.reference.capture, self.reference.pairing
+        if capture is None or pairing is None or capture.device != "cpu":
             return False
-        if reference.capture.device != "cpu":
+        if self.options.analysis.culprit or self.shared:
             return False
         engine = self.engine()
         return len(chunk_names(self.layer_tensors(), engine.sizes, engine.chunk_bytes)) == 1

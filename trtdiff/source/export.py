@@ -9,6 +9,7 @@ ran, the opset actually written is read back and must equal the one asked for.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import logging
@@ -87,21 +88,20 @@ def export_onnx(
     chosen = choose_exporter(exporter, opset, loaded)
     check_writable(opset, chosen, loaded)
     given = returned if returned is not None and reads_returned(loaded, chosen) else None
-    if utf8_path(path):
-        _export_to(loaded, feeds, chosen, opset, path, given)
-        return ExportResult(path=path, exporter=chosen, opset=opset)
-    # The TorchScript exporter's C++ writes only to UTF-8 paths: export to a scratch folder, then move.
-    with tempfile.TemporaryDirectory(prefix="trtdiff-") as folder:
-        scratch = Path(folder) / "model.onnx"
-        _export_to(loaded, feeds, chosen, opset, scratch, given)
-        if any(written != scratch for written in Path(folder).iterdir()):
-            raise OptionError(
-                "the exporter wrote the weights beside the ONNX file, which refers to them by name; "
-                "choose a path that is valid UTF-8",
-                parameter="save_onnx",
-                value=path,
-            )
-        shutil.move(scratch, path)
+    with contextlib.ExitStack() as stack:
+        # The TorchScript exporter's C++ writes only to UTF-8 paths: elsewhere, a scratch folder, then a move.
+        scratch = None if utf8_path(path) else stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-"))
+        target = path if scratch is None else Path(scratch) / "model.onnx"
+        _export_to(loaded, feeds, chosen, opset, target, given)
+        if scratch is not None:
+            if any(written != target for written in Path(scratch).iterdir()):
+                raise OptionError(
+                    "the exporter wrote the weights beside the ONNX file, which refers to them by name; "
+                    "choose a path that is valid UTF-8",
+                    parameter="save_onnx",
+                    value=path,
+                )
+            shutil.move(target, path)
     return ExportResult(path=path, exporter=chosen, opset=opset)
 
 
@@ -115,6 +115,7 @@ def reads_returned(loaded: LoadedModel, exporter: str) -> bool:
     return exporter == "torchscript" and isinstance(loaded.module, torch.jit.ScriptModule) and _exporter() is not None
 
 
+@functools.cache
 def _exporter() -> Any:
     """The module of torch's TorchScript exporter that looks up `_get_example_outputs` (None if this torch has none)."""
     for name in ("torch.onnx._internal.torchscript_exporter.utils", "torch.onnx.utils"):

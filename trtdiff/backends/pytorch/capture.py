@@ -4,8 +4,8 @@ A TorchDispatchMode sees each aten op in execution order, for eager modules, loa
 TorchScript archives and ExportedPrograms alike. For eager modules, forward hooks add the
 module path each op ran in, which is what lets pairing follow the exporter's scopes. Python
 hooks do not fire inside a TorchScript module, so there the paths are read from its graph
-instead (`script_paths`). Values are kept as the tensors the forward made, copied
-only when an in-place op (ReLU(inplace=True)) is about to overwrite one. Data flow is followed through the ops that are
+instead (`script_paths`). Values are kept as the tensors the forward made, copied only when
+an in-place op (ReLU(inplace=True)) is about to overwrite one. Data flow is followed through the ops that are
 not recorded (views, reshapes, copies) so each record knows which records feed it
 (`TorchRecord.sources`). What a capture holds is plain data (records.py: torch-free, so
 pairing reads it without importing torch); values pairing derives from the recorded ones are
@@ -503,18 +503,14 @@ def _inputs_advice(inputs: Mapping[str, np.ndarray]) -> str:
 def _hold_outputs(recorder: _Recorder, result: Any) -> tuple[list[int | None], list[str], Returned]:
     """Hold the model's tensor outputs (keys by position among its flattened outputs), the record of each,
     and the structure they were returned in."""
-    records: list[int | None] = []
-    keys: list[str] = []
     leaves, spec = tree_flatten(result)
-    for i, leaf in enumerate(leaves):
-        if isinstance(leaf, torch.Tensor):
-            key = f"{OUTPUT_PREFIX}{i}"
-            recorder.hold(key, leaf)
-            keys.append(key)
-            records.append(recorder.producer(leaf))
-    tensors = frozenset(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
-    kept = tuple(str(leaf.dtype) if i in tensors else leaf for i, leaf in enumerate(leaves))
-    return records, keys, Returned(spec, kept, tensors)
+    tensors = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    keys = [f"{OUTPUT_PREFIX}{i}" for i in tensors]
+    for i, key in zip(tensors, keys, strict=True):
+        recorder.hold(key, leaves[i])
+    records = [recorder.producer(leaves[i]) for i in tensors]
+    kept = tuple(str(leaf.dtype) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves)
+    return records, keys, Returned(spec, kept, frozenset(tensors))
 
 
 def returned_value(recorded: TorchCapture) -> Any:
