@@ -1,3 +1,3 @@
-from trtdiff.cli.app import main
+from trtdiff.cli import main
 
 main()
