@@ -1,7 +1,8 @@
 """compare_tensors' figures against a plain float64 implementation (within 1e-6 relative).
 
-The fast metrics read blocks into float64 scratch buffers, on several threads, or with torch
-(the GPU path, exercised here on the CPU); `plain` below is the straightforward version:
+The fast metrics read float32 pairs with the compiled kernel, other blocks into float64 scratch
+buffers with numpy, on several threads, or with torch (the GPU path, exercised here on the
+CPU); `plain` below is the straightforward version:
 every tensor copied whole to float64, numpy reductions. The two must agree on every figure,
 on hand-made tensors (NaN/Inf, integers, float16, sizes across blocks and threads) and on
 the tensors real test models produce in PyTorch and ONNX Runtime.
@@ -9,7 +10,8 @@ the tensors real test models produce in PyTorch and ONNX Runtime.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -80,9 +82,22 @@ def assert_figures(got: PairMetrics, reference: np.ndarray, candidate: np.ndarra
             assert value == pytest.approx(want, rel=1e-6, abs=1e-12, nan_ok=True), name
 
 
+@contextmanager
+def numpy_blocks() -> Iterator[None]:
+    """Compare as an install without the compiled kernel does: numpy's blocks alone."""
+    kernel = metrics._kernel
+    metrics._kernel = lambda: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        metrics._kernel = kernel
+
+
 def both_ways(reference: np.ndarray, candidate: np.ndarray) -> None:
-    """numpy on the CPU, and torch (the GPU path) on CPU tensors, each against the plain figures."""
+    """The kernel and numpy on the CPU, numpy alone, and torch (the GPU path) on CPU tensors, against the plain figures."""
     assert_figures(compare_tensors(reference, candidate, DEFAULT), reference, candidate)
+    with numpy_blocks():
+        assert_figures(compare_tensors(reference, candidate, DEFAULT), reference, candidate)
     native = metrics._compare_torch(torch.from_numpy(np.ascontiguousarray(reference)), candidate, DEFAULT)
     assert_figures(native, reference, candidate)
     on_cpu = compare_tensors(torch.from_numpy(np.ascontiguousarray(reference)), candidate, DEFAULT)  # read in place
@@ -97,6 +112,26 @@ def _noisy(rng: np.random.Generator, shape: tuple[int, ...], dtype: type = np.fl
 @pytest.mark.parametrize("size", [1, 7, metrics.BLOCK - 1, metrics.BLOCK + 3, 4 * metrics.BLOCK + 5, 1_000_003])
 def test_float32_figures_at_every_size_blocks_and_threads(size: int) -> None:
     both_ways(*_noisy(np.random.default_rng(size), (size,)))
+
+
+def test_the_kernel_is_built_and_reads_every_contiguous_float32_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel = metrics._kernel()
+    assert kernel is not None, "pip install -e . compiles trtdiff/analysis/_kernel.c (a C compiler is needed)"
+    read: list[int] = []
+
+    def counted(ref: np.ndarray, cand: np.ndarray, start: int, stop: int, total: metrics._Moments) -> int:
+        reached = kernel(ref, cand, start, stop, total)
+        read.append(reached - start)
+        return reached
+
+    monkeypatch.setattr(metrics, "_kernel", lambda: counted)
+    a, b = _noisy(np.random.default_rng(7), (3 * metrics._PARALLEL_FROM + 9,))
+    assert_figures(compare_tensors(a, b, DEFAULT), a, b)
+    assert sum(read) == a.size  # every element, over the threads' ranges
+    read.clear()
+    assert_figures(compare_tensors(a[::2], b[::2], DEFAULT), a[::2], b[::2])  # strided: numpy reads it
+    assert_figures(compare_tensors(a, b.astype(np.float64), DEFAULT), a, b.astype(np.float64))  # mixed: numpy
+    assert not read
 
 
 def test_float16_float64_and_mixed_dtypes() -> None:

@@ -10,21 +10,30 @@ same places agree, as a -inf attention mask does in every backend; a NaN or Inf 
 other side has something else diverges. Whether final outputs may hold them at all is the
 gate's question (trtdiff.gate.checks), not this one's.
 
-Speed: every figure comes from one pass over the pair, block by block (`_Moments`). A block
-is read as stored (float32, float16, integers) into a small float64 scratch buffer that stays
-in cache, so the sums, norms and dot product accumulate in float64 exactly as a plain float64
+Speed: every figure comes from one pass over the pair, block by block (`_Moments`). A
+float32 pair, the common case, goes through a compiled kernel (`_kernel.c`, built at install
+where a C compiler is) that reads each block once and widens every value to float64. Other
+pairs, blocks holding NaN or Inf, and installs without the kernel use numpy: a block is read
+as stored (float32, float16, integers) into a small float64 scratch buffer that stays in
+cache. Either way the sums, norms and dot product accumulate in float64 as a plain float64
 implementation would, without a float64 copy of the whole tensor. On the CPU the blocks are
-shared among threads (numpy releases the GIL); torch tensors (the PyTorch reference on a GPU)
-are compared with torch where they are, and only the figures cross to the host.
+shared among threads (both the kernel and numpy release the GIL); torch tensors (the PyTorch
+reference on a GPU) are compared with torch where they are, and only the figures cross to
+the host.
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib.machinery
 import math
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -228,14 +237,23 @@ def _flat(array: np.ndarray) -> np.ndarray:
 
 
 def _numpy_range(ref: np.ndarray, cand: np.ndarray, start: int, stop: int) -> _Moments:
-    """The moments of elements [start, stop), block by block through float64 scratch buffers."""
+    """The moments of elements [start, stop), block by block: the kernel's where it reads them, else numpy's."""
     length = min(BLOCK, max(stop - start, 0))
     scratch = np.empty((3, length), dtype=np.float64)
     total = _Moments()
+    contiguous = ref.flags.c_contiguous and cand.flags.c_contiguous
+    kernel = _kernel() if contiguous and ref.dtype == cand.dtype == np.float32 else None
+    begin = start
     with np.errstate(over="ignore", invalid="ignore"):  # squares past float64 are caught after the sum
-        for begin in range(start, stop, BLOCK):
+        while begin < stop:
+            if kernel is not None:
+                reached = kernel(ref, cand, begin, stop, total)
+                if reached == stop:
+                    break
+                begin = reached  # a block holding NaN or Inf: numpy counts them, then the kernel goes on
             end = min(begin + BLOCK, stop)
             total.add(_numpy_block(ref[begin:end], cand[begin:end], scratch))
+            begin = end
     return total
 
 
@@ -285,6 +303,52 @@ def _numpy_block_non_finite(r: np.ndarray, c: np.ndarray) -> _Moments:
         ref_sq=float(_dot(rf, rf)),
         cand_sq=float(_dot(cf, cf)),
     )
+
+
+Kernel = Callable[[np.ndarray, np.ndarray, int, int, _Moments], int]
+
+
+@cache
+def _kernel() -> Kernel | None:
+    """The compiled pass over a float32 pair (`_kernel.c`), or None where it was not built.
+
+    `kernel(ref, cand, start, stop, total)` adds the moments of the finite blocks from `start`
+    to `total` and returns where it stopped: `stop`, or the start of a block holding NaN or Inf.
+    Both arrays are one-dimensional and contiguous.
+    """
+    here = Path(__file__).parent
+    found = [here / f"_kernel{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    path = next((p for p in found if p.is_file()), None)
+    if path is None:
+        return None
+    try:
+        library = ctypes.CDLL(str(path))  # CDLL, not PyDLL: the GIL is released while it runs
+    except OSError:  # built for another platform
+        return None
+    function = library.trtdiff_moments_f32
+    function.restype = ctypes.c_int64
+    function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+    function.argtypes += [ctypes.POINTER(ctypes.c_double)]
+
+    def kernel(ref: np.ndarray, cand: np.ndarray, start: int, stop: int, total: _Moments) -> int:
+        out = (ctypes.c_double * 6)()
+        reached = int(function(ref.ctypes.data, cand.ctypes.data, start, stop, BLOCK, out))
+        if reached > start:
+            total.add(
+                _Moments(
+                    size=reached - start,
+                    finite=reached - start,
+                    max_abs=out[0],
+                    sum_abs=out[1],
+                    ref_max_abs=out[2],
+                    dot=out[3],
+                    ref_sq=out[4],
+                    cand_sq=out[5],
+                )
+            )
+        return reached
+
+    return kernel
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
