@@ -12,6 +12,9 @@ opset trtdiff uses), and one ONNX Runtime run with every node output marked (gra
 optimizations off, as trtdiff runs it). trtdiff runs `compare --backends torch,onnxruntime
 --all --json`, on the CPU and, where torch sees a GPU, with `--torch-device cuda`.
 
+`--lean-floor` also measures the floor ending as the trtdiff command ends, without tearing
+down the interpreter, and gives trtdiff's wall ratio to that too.
+
 Every measurement is a fresh process (imports included), timed from start to exit; its
 peak memory is its own maximum resident set (os.wait4). Python bytecode is cached as an
 installed package has it (one warm-up run of each command first, not counted). Each size runs `--repeat` times,
@@ -55,6 +58,12 @@ options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
 session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
 outputs = session.run(None, {session.get_inputs()[0].name: x.numpy()})
 print(sum(o.nbytes for o in outputs))
+"""
+
+LEAN_EXIT = """
+import os
+sys.stdout.flush()
+os._exit(0)  # as the trtdiff command ends: no interpreter teardown (about 0.5 s once torch is imported)
 """
 
 ARCHIVE = """
@@ -149,13 +158,14 @@ def spread(runs: Sequence[Run]) -> str:
     return f"{seconds[0]:.2f}-{seconds[-1]:.2f} s" if len(seconds) > 1 else ""
 
 
-def cell(runs: Sequence[Run], floor: tuple[float, float] | None) -> str:
+def cell(runs: Sequence[Run], floor: tuple[float, float] | None, lean: tuple[float, float] | None = None) -> str:
     if not runs:
         return "-"
     seconds, peak = median(runs)
     text = f"{seconds:.2f} s, {peak:.0f} MB"
     if floor is not None:
-        text += f" ({seconds / floor[0]:.2f}x, {peak / floor[1]:.2f}x)"
+        text += f" ({seconds / floor[0]:.2f}x, {peak / floor[1]:.2f}x"
+        text += f"; {seconds / lean[0]:.2f}x the lean floor)" if lean is not None else ")"
     if not all(r.ok for r in runs):
         text += " **not passed**"
     return text
@@ -179,17 +189,23 @@ def floor_table(args: argparse.Namespace) -> None:
     rows = []
     for side in (int(s) for s in args.sizes.split(",")):
         floors: list[Run] = []
+        leans: list[Run] = []
         compares: dict[str, list[Run]] = {_name(d, b): [] for d, b in columns}
         sweeps: list[Run] = []
         for _ in range(args.repeat):
             if not args.no_floor:
                 floors.append(measure([sys.executable, "-c", FLOOR, str(archive), str(side), "17"], folder))
+                if args.lean_floor:
+                    lean = [sys.executable, "-c", FLOOR + LEAN_EXIT, str(archive), str(side), "17"]
+                    leans.append(measure(lean, folder))
             for device, source in columns:
                 compares[_name(device, source)].append(compare_run(archive, side, device, extra, folder, source))
             if args.sweep:
                 sweeps.append(compare_run(archive, side, "cpu", [*extra, "--opset", "11,13,17"], folder))
         base = median(floors) if floors else None
-        row = [f"{side}²", cell(floors, None)] + [cell(runs, base) for runs in compares.values()]
+        lean_base = median(leans) if leans else None
+        row = [f"{side}²", cell(floors, None)] + ([cell(leans, base)] if leans else [])
+        row += [cell(runs, base, lean_base) for runs in compares.values()]
         if args.sweep:
             one = median(compares[_name("cpu", None)])
             swept = median(sweeps)
@@ -202,11 +218,12 @@ def floor_table(args: argparse.Namespace) -> None:
                     print(f"  {side}² {device}: {run.detail.strip()[-600:]}")
         noise = ", ".join(f"{name} {spread(r)}" for name, r in [("floor", floors), *compares.items()] if r)
         print(f"  {side}²: spread of the runs: {noise}", flush=True)
-    header = ["input", "floor"] + [_name(d, None) for d in devices]
+    header = ["input", "floor"] + (["floor, lean exit"] if args.lean_floor else []) + [_name(d, None) for d in devices]
     header += [_name(d, args.baseline) for d in devices] if args.baseline else []
     header += ["sweep of opsets 11,13,17"] if args.sweep else []
     if args.memory_limit:
-        header[2:] = [f"{h} --memory-limit {args.memory_limit}" for h in header[2:]]
+        first = 3 if args.lean_floor else 2
+        header[first:] = [f"{h} --memory-limit {args.memory_limit}" for h in header[first:]]
     print()
     print("| " + " | ".join(header) + " |")
     print("| " + " | ".join("---" for _ in header) + " |")
@@ -269,6 +286,11 @@ def main() -> None:
     parser.add_argument("--model", help="a TorchScript archive of 1x3xHxW input (default: the DeepLabV3+ above)")
     parser.add_argument("--memory-limit", help="pass --memory-limit to trtdiff (e.g. 1GB)")
     parser.add_argument("--no-floor", action="store_true", help="measure trtdiff only")
+    parser.add_argument(
+        "--lean-floor",
+        action="store_true",
+        help="also the floor ending as the trtdiff command does (no interpreter teardown), and the ratios to it",
+    )
     parser.add_argument("--baseline", help="also measure the trtdiff of this source tree (e.g. an older checkout)")
     parser.add_argument("--cpu-only", action="store_true", help="no --torch-device cuda row, even with a GPU")
     parser.add_argument("--sweep", action="store_true", help="also a sweep of opsets 11,13,17 on the CPU")
