@@ -215,11 +215,15 @@ def test_a_torchscript_interpreter_failure_shows_its_cause(tmp_path: Path) -> No
 
 
 class _Slow(nn.Module):
-    """Hundreds of convolutions: long enough to be interrupted while PyTorch is being recorded."""
+    """Hundreds of convolutions: long enough to be interrupted while PyTorch is being recorded.
+
+    7x7 kernels: seconds of work per forward on 2 cores, with small outputs to spill, so the
+    signal lands while trtdiff still runs even when the test notices the recording late.
+    """
 
     def __init__(self) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(32, 32, 3, padding=1)
+        self.conv = nn.Conv2d(32, 32, 7, padding=3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for _ in range(400):
