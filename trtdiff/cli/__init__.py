@@ -30,7 +30,7 @@ def main() -> NoReturn:
         code = stop.code
     else:  # pragma: no cover - click always exits
         code = 0
-    if sys.getprofile() is not None or sys.gettrace() is not None:
+    if _observed():
         sys.exit(code)
     if code is not None and not isinstance(code, int):  # sys.exit("message"): printed, status 1, as Python does
         print(code, file=sys.stderr)
@@ -42,3 +42,15 @@ def main() -> NoReturn:
     except BrokenPipeError:  # a reader such as `head` has gone: nothing left to say, as after a normal exit
         code = code or 120
     os._exit(code or 0)
+
+
+def _observed() -> bool:
+    """Whether a profiler, tracer or debugger watches this process (it writes its results at a normal exit).
+
+    cProfile and coverage hook in through sys.setprofile/settrace, or from Python 3.12 through
+    sys.monitoring (cProfile always there), which has six tool slots.
+    """
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return True
+    monitoring = getattr(sys, "monitoring", None)
+    return monitoring is not None and any(monitoring.get_tool(tool) is not None for tool in range(6))
