@@ -42,7 +42,6 @@ setup(
             "trtdiff.analysis._kernel",
             ["trtdiff/analysis/_kernel.c"],
             extra_compile_args=["-O3"] if sys.platform != "win32" else ["/O2"],
-            py_limited_api=False,
         )
     ],
     cmdclass={"build_ext": OptionalBuildExt},

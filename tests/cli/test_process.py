@@ -29,7 +29,8 @@ def _relu(path: Path) -> Path:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)  # any ONNX Runtime reads it
+    # IR version 8: every ONNX Runtime reads it (1.30 refuses the default of onnx 1.23, 14)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     onnx.save(model, str(path))
     return path
 

@@ -18,9 +18,15 @@
 
 #define LANES 4
 
+#ifdef _WIN32
+#define EXPORTED __declspec(dllexport)
+#else
+#define EXPORTED
+#endif
+
 static double larger(double a, double b) { return a > b ? a : b; }
 
-int64_t trtdiff_moments_f32(const float *ref, const float *cand, int64_t start, int64_t stop, int64_t block,
+EXPORTED int64_t trtdiff_moments_f32(const float *ref, const float *cand, int64_t start, int64_t stop, int64_t block,
                             double *out) {
     for (int64_t begin = start; begin < stop; begin += block) {
         int64_t end = stop - begin > block ? begin + block : stop;

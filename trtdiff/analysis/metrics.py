@@ -323,9 +323,9 @@ def _kernel() -> Kernel | None:
         return None
     try:
         library = ctypes.CDLL(str(path))  # CDLL, not PyDLL: the GIL is released while it runs
-    except OSError:  # built for another platform
+        function = library.trtdiff_moments_f32
+    except (OSError, AttributeError):  # built for another platform, or without the function
         return None
-    function = library.trtdiff_moments_f32
     function.restype = ctypes.c_int64
     function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
     function.argtypes += [ctypes.POINTER(ctypes.c_double)]

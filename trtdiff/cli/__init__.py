@@ -24,12 +24,11 @@ def main() -> NoReturn:
     """
     from trtdiff.cli.app import main as command
 
+    code: str | int | None = 0
     try:
-        command()  # click's standalone mode: always ends in SystemExit
+        command()  # click's standalone mode: ends in SystemExit
     except SystemExit as stop:
         code = stop.code
-    else:  # pragma: no cover - click always exits
-        code = 0
     if _observed():
         sys.exit(code)
     if code is not None and not isinstance(code, int):  # sys.exit("message"): printed, status 1, as Python does
@@ -41,7 +40,7 @@ def main() -> NoReturn:
         sys.stderr.flush()
     except BrokenPipeError:  # a reader such as `head` has gone: nothing left to say, as after a normal exit
         code = code or 120
-    os._exit(code or 0)
+    os._exit(code if isinstance(code, int) else 0)
 
 
 def _observed() -> bool:
