@@ -305,11 +305,11 @@ def _numpy_block_non_finite(r: np.ndarray, c: np.ndarray) -> _Moments:
     )
 
 
-Kernel = Callable[[np.ndarray, np.ndarray, int, int, _Moments], int]
+_Kernel = Callable[[np.ndarray, np.ndarray, int, int, _Moments], int]
 
 
 @cache
-def _kernel() -> Kernel | None:
+def _kernel() -> _Kernel | None:
     """The compiled pass over a float32 pair (`_kernel.c`), or None where it was not built.
 
     `kernel(ref, cand, start, stop, total)` adds the moments of the finite blocks from `start`

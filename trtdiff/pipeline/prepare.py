@@ -170,29 +170,25 @@ def _export_then_record(
     anyway: a model whose forward fails (or returns no tensor) is named for that, rather than
     for the export it broke.
     """
+    recorded: TorchCapture | None = None
+    returned: Callable[[], Any] | None = None
     if record is not None and _export_reads_recording(source, options):
-        first = record()
-        notes += first.notes
+        recorded = record()
+        notes += recorded.notes
         from trtdiff.backends.pytorch.capture import returned_value
 
-        say("exporting to ONNX")
-        with timed(timings, "export"):
-            graph, exporter = onnx_graph_for(
-                source, options, save_path, folder, notes, returned=functools.partial(returned_value, first)
-            )
-        release_memory()
-        return graph, exporter, first
+        returned = functools.partial(returned_value, recorded)
     say("exporting to ONNX" if source.given_graph is None else "reading the ONNX file")
     try:
         with timed(timings, "export"):
-            graph, exporter = onnx_graph_for(source, options, save_path, folder, notes)
+            graph, exporter = onnx_graph_for(source, options, save_path, folder, notes, returned=returned)
     except TrtdiffError:
-        if record is not None:
+        if record is not None and recorded is None:
             record()
         raise
     release_memory()  # what the export freed, before the recording takes its own
-    recorded = record() if record is not None else None
-    if recorded is not None:
+    if record is not None and recorded is None:
+        recorded = record()
         notes += recorded.notes
     return graph, exporter, recorded
 
