@@ -8,8 +8,11 @@ report). Model Explorer's own local server serves the page; Ctrl-C stops it.
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
+import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from trtdiff.errors import MissingPackageError, OptionError, ReportFileError
@@ -52,13 +55,33 @@ def view(path: str, options: ViewOptions) -> None:
         settings = config().add_model_from_path(str(onnx_path))
         for overlay in reversed(overlays):  # Model Explorer shows the last one added: the accumulated error
             settings.add_node_data_from_path(str(overlay))
+        no_browser = options.no_browser or no_display()
+        if no_browser and not options.no_browser:
+            print(
+                "trtdiff: no display here, so no browser opens; open the address below in a browser on this "
+                "machine, or forward its port (ssh -L PORT:localhost:PORT) and open it on yours",
+                file=sys.stderr,
+            )
         server.start(
             host=options.host,
             port=options.port or DEFAULT_PORT,
             config=settings,
             extensions=["model_explorer_onnx"],
-            no_open_in_browser=options.no_browser,
+            no_open_in_browser=no_browser,
         )
+
+
+def no_display(environ: Mapping[str, str] | None = None, platform: str | None = None) -> bool:
+    """Whether no graphical browser can open here: Linux or BSD without an X or Wayland display or $BROWSER.
+
+    Python's webbrowser then finds no browser (or only a console one, which would take over the
+    terminal the server reports to) and Model Explorer would serve on without a word.
+    """
+    environ = os.environ if environ is None else environ
+    platform = sys.platform if platform is None else platform
+    if platform.startswith(("win", "darwin", "cygwin")):
+        return False
+    return not any(environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER"))
 
 
 def _in_use(host: str, port: int) -> bool:
