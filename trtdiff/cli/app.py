@@ -68,13 +68,18 @@ class _Cli(cloup.Group):
 
 
 def printable(text: str) -> str:
-    """`text` with the bytes of a path that is not UTF-8 written as \\xNN (as the shell shows them), one line."""
+    """`text` with the bytes of a path that is not UTF-8 written as \\xNN (as the shell shows them), one line.
+
+    Control characters in it (a name's ESC) are written as escapes too (`trtdiff.report.text.plain`).
+    """
     try:
         raw = text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:  # a lone surrogate that stands for no byte
         raw = text.encode("utf-8", "backslashreplace")
+    from trtdiff.report.text import plain
+
     lines = raw.decode("utf-8", "backslashreplace").splitlines()
-    return lines[0] if lines else ""
+    return plain(lines[0]) if lines else ""  # and no control character (ESC) from a name in it
 
 
 def _debug(ctx: click.Context) -> bool:
@@ -121,6 +126,9 @@ def main() -> None:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
+    from trtdiff.cli.guard import guarded_output
+
+    click.get_current_context().with_resource(guarded_output())  # until the command's last line is written
 
 
 @main.command()
