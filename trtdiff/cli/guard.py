@@ -110,7 +110,7 @@ class CommandGuard:
 def guarded_output() -> Iterator[None]:
     """`sys.stdout` and `sys.stderr` behind a `CommandGuard` while the block runs."""
     saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = CommandGuard(saved[0]), CommandGuard(saved[1])  # type: ignore[assignment]
+    sys.stdout, sys.stderr = CommandGuard(saved[0]), CommandGuard(saved[1])
     try:
         yield
     finally:
