@@ -38,6 +38,7 @@ from trtdiff.render.format import (
 )
 from trtdiff.render.safe_text import SafeText
 from trtdiff.report import BackendPair, BuildReport, Layer, PairingSummary, Report, TensorRTSummary
+from trtdiff.report.text import plain
 
 WIDTH = 80  # the narrowest console the table is laid out for (CI logs); a wider one gives the names more room
 # The local-error column (8 and padding) takes its room from the name column. With one pair,
@@ -308,12 +309,12 @@ def _table(
 
 
 def _name_cells(layer: Layer, many: bool, name_width: int) -> list[Text | str]:
-    name = layer.module or layer.onnx_node
+    name, op_type = plain(layer.module or layer.onnx_node), plain(layer.op_type)  # escaped, then shortened
     if not many:
-        return [SafeText(layer.op_type), SafeText(_shorten(name, name_width))]
-    op = layer.op_type[:8]
+        return [SafeText(op_type), SafeText(_shorten(name, name_width))]
+    op = op_type[:8]
     room = name_width - len(op) - 1
-    return [SafeText(f"{op} {_shorten(name, room)}" if room >= _MIN_NAME else layer.op_type[:name_width])]
+    return [SafeText(f"{op} {_shorten(name, room)}" if room >= _MIN_NAME else op_type[:name_width])]
 
 
 def _row(
