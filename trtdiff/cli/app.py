@@ -70,7 +70,8 @@ class _Cli(cloup.Group):
 def printable(text: str) -> str:
     """`text` with the bytes of a path that is not UTF-8 written as \\xNN (as the shell shows them), one line.
 
-    Control characters in it (a name's ESC) are written as escapes too (`trtdiff.report.text.plain`).
+    A line break or control character in it (a file's name holding one) is written as an escape
+    (`trtdiff.report.text.plain`): the message stays whole, on one line, and no ESC reaches the terminal.
     """
     try:
         raw = text.encode("utf-8", "surrogateescape")
@@ -78,8 +79,7 @@ def printable(text: str) -> str:
         raw = text.encode("utf-8", "backslashreplace")
     from trtdiff.report.text import plain
 
-    lines = raw.decode("utf-8", "backslashreplace").splitlines()
-    return plain(lines[0]) if lines else ""  # and no control character (ESC) from a name in it
+    return plain(raw.decode("utf-8", "backslashreplace").strip())
 
 
 def _debug(ctx: click.Context) -> bool:
