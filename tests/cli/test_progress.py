@@ -74,3 +74,20 @@ def test_a_step_stopped_by_an_error_is_not_written() -> None:
         progress("loading the model")
         raise ValueError("stop")
     assert out.getvalue() == ""
+
+
+def test_a_sample_named_by_a_file_is_shown_as_text() -> None:
+    """Issue 30: an input file's name is a step's text; its markup, line break and ESC are shown, not obeyed."""
+    name = "[red]x[/red]\n::add-mask::secret\x1b[31m"
+    out = io.StringIO()
+    lines = StepLines(out, clock=lambda: 0.0)
+    lines(Step(f"reading {name}"))
+    lines.finish()
+    assert out.getvalue() == "trtdiff: reading [red]x[/red]\\n::add-mask::secret\\x1b[31m (0.0 s)\n"
+    out = io.StringIO()
+    with progress_display(quiet=False, console=Console(file=out, force_terminal=True, width=200)) as progress:
+        assert progress is not None
+        progress(sample_step(0, 2, name))
+    shown = out.getvalue()
+    assert "(\\[red]x" not in shown and "[red]x[/red]\\n::add-mask::secret\\x1b[31m" in shown
+    assert "[31m" not in shown.replace("\\x1b[31m", "")

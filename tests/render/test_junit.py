@@ -141,11 +141,12 @@ def test_write_junit_and_text_xml_cannot_hold(diverged: Report, tmp_path: Path) 
     write_junit(report, path)
     parsed = JUnitXml.fromfile(str(path))
     case = next(iter(next(iter(parsed))))
-    assert case.result[0].message.endswith('first divergence /decoder/Resize (Re"size?)')
+    # issue 30: a control character is written as a visible escape (it was "?")
+    assert case.result[0].message.endswith('first divergence /decoder/Resize (Re"size\\x01)')
     root = ET.parse(path).getroot()
     assert root.tag == "testsuites"
     properties = {p.get("name"): p.get("value") for p in root.iter("property")}
-    assert properties["model"] == "model <&> ?"
+    assert properties["model"] == "model <&> \\x01"
 
 
 def test_real_comparison(real_report: Report) -> None:

@@ -297,19 +297,28 @@ def _readme(
     context: ReproContext,
     polygraphy: bool,
 ) -> str:
+    """The culprit folder's README; every name from the model goes through `trtdiff.report.text` (Markdown-safe,
+    one line), and the commands' paths are quoted for the shell."""
+    import shlex
+
+    from trtdiff.report.text import markdown, markdown_code, plain
+
     culprit = manifest["culprit"]
     thresholds = context.thresholds
+    here = shlex.quote(plain(str(folder)))
+    advice = f"; fix: {markdown(manifest['advice'])}" if manifest["advice"] else ""
     lines = [
-        f"# {culprit['onnx_node']} ({culprit['op_type']}) diverges on {manifest['pair']}",
+        f"# {markdown(culprit['onnx_node'])} ({markdown(culprit['op_type'])}) diverges on {markdown(manifest['pair'])}",
         "",
-        f"Found by trtdiff in `{context.model}` (ONNX opset {manifest['opset']}): this node's own error breaks "
-        f"the thresholds (cosine ≥ {thresholds.min_cosine}, max-abs error ≤ {thresholds.rtol} × the reference's "
-        f"largest magnitude) when it runs alone on the reference's inputs. trtdiff's verdict: "
-        f"**{manifest['verdict']}**" + (f"; fix: {manifest['advice']}" if manifest["advice"] else "") + ".",
+        f"Found by trtdiff in {markdown_code(context.model)} (ONNX opset {manifest['opset']}): this node's own error "
+        f"breaks the thresholds (cosine ≥ {thresholds.min_cosine}, max-abs error ≤ {thresholds.rtol} × the "
+        f"reference's largest magnitude) when it runs alone on the reference's inputs. trtdiff's verdict: "
+        f"**{markdown(manifest['verdict'])}**{advice}.",
         "",
-        f"- `{SUBGRAPH}`: nodes {', '.join(f'`{n}`' for n in manifest['nodes'])}; output `{manifest['output']}`",
+        f"- `{SUBGRAPH}`: nodes {', '.join(markdown_code(n) for n in manifest['nodes'])}; "
+        f"output {markdown_code(manifest['output'])}",
         "- `inputs/*.npy`, `inputs.npz`: the reference's values of its inputs "
-        + ", ".join(f"`{n}`" for n in manifest["inputs"]),
+        + ", ".join(markdown_code(n) for n in manifest["inputs"]),
         "- `outputs/reference.npy`: the reference's value of the output; `outputs/BACKEND.npy`: each backend's",
         "",
     ]
@@ -318,17 +327,18 @@ def _readme(
         for name, value in outputs.items():
             m = compare_tensors(reference, value, thresholds)
             diverged = "yes" if m.diverged else "no"
-            lines.append(f"| {name} | {m.cosine:.6f} | {m.max_abs:.2e} | {m.rel_err:.2e} | {diverged} |")
+            cell = markdown(name).replace("|", "\\|")
+            lines.append(f"| {cell} | {m.cosine:.6f} | {m.max_abs:.2e} | {m.rel_err:.2e} | {diverged} |")
         lines.append("")
     lines += ["Show it with trtdiff (exit 1 when the subgraph alone still diverges):", ""]
-    lines += [f"    trtdiff repro {folder}", ""]
+    lines += [f"    trtdiff repro {here}", ""]
     if polygraphy and reference is not None:
         atol = thresholds.rtol * float(np.max(np.abs(reference))) if reference.size else 0.0
         lines += [
             "With Polygraphy (ONNX Runtime against the saved reference output; the tolerance is trtdiff's rtol "
             "times the reference's largest magnitude):",
             "",
-            f"    cd {folder} && polygraphy run {SUBGRAPH} --onnxrt --load-inputs polygraphy_inputs.json "
+            f"    cd {here} && polygraphy run {SUBGRAPH} --onnxrt --load-inputs polygraphy_inputs.json "
             f"--load-outputs polygraphy_reference.json --atol {atol:.3g} --rtol 0",
             "",
         ]
@@ -349,9 +359,15 @@ def _readme(
 
 
 def _top_readme(context: ReproContext, culprits: Sequence[Culprit], folders: Sequence[Path]) -> str:
-    lines = [f"# trtdiff repro of `{context.model}`", ""]
+    """The bundle's README: the model (Markdown-safe, one line) and the command per culprit folder."""
+    import shlex
+
+    from trtdiff.report.text import markdown_code, plain
+
+    lines = [f"# trtdiff repro of {markdown_code(context.model)}", ""]
     for folder in folders:
-        lines.append(f"- `{folder.name}/`: `trtdiff repro {folder}`")
+        command = f"trtdiff repro {shlex.quote(plain(str(folder)))}"
+        lines.append(f"- {markdown_code(folder.name + '/')}: {markdown_code(command)}")
     if len(folders) < len(culprits):
         lines.append(f"- {len(culprits) - len(folders)} culprit(s) without a local run here: no folder")
     return "\n".join(lines) + "\n"

@@ -3,7 +3,9 @@
 On GitHub Actions (`GITHUB_ACTIONS=true`) every failed check becomes an `::error` workflow
 command on stdout, which the run page shows as an annotation: the check's id as the title;
 the threshold, the worst figure, the culprit (node, op, module, export or runtime) and its
-fix as the message. Elsewhere nothing is printed.
+fix as the message. Elsewhere nothing is printed. Names from the model are made one line with
+nothing a terminal acts on (`trtdiff.report.text.plain`) before the command's own escaping, and
+the lines are written through the CLI's guard (`trtdiff.cli.guard.workflow_command`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from trtdiff.render.format import (
     module_text,
     verdict_text,
 )
+from trtdiff.report.text import plain
 
 if TYPE_CHECKING:
     from trtdiff.hypotheses.sweep import Sweep
@@ -38,7 +41,7 @@ def report_annotations(report: Report, label: str = "") -> list[str]:
     for check in report.failed_checks:
         title = f"trtdiff{f' {label}' if label else ''}: {check.id} failed"
         message = f"{check_message(check, report)}; limit {limit_text(check, report.thresholds, symbols=True)}"
-        lines.append(_command(title, f"{message}; {where}" if where else message))
+        lines.append(_command(plain(title), plain(f"{message}; {where}" if where else message)))
     return lines
 
 
@@ -52,7 +55,7 @@ def sweep_annotations(sweep: Sweep) -> list[str]:
         if entry.report is not None:
             lines += report_annotations(entry.report, label)
         elif entry.failed:
-            lines.append(_command(f"trtdiff {label}: failed", entry.failed))
+            lines.append(_command(plain(f"trtdiff {label}: failed"), plain(entry.failed)))
     return lines
 
 

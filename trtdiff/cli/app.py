@@ -68,13 +68,18 @@ class _Cli(cloup.Group):
 
 
 def printable(text: str) -> str:
-    """`text` with the bytes of a path that is not UTF-8 written as \\xNN (as the shell shows them), one line."""
+    """`text` with the bytes of a path that is not UTF-8 written as \\xNN (as the shell shows them), one line.
+
+    A line break or control character in it (a file's name holding one) is written as an escape
+    (`trtdiff.report.text.plain`): the message stays whole, on one line, and no ESC reaches the terminal.
+    """
     try:
         raw = text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:  # a lone surrogate that stands for no byte
         raw = text.encode("utf-8", "backslashreplace")
-    lines = raw.decode("utf-8", "backslashreplace").splitlines()
-    return lines[0] if lines else ""
+    from trtdiff.report.text import plain
+
+    return plain(raw.decode("utf-8", "backslashreplace").strip())
 
 
 def _debug(ctx: click.Context) -> bool:
@@ -121,6 +126,9 @@ def main() -> None:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
+    from trtdiff.cli.guard import guarded_output
+
+    click.get_current_context().with_resource(guarded_output())  # until the command's last line is written
 
 
 @main.command()

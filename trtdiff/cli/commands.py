@@ -69,15 +69,14 @@ def _keep_onnx_beside(options: CompareOptions, files: ReportFiles) -> CompareOpt
 
 def _annotate(report: Any = None, sweep: Any = None) -> None:
     """GitHub Actions annotations for the failed checks, on GitHub Actions only."""
-    import click
-
     from trtdiff.cli.annotations import on_github, report_annotations, sweep_annotations
+    from trtdiff.cli.guard import workflow_command
 
     if not on_github():
         return
     lines = report_annotations(report) if report is not None else sweep_annotations(sweep)
     for line in lines:
-        click.echo(line)
+        workflow_command(line)
 
 
 def _sweep_command(
@@ -266,9 +265,11 @@ def view_command(path: str, values: Mapping[str, Any]) -> None:
 def repro_command(folder: str) -> bool:
     """Run a saved repro again; True when no backend diverges any more."""
     from rich.console import Console
+    from rich.text import Text
 
     from trtdiff.analysis.repro import check_repro
     from trtdiff.render.format import cosine, reasons_text, sci
+    from trtdiff.report.text import plain
 
     results = check_repro(folder)
     console = Console(highlight=False)
@@ -276,8 +277,9 @@ def repro_command(folder: str) -> bool:
         m = result.metrics
         how = "run now" if result.rerun else "as the comparison ran it"
         verdict = f"DIVERGED ({reasons_text(m.reasons)})" if m.diverged else "agrees"
-        console.print(
+        line = (
             f"{result.backend} ({how}): cosine {cosine(m.cosine)}, max-abs {sci(m.max_abs)}, "
             f"rel-err {sci(m.rel_err)}: {verdict}"
         )
+        console.print(Text(plain(line)))  # the backend's name and the reasons come from the bundle: never markup
     return not any(result.metrics.diverged for result in results)

@@ -4,6 +4,7 @@ The library reports each step as it starts (`trtdiff.pipeline.progress.Step`: a 
 a key, and for samples how many of how many); this module turns that into rich's Progress on
 a terminal (a row per step with its count, elapsed time and time left) or, without a
 terminal, one line per step when it ends, with its duration: "trtdiff: exporting to ONNX (1.4 s)".
+A step can name an input file or a sample: its text is shown through `plain`, never as markup.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
 from trtdiff.pipeline.progress import Step, as_step
+from trtdiff.report.text import plain
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -65,7 +67,7 @@ class StepLines:
         if self.current is None or self.first is None:
             return
         seconds = self.clock() - self.started
-        self.out.write(f"trtdiff: {_line(self.first, self.current)} ({seconds:.1f} s)\n")
+        self.out.write(f"trtdiff: {plain(_line(self.first, self.current))} ({seconds:.1f} s)\n")
         self.out.flush()
         self.current = self.first = None
 
@@ -92,7 +94,7 @@ class StepBars:
 
         self.progress: Progress = Progress(
             SpinnerColumn(finished_text="[green]✓"),
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(bar_width=24),
             TextColumn("{task.fields[count]}"),
             TimeElapsedColumn(),
@@ -109,11 +111,11 @@ class StepBars:
             return
         self.finish()
         self.key = step.key
-        self.task = self.progress.add_task(str(step), total=step.total, count=_count(step))
+        self.task = self.progress.add_task(plain(str(step)), total=step.total, count=_count(step))
         self._update(self.task, step)
 
     def _update(self, task: TaskID, step: Step) -> None:
-        fields: dict[str, Any] = {"count": _count(step), "description": str(step)}
+        fields: dict[str, Any] = {"count": _count(step), "description": plain(str(step))}
         if step.done is not None:
             fields["completed"] = step.done
         self.progress.update(task, **fields)

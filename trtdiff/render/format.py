@@ -12,7 +12,6 @@ applied to each name (an identity by default).
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Callable, Iterable
 
@@ -31,6 +30,7 @@ from trtdiff.report import (
     ThresholdCheck,
     Thresholds,
 )
+from trtdiff.report.text import html as safe_html
 
 BACKEND_SHORT = {"torch": "pt", "onnxruntime": "ort", "tensorrt": "trt"}
 MAX_SUSPECTS = 8
@@ -586,8 +586,8 @@ def segmentation_parts(summary: SegmentationSummary, text: Callable[[str], str] 
 
 
 def escape_html(text: str) -> str:
-    """Text safe inside HTML and SVG, attributes included."""
-    return html.escape(text, quote=True)
+    """Text safe inside HTML and SVG, attributes included, with no control character (`trtdiff.report.text.html`)."""
+    return safe_html(text)
 
 
 # TensorRT

@@ -26,6 +26,7 @@ from trtdiff.render.format import (
     thresholds_text,
 )
 from trtdiff.report import Layer, PairMetrics, Report, SampleResult
+from trtdiff.report.text import plain
 
 FLOOR = 1e-12  # 1 - cosine and relative errors below this are float noise; drawn at the floor
 COLORS = ("#0969da", "#bf8700", "#8250df", "#1a7f37", "#57606a")
@@ -132,7 +133,7 @@ def _culprit_marks(top: Any, bottom: Any, report: Report) -> None:
             ax.axvline(index, color=ORANGE, lw=1.5, ls="-.", label="culprit" if ax is top and not placed else None)
         right = index > 0.6 * len(report.layers)
         bottom.annotate(
-            culprit_marker(culprit, index),
+            plain(culprit_marker(culprit, index)),
             (index, 0.92 - 0.1 * (placed % 8)),
             xycoords=("data", "axes fraction"),
             xytext=(-6 if right else 6, 0),
@@ -142,6 +143,7 @@ def _culprit_marks(top: Any, bottom: Any, report: Report) -> None:
             color=ORANGE,
             fontsize=9,
             bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": ORANGE, "lw": 0.8, "alpha": 0.9},
+            parse_math=False,  # a name's `$` is no TeX
         )
         placed += 1
 
@@ -157,7 +159,7 @@ def _first_divergence(top: Any, bottom: Any, report: Report) -> None:
     right = index > 0.6 * len(report.layers)
     # Just above the cosine threshold, left of the line, is empty: no earlier layer crosses it.
     top.annotate(
-        f"first divergence: #{index} {first.onnx_node} ({first.op_type})",
+        plain(f"first divergence: #{index} {first.onnx_node} ({first.op_type})"),
         (index, max(1.0 - report.thresholds.min_cosine, FLOOR) * 4),
         xytext=(-6 if right else 6, 0),
         textcoords="offset points",
@@ -167,6 +169,7 @@ def _first_divergence(top: Any, bottom: Any, report: Report) -> None:
         fontsize=9.5,
         fontweight="bold",
         bbox={"boxstyle": "round,pad=0.25", "fc": "white", "ec": RED, "lw": 0.8, "alpha": 0.9},
+        parse_math=False,
     )
 
 
@@ -290,7 +293,13 @@ def _scopes(top: Any, bottom: Any, layers: Sequence[Layer]) -> None:
         for ax in (top, bottom):
             ax.axvline(start - 0.5, color="#8c959f", lw=0.8, ls=":")
     secondary = top.secondary_xaxis("top")
-    secondary.set_xticks([(a + b) / 2 for _, a, b in runs], labels=[n for n, _, _ in runs], fontsize=9, color="#57606a")
+    secondary.set_xticks(
+        [(a + b) / 2 for _, a, b in runs],
+        labels=[plain(n) for n, _, _ in runs],
+        fontsize=9,
+        color="#57606a",
+        parse_math=False,
+    )
     secondary.tick_params(length=0)
 
 
@@ -317,7 +326,7 @@ def _bands(
 
 
 def _layer_title(index: int, layer: Layer) -> str:
-    lines = [f"#{index} {layer.op_type}  {layer.module or '(no module)'}", layer.onnx_node]
+    lines = [f"#{index} {plain(layer.op_type)}  {plain(layer.module or '(no module)')}", plain(layer.onnx_node)]
     for key, m in layer.pairs.items():
         lines.append(
             f"{key}: cosine {cosine(m.cosine)}, rel-err {format_value('rel_err', m.rel_err)}"
@@ -329,12 +338,12 @@ def _layer_title(index: int, layer: Layer) -> str:
 
 
 def _sample_title(sample: SampleResult) -> str:
-    lines = [sample.name]
+    lines = [plain(sample.name)]
     for output, per_pair in sample.outputs.items():
         lines += [f"{output} {key}: cosine {cosine(m.cosine)}" for key, m in per_pair.items()]
     lines += [f"mIoU {key}: {miou(v)}" for key, v in sample.agreement_miou.items()]
     if sample.failed:
-        lines.append("fails: " + ", ".join(sample.failed))
+        lines.append("fails: " + plain(", ".join(sample.failed)))
     return "\n".join(lines)
 
 
@@ -358,6 +367,7 @@ def _svg(fig: Any, titles: dict[str, str], label: str) -> str:
 
     def title(match: re.Match[str]) -> str:
         found = titles.get(match.group(1))
-        return match.group(0) + (f"<title>{esc(found)}</title>" if found else "")
+        lines = "\n".join(esc(line) for line in found.split("\n")) if found else ""  # a line per fact
+        return match.group(0) + (f"<title>{lines}</title>" if found else "")
 
     return re.sub(r'<g id="(trtdiff-[\w-]+)">', title, text)

@@ -14,7 +14,9 @@ from rich.console import Console
 from rich.text import Text
 
 from trtdiff.render.format import module_text, plural
+from trtdiff.render.safe_text import SafeText
 from trtdiff.report.inspection import Finding, Inspection, ResizeInfo
+from trtdiff.report.text import plain
 
 _STYLES = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
 _SOURCE = re.compile(r"^(.*?):(\d+): (.*)$")
@@ -96,10 +98,10 @@ def _say(console: Console, text: str, left: int = 4, style: str = "", lead: str 
     `lead` styles the first word (a severity, a title).
     """
     pad = " " * left
-    lines = textwrap.wrap(text, console.width, initial_indent=pad, subsequent_indent=pad, break_on_hyphens=False)
+    lines = textwrap.wrap(plain(text), console.width, initial_indent=pad, subsequent_indent=pad, break_on_hyphens=False)
     for number, line in enumerate(lines):
         first, space, rest = line.partition(" ") if number == 0 and lead else ("", "", line)
-        console.print(Text.assemble((first, lead), space, rest, style=style))
+        console.print(SafeText.assemble((first, lead), space, rest, style=style))
 
 
 def _resize(row: ResizeInfo, console: Console) -> None:
@@ -125,6 +127,6 @@ def _verdict(inspection: Inspection) -> Text:
     counts = {s: sum(f.severity == s for f in inspection.findings) for s in ("error", "warning", "info")}
     tally = f"{plural(counts['error'], 'error')}, {plural(counts['warning'], 'warning')}, {counts['info']} info"
     if inspection.clean:
-        return Text.assemble(("OK", "bold green"), f": no finding above info ({tally}).")
+        return SafeText.assemble(("OK", "bold green"), f": no finding above info ({tally}).")
     worst = inspection.worst or "error"
-    return Text.assemble((worst.upper(), _STYLES[worst]), f": {tally}; the findings above say what to change.")
+    return SafeText.assemble((worst.upper(), _STYLES[worst]), f": {tally}; the findings above say what to change.")

@@ -29,6 +29,7 @@ from trtdiff.render.format import (
     suspects_text,
 )
 from trtdiff.report import Report, ThresholdCheck
+from trtdiff.report.text import plain
 
 SUITE = "trtdiff"
 # Characters XML 1.0 cannot hold at all; ElementTree would write them and produce a broken file.
@@ -57,12 +58,12 @@ def render_junit(report: Report) -> str:
             failure = ET.SubElement(
                 case, "failure", {"message": _clean(failure_message(check, report)), "type": f"threshold.{check.scope}"}
             )
-            failure.text = _clean(failure_text(check, report))
+            failure.text = _ILLEGAL_XML.sub("?", failure_text(check, report))
     if trt is not None and skipped_trt:
         case = ET.SubElement(suite, "testcase", {"classname": f"{SUITE}.tensorrt", "name": "tensorrt", "time": "0"})
         ET.SubElement(case, "skipped", {"message": _clean(f"TensorRT skipped: {trt.reason or 'no reason given'}")})
     if report.notes:
-        ET.SubElement(suite, "system-out").text = _clean("\n".join(report.notes))
+        ET.SubElement(suite, "system-out").text = "\n".join(_clean(note) for note in report.notes)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -112,7 +113,7 @@ def failure_text(check: ThresholdCheck, report: Report) -> str:
     first = report.first_divergence
     if first is None:
         lines.append("first divergence: none among the compared layers")
-        return "\n".join(lines)
+        return _lines(lines)
     lines += [
         f"first divergence on {first.pair}: {divergence_node(first)}, tensor {first.tensor}{inherited_text(report)}",
         f"  {divergence_figures(first)}",
@@ -120,7 +121,7 @@ def failure_text(check: ThresholdCheck, report: Report) -> str:
     suspects = suspects_text(first, limit=None)
     if suspects:
         lines.append(f"  suspects: {suspects}")
-    return "\n".join(lines)
+    return _lines(lines)
 
 
 def _finding_lines(report: Report) -> list[str]:
@@ -168,5 +169,12 @@ def _properties(parent: ET.Element, report: Report) -> None:
             ET.SubElement(parent, "property", {"name": name, "value": _clean(str(fact))})
 
 
+def _lines(lines: list[str]) -> str:
+    """The facts one a line: a name's line break or control character in a fact is written as an escape
+    (`trtdiff.report.text.plain`), so no name makes a line of its own."""
+    return "\n".join(plain(line) for line in lines)
+
+
 def _clean(text: str) -> str:
-    return _ILLEGAL_XML.sub("?", text)
+    """One line XML 1.0 can hold: control characters as escapes (ESC as `\\x1b`), other illegal ones as `?`."""
+    return _ILLEGAL_XML.sub("?", plain(text))

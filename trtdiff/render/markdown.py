@@ -2,12 +2,13 @@
 
 It answers, in a dozen lines, what a reviewer asks first: did the gate pass, which check
 failed and by how much, where the numbers first changed, and what ran it. The full per-layer
-detail stays in the HTML or JSON report.
+detail stays in the HTML or JSON report. Every name from the model is written through
+`trtdiff.report.text` (`_code`, `_text`): one line, so it starts no heading, list or quote, and
+with `[`, `<` and the like escaped, so it makes no link, image or HTML.
 """
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 from trtdiff.render.format import (
@@ -29,6 +30,7 @@ from trtdiff.render.format import (
     suspects_text,
 )
 from trtdiff.report import Report, ThresholdCheck
+from trtdiff.report.text import markdown, markdown_code
 
 
 def render_markdown(report: Report) -> str:
@@ -190,16 +192,10 @@ def _environment(report: Report) -> str:
 
 
 def _code(text: str) -> str:
-    """An inline code span that survives backticks and table pipes in the text."""
-    text = text.replace("\n", " ")
-    fence = "``" if "`" in text else "`"
-    pad = " " if fence == "``" else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
+    """An inline code span that survives backticks, line breaks and control characters in the text."""
+    return markdown_code(text)
 
 
 def _text(text: str) -> str:
-    """Plain text safe in Markdown: no HTML, no accidental emphasis or links."""
-    escaped = html.escape(text.replace("\n", " "), quote=False)
-    for char in "\\*_[]`":
-        escaped = escaped.replace(char, "\\" + char)
-    return escaped
+    """Plain text safe in Markdown: one line, no HTML, no accidental emphasis or links (`trtdiff.report.text`)."""
+    return markdown(text)

@@ -10,13 +10,13 @@ Explorer's node data is written once per compared combination, named after it
 
 from __future__ import annotations
 
-import html
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtdiff.render.format import cosine, plural, sci
+from trtdiff.render.format import cosine, escape_html, plural, sci
 from trtdiff.render.sweep_text import _finding, _miou, _output_metrics
+from trtdiff.report.text import markdown, plain
 
 if TYPE_CHECKING:
     from trtdiff.hypotheses.sweep import Sweep, SweepEntry
@@ -102,11 +102,12 @@ def render_sweep_junit(sweep: Sweep) -> str:
             suite = ET.Element("testsuite", {"name": name, "tests": "1", "errors": "0", "time": "0"})
             case = ET.SubElement(suite, "testcase", {"classname": name, "name": "combination", "time": "0"})
             if entry.skipped:
-                ET.SubElement(case, "skipped", {"message": entry.skipped})
+                ET.SubElement(case, "skipped", {"message": plain(entry.skipped)})
                 suite.attrib.update(failures="0", skipped="1")
             else:
-                failure = ET.SubElement(case, "failure", {"message": entry.failed or "failed", "type": "combination"})
-                failure.text = entry.failed or "failed"
+                why = plain(entry.failed or "failed")  # an error's text can name a file: no control character in XML
+                failure = ET.SubElement(case, "failure", {"message": why, "type": "combination"})
+                failure.text = why
                 suite.attrib.update(failures="1", skipped="0")
         for key in totals:
             totals[key] += int(suite.get(key, "0"))
@@ -126,21 +127,21 @@ def render_sweep_html(sweep: Sweep) -> str:
 
     passed, summary = _verdict(sweep)
     verdict = '<span class="verdict pass">PASS</span>' if passed else '<span class="verdict fail">FAIL</span>'
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in HEAD)
+    head = "".join(f"<th>{escape_html(h)}</th>" for h in HEAD)
     rows = []
     for index, entry in enumerate(sweep.entries):
-        cells = [html.escape(c) for c in _cells(entry)]
+        cells = [escape_html(c) for c in _cells(entry)]
         if entry.report is not None:
             cells[0] = f'<a href="#combination-{index}">{cells[0]}</a>'
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     parts = [
-        f"<h1>{verdict}trtdiff sweep</h1>\n<p><b>{html.escape(summary)}</b></p>",
+        f"<h1>{verdict}trtdiff sweep</h1>\n<p><b>{escape_html(summary)}</b></p>",
         f"<table><tr>{head}</tr>{''.join(rows)}</table>",
     ]
     for index, entry in enumerate(sweep.entries):
         if entry.report is not None:
             parts.append(
-                f'<section id="combination-{index}"><h2>{html.escape(entry_label(entry))}</h2>\n'
+                f'<section id="combination-{index}"><h2>{escape_html(entry_label(entry))}</h2>\n'
                 f"{html_body(entry.report)}</section>"
             )
     return html_document(f"trtdiff sweep {'PASS' if passed else 'FAIL'}", "\n".join(parts))
@@ -164,4 +165,5 @@ def write_sweep_explorer(sweep: Sweep, path: str | Path) -> tuple[Path, ...]:
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A table cell: Markdown-safe text (`trtdiff.report.text.markdown`), its pipes escaped."""
+    return markdown(text).replace("|", "\\|")

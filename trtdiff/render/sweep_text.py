@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trtdiff.render.format import cosine, miou, sci
+from trtdiff.render.safe_text import SafeText
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -39,7 +40,7 @@ def render_sweep(sweep: Sweep, console: Console) -> None:
     ]
     if skipped_trt and skipped_trt[0].report is not None and skipped_trt[0].report.tensorrt is not None:
         console.print(
-            Text(
+            SafeText(
                 f"precision rows compare TensorRT, which was skipped here: {skipped_trt[0].report.tensorrt.reason}",
                 style="dim",
             )
@@ -50,10 +51,10 @@ def render_sweep(sweep: Sweep, console: Console) -> None:
         if e.report is not None
     )
     if sweep.passed:
-        console.print(Text.assemble(("PASS", "bold green"), f": every combination agrees ({passing})."))
+        console.print(SafeText.assemble(("PASS", "bold green"), f": every combination agrees ({passing})."))
     else:
         console.print(
-            Text.assemble(
+            SafeText.assemble(
                 ("FAIL", "bold red"), ": " + (f"these pass: {passing}." if passing else "no combination passes.")
             )
         )
@@ -62,15 +63,16 @@ def render_sweep(sweep: Sweep, console: Console) -> None:
 def _row(entry: SweepEntry) -> list[str | Text]:
     report = entry.report
     if report is None:
-        label = Text("skipped", style="dim") if entry.skipped else Text("FAILED", style="bold red")
-        return [str(entry.opset), entry.exporter, label, entry.skipped or entry.failed or "", "-", "-", "-"]
+        label = SafeText("skipped", style="dim") if entry.skipped else SafeText("FAILED", style="bold red")
+        why = SafeText(entry.skipped or entry.failed or "")  # an error's text can name a file: never markup
+        return [str(entry.opset), SafeText(entry.exporter), label, why, "-", "-", "-"]
     output = _output_metrics(report)
-    result = Text("PASS", style="green") if report.passed else Text("FAIL", style="bold red")
+    result = SafeText("PASS", style="green") if report.passed else SafeText("FAIL", style="bold red")
     return [
         str(report.opset),
-        report.exporter,
+        SafeText(report.exporter),
         result,
-        _finding(report),
+        SafeText(_finding(report)),  # names from the model: never markup
         cosine(output[0]) if output else "-",
         sci(output[1]) if output else "-",
         _miou(report),

@@ -2,7 +2,8 @@
 
 It stays readable at 80 columns and when piped (rich drops colour when not on a TTY):
 names are shortened from the left, where paths are least informative. Names and notes from
-the model are printed as plain text, never read as rich markup.
+the model are printed as plain text, never read as rich markup, with their control characters
+(a line break, an ESC sequence) written as visible escapes (`trtdiff.render.safe_text.SafeText`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from trtdiff.render.format import (
     short_pair,
     suspects_text,
 )
+from trtdiff.render.safe_text import SafeText
 from trtdiff.report import BackendPair, BuildReport, Layer, PairingSummary, Report, TensorRTSummary
+from trtdiff.report.text import plain
 
 WIDTH = 80  # the narrowest console the table is laid out for (CI logs); a wider one gives the names more room
 # The local-error column (8 and padding) takes its room from the name column. With one pair,
@@ -63,11 +66,11 @@ def render_terminal(report: Report, console: Console, *, show_all: bool = False)
     hidden = len(layers) - len(shown)
     if hidden:
         console.print(
-            Text(f"… {hidden} more compared layers after the first divergence (--all shows them)", style="dim")
+            SafeText(f"… {hidden} more compared layers after the first divergence (--all shows them)", style="dim")
         )
     _verdict(report, console)
     if report.simplified is not None:
-        console.print(Text(simplified_line(report.simplified)))
+        console.print(SafeText(simplified_line(report.simplified)))
 
 
 def render_verdict(report: Report, console: Console) -> None:
@@ -80,19 +83,19 @@ def render_verdict(report: Report, console: Console) -> None:
     console.print(_verdict_line(report))
     if non_finite_failed(report):  # a CI log's one clue to where the NaN comes from
         for line in non_finite_lines(report):
-            console.print(Text.assemble(("NON-FINITE", "bold red"), f": {line}"))
+            console.print(SafeText.assemble(("NON-FINITE", "bold red"), f": {line}"))
     style = "bold red" if failed else "bold yellow"
     culprits = culprits_of(report)
     for number, culprit in enumerate(culprits, start=1):
         label = "CULPRIT" if number == 1 else f"CULPRIT {number}"
-        console.print(Text.assemble((label, style), f": {culprit_quiet(report, culprit)}"))
+        console.print(SafeText.assemble((label, style), f": {culprit_quiet(report, culprit)}"))
     first = report.first_divergence
     if not culprits and first is not None:
-        console.print(Text.assemble(("FIRST DIVERGENCE", style), f": {divergence_head(first)}"))
+        console.print(SafeText.assemble(("FIRST DIVERGENCE", style), f": {divergence_head(first)}"))
         if report.drift is not None:
-            console.print(Text(drift_text(report.drift), style="yellow"))
+            console.print(SafeText(drift_text(report.drift), style="yellow"))
     if report.simplified is not None:
-        console.print(Text(simplified_line(report.simplified)))
+        console.print(SafeText(simplified_line(report.simplified)))
 
 
 def _verdict_line(report: Report) -> Text:
@@ -100,14 +103,14 @@ def _verdict_line(report: Report) -> Text:
     failed = report.failed_checks
     if failed:
         ids = ", ".join(check.id for check in failed)
-        return Text.assemble(("FAIL", "bold red"), f": {len(failed)} of {len(report.checks)} checks failed: {ids}")
+        return SafeText.assemble(("FAIL", "bold red"), f": {len(failed)} of {len(report.checks)} checks failed: {ids}")
     if report.first_divergence is None:
         pairs = ", ".join(map(str, report.pairs)) or "no pairs"
         allowed = " NaN/Inf allowed, at the same positions." if report.non_finite else ""
-        return Text.assemble(
+        return SafeText.assemble(
             ("PASS", "bold green"), f": all {len(report.layers)} compared tensors agree ({pairs}).{allowed}"
         )
-    return Text.assemble(
+    return SafeText.assemble(
         ("PASS", "bold green"),
         f": all {len(report.checks)} checks hold "
         "(layers of the first sample are shown, not gated; the per-layer gate checks them).",
@@ -128,12 +131,12 @@ def config_lines(report: Report) -> list[str]:
 
 
 def _note(note: str) -> Text:
-    return Text(f"note: {note}", style="dim")
+    return SafeText(f"note: {note}", style="dim")
 
 
 def _header(report: Report, console: Console) -> None:
-    console.print(Text.assemble(("trtdiff ", "bold"), f"{report.model}  (inputs: {inputs_text(report.inputs)})"))
-    console.print(Text(_onnx_line(report.opset, report.exporter, report.onnx_path)))
+    console.print(SafeText.assemble(("trtdiff ", "bold"), f"{report.model}  (inputs: {inputs_text(report.inputs)})"))
+    console.print(SafeText(_onnx_line(report.opset, report.exporter, report.onnx_path)))
     env = report.environment
     if report.reference == "torch":
         reference = f"torch {env.get('torch', '?')} (reference)"
@@ -141,12 +144,12 @@ def _header(report: Report, console: Console) -> None:
         reference = f"{report.reference} (reference)"
     runners = [env.get(b, b) for b in report.backends if b != "torch"]
     others = [r for r in runners if not r.startswith(report.reference + " ")]
-    console.print(Text("backends: " + ", ".join([reference, *others])))
+    console.print(SafeText("backends: " + ", ".join([reference, *others])))
     for line in config_lines(report):
-        console.print(Text(line, style="dim"))
+        console.print(SafeText(line, style="dim"))
     summary = report.pairing
     if report.reference == "torch":
-        console.print(Text(pairing_line(summary, len(report.not_compared))))
+        console.print(SafeText(pairing_line(summary, len(report.not_compared))))
     if report.tensorrt is not None and report.tensorrt.status != "skipped":
         _tensorrt_lines(report.tensorrt, console)
     for note in report.notes:
@@ -156,23 +159,23 @@ def _header(report: Report, console: Console) -> None:
 def _tensorrt_lines(trt: TensorRTSummary, console: Console) -> None:
     check = trt.marking_check
     if check is not None and check.status == "changed":
-        console.print(Text(marking_changed_line(trt), style="bold red"))
+        console.print(SafeText(marking_changed_line(trt), style="bold red"))
     returned = f"{trt.marked} marked"
     if trt.debug_marked:
         returned = f"{trt.debug_marked} debug tensors + {plural(trt.marked - trt.debug_marked, 'output')}"
     console.print(
-        Text(
+        SafeText(
             f"TensorRT: {trt.version}, {precision_text(trt.precision, trt.tf32)}, outputs "
             f"{trt.outputs_mode}: {returned}, {len(trt.not_returned)} not returned"
         )
     )
     if trt.outputs_mode is not None:
-        console.print(Text(engines_line(trt)))
+        console.print(SafeText(engines_line(trt)))
     if trt.fused_layers:
         biggest = max(len(layer.onnx_nodes) for layer in trt.fused_layers)
         nodes = sum(len(layer.onnx_nodes) for layer in trt.fused_layers)
         console.print(
-            Text(
+            SafeText(
                 f"engine fused {nodes} ONNX nodes into {plural(len(trt.fused_layers), 'layer')} "
                 f"(largest: {biggest} nodes); source: {trt.fusion_source}"
             )
@@ -184,7 +187,7 @@ def _build_engine_lines(trt: TensorRTSummary, console: Console) -> None:
     plain = trt.plain_engine
     if plain is not None:
         console.print(
-            Text(
+            SafeText(
                 f"plain engine (what ships): {plain.plan_bytes:,} bytes"
                 + (" (from the engine cache)" if plain.from_cache else f", built in {plain.build_seconds:.2f}s")
                 + f"; the marked engine splits {plural(len(trt.fusions_split), 'of its fused layer')}"
@@ -193,21 +196,21 @@ def _build_engine_lines(trt: TensorRTSummary, console: Console) -> None:
         )
         for split in trt.fusions_split[:5]:
             console.print(
-                Text(
+                SafeText(
                     f"  split: {_shorten(split.layer, 30)} ({len(split.onnx_nodes)} nodes) "
                     f"into {len(split.split_into)} layers"
                 )
             )
         if len(trt.fusions_split) > 5:
-            console.print(Text(f"  … {len(trt.fusions_split) - 5} more (the JSON report lists them)", style="dim"))
+            console.print(SafeText(f"  … {len(trt.fusions_split) - 5} more (the JSON report lists them)", style="dim"))
     if trt.layer_precisions or trt.precision_missing:
-        console.print(Text(precision_line(trt)))
+        console.print(SafeText(precision_line(trt)))
         for row in [r for r in trt.layer_precisions if r.flag][:5]:
-            console.print(Text(f"  {row.flag}: {_shorten(row.layer, 40)} built {row.built}, asked {row.asked}"))
+            console.print(SafeText(f"  {row.flag}: {_shorten(row.layer, 40)} built {row.built}, asked {row.asked}"))
     check = trt.marking_check
     if check is not None and check.status != "changed":
         why = f": {check.reason}" if check.reason else ""
-        console.print(Text(f"marking check (plain vs marked outputs): {check.status}{why}"))
+        console.print(SafeText(f"marking check (plain vs marked outputs): {check.status}{why}"))
 
 
 def precision_line(trt: TensorRTSummary) -> str:
@@ -232,10 +235,12 @@ def precision_line(trt: TensorRTSummary) -> str:
 
 def render_build(report: BuildReport, console: Console) -> None:
     """Print what `trtdiff build` did: the marks and runs, what was not returned and why, fusions, precision."""
-    console.print(Text.assemble(("trtdiff build ", "bold"), f"{report.model}  (inputs: {inputs_text(report.inputs)})"))
-    console.print(Text(_onnx_line(report.opset, report.exporter, report.onnx_path)))
+    console.print(
+        SafeText.assemble(("trtdiff build ", "bold"), f"{report.model}  (inputs: {inputs_text(report.inputs)})")
+    )
+    console.print(SafeText(_onnx_line(report.opset, report.exporter, report.onnx_path)))
     trt = report.tensorrt
-    console.print(Text(f"GPU: {trt.gpu or 'none (built on the CPU; this engine cannot be run here)'}"))
+    console.print(SafeText(f"GPU: {trt.gpu or 'none (built on the CPU; this engine cannot be run here)'}"))
     _tensorrt_lines(trt, console)
     reasons: dict[str, list[str]] = {}
     for skipped in trt.not_returned:
@@ -245,17 +250,17 @@ def render_build(report: BuildReport, console: Console) -> None:
         table.add_column("not returned", justify="right", no_wrap=True)
         table.add_column("why (e.g.)", overflow="fold")
         for reason, tensors in sorted(reasons.items(), key=lambda item: -len(item[1])):
-            table.add_row(str(len(tensors)), Text(f"{reason} (e.g. {_shorten(tensors[0], 40)})"))
+            table.add_row(str(len(tensors)), SafeText(f"{reason} (e.g. {_shorten(tensors[0], 40)})"))
         console.print(table)
     console.print(
-        Text(
+        SafeText(
             f"marked engine: {trt.plan_bytes:,} bytes; built in {trt.build_seconds:.2f}s in all"
             + (" (from the engine cache)" if trt.from_cache else "")
             + (f"; saved to {report.saved_engine}" if report.saved_engine else "")
         )
     )
     _build_engine_lines(trt, console)
-    console.print(Text(f"ONNX-to-TensorRT name map: {len(trt.name_map)} tensors (the JSON report holds it)"))
+    console.print(SafeText(f"ONNX-to-TensorRT name map: {len(trt.name_map)} tensors (the JSON report holds it)"))
     for note in (*report.notes, *trt.notes):
         console.print(_note(note))
 
@@ -304,12 +309,12 @@ def _table(
 
 
 def _name_cells(layer: Layer, many: bool, name_width: int) -> list[Text | str]:
-    name = layer.module or layer.onnx_node
+    name, op_type = plain(layer.module or layer.onnx_node), plain(layer.op_type)  # escaped, then shortened
     if not many:
-        return [Text(layer.op_type), Text(_shorten(name, name_width))]
-    op = layer.op_type[:8]
+        return [SafeText(op_type), SafeText(_shorten(name, name_width))]
+    op = op_type[:8]
     room = name_width - len(op) - 1
-    return [Text(f"{op} {_shorten(name, room)}" if room >= _MIN_NAME else layer.op_type[:name_width])]
+    return [SafeText(f"{op} {_shorten(name, room)}" if room >= _MIN_NAME else op_type[:name_width])]
 
 
 def _row(
@@ -323,14 +328,14 @@ def _row(
             cells += ["-", "-"] + ([] if many else ["-"])
             continue
         style = "red" if metrics.diverged else ""
-        cells += [Text(cosine(metrics.cosine), style=style), Text(sci(metrics.max_abs), style=style)]
+        cells += [SafeText(cosine(metrics.cosine), style=style), SafeText(sci(metrics.max_abs), style=style)]
         if not many:
-            cells.append(Text(sci(metrics.rel_err), style=style))
+            cells.append(SafeText(sci(metrics.rel_err), style=style))
     if local is not None:
         own = (layer.local or {}).get(local)
-        cells.append("-" if own is None else Text(sci(own.rel_err), style="red" if own.diverged else ""))
+        cells.append("-" if own is None else SafeText(sci(own.rel_err), style="red" if own.diverged else ""))
     if layer.diverged:
-        cells.append(Text("DIVERGED" if not many else "DIV", style="bold red"))
+        cells.append(SafeText("DIVERGED" if not many else "DIV", style="bold red"))
     else:
         cells.append(_agreeing_label(layer))
     return cells
@@ -341,24 +346,24 @@ def _agreeing_label(layer: Layer) -> Text:
     nan = any(m.nan_ref or m.nan_cand for m in layer.pairs.values())
     inf = any(m.inf_ref or m.inf_cand for m in layer.pairs.values())
     if nan or inf:
-        return Text("NaN" if nan else "Inf", style="yellow")
-    return Text("ok", style="green")
+        return SafeText("NaN" if nan else "Inf", style="yellow")
+    return SafeText("ok", style="green")
 
 
 def _checks(report: Report, console: Console) -> None:
     if len(report.samples) > 1 or report.segmentation is not None:
         for check in report.checks:
-            mark = Text("ok  ", style="green") if check.passed else Text("FAIL", style="bold red")
-            console.print(Text.assemble(mark, f" {check.id}: {check_message(check, report)}"))
+            mark = SafeText("ok  ", style="green") if check.passed else SafeText("FAIL", style="bold red")
+            console.print(SafeText.assemble(mark, f" {check.id}: {check_message(check, report)}"))
     if report.segmentation is not None:
-        console.print(Text("segmentation: " + "; ".join(segmentation_parts(report.segmentation))))
+        console.print(SafeText("segmentation: " + "; ".join(segmentation_parts(report.segmentation))))
 
 
 def _verdict(report: Report, console: Console) -> None:
     _checks(report, console)
     style = "bold red" if non_finite_failed(report) else "bold yellow"
     for line in non_finite_lines(report):
-        console.print(Text.assemble(("NON-FINITE", style), f": {line}"))
+        console.print(SafeText.assemble(("NON-FINITE", style), f": {line}"))
     failed = report.failed_checks
     first = report.first_divergence
     if not failed and first is None:
@@ -374,24 +379,24 @@ def _findings(report: Report, console: Console, style: str) -> None:
     culprits = culprits_of(report)
     for number, culprit in enumerate(culprits, start=1):
         if number == 1:
-            console.print(Text.assemble(("CULPRIT", style), f": {culprit_text(report, culprit)}"))
+            console.print(SafeText.assemble(("CULPRIT", style), f": {culprit_text(report, culprit)}"))
         else:
-            console.print(Text.assemble((f"CULPRIT {number}", style), f": {culprit_brief(report, culprit)}"))
+            console.print(SafeText.assemble((f"CULPRIT {number}", style), f": {culprit_brief(report, culprit)}"))
     for sentence in attribution_summary(report):
-        console.print(Text(f"{sentence}."))
+        console.print(SafeText(f"{sentence}."))
     first = report.first_divergence
     if first is not None:
         console.print(
-            Text.assemble(
+            SafeText.assemble(
                 ("FIRST DIVERGENCE", style),
                 f": {divergence_head(first)}: {divergence_figures(first)}{inherited_text(report)}",
             )
         )
         suspects = suspects_text(first)
         if suspects:
-            console.print(Text(f"suspects: {suspects}"))
+            console.print(SafeText(f"suspects: {suspects}"))
     if report.drift is not None and not culprits:
-        console.print(Text(drift_text(report.drift), style="yellow"))
+        console.print(SafeText(drift_text(report.drift), style="yellow"))
 
 
 def _shorten(name: str, width: int) -> str:
