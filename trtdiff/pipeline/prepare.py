@@ -182,9 +182,9 @@ def _engine_settings(options: CompareOptions, feeds: Mapping[str, np.ndarray]) -
     return engine_settings(options.runtime, feeds)
 
 
-def _module_only(capture: Capture, reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
+def _module_only(step: Capture, reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
     """A caller's recording step that takes the module alone, as a `Record`."""
-    return capture(reference.module, feeds)
+    return step(reference.module, feeds)
 
 
 def _onnx_path(source: Source, save_path: Path | None) -> str | None:
