@@ -40,8 +40,7 @@ if TYPE_CHECKING:
     from trtdiff.report import TensorRTSummary
 
 Progress = Callable[[str], None]
-# Makes the first recording of the PyTorch reference on the inputs (a comparison: `TorchReference.record`
-# into a store it closes; a sweep: one recording lent to every row that matches).
+# Makes the first recording of the PyTorch reference (`TorchReference.record`; a sweep lends one).
 Record = Callable[["TorchReference", "Mapping[str, np.ndarray]"], "TorchCapture"]
 # The same, given the module alone: a caller's own recording step.
 Capture = Callable[["torch.nn.Module", "Mapping[str, np.ndarray]"], "TorchCapture"]
@@ -113,6 +112,8 @@ def prepare(
     set's first sample). When "torch" is chosen, `record` records the PyTorch reference (or
     `capture`, given the module alone); neither: nothing is recorded.
     """
+    from trtdiff.backends.tensorrt.settings import engine_settings  # neither TensorRT nor torch
+
     timings = {} if timings is None else timings
     say = say or (lambda _text: None)
     save_path = check_new_file(options.export.save_onnx, options.force, "save_onnx")
@@ -137,7 +138,7 @@ def prepare(
             source, options.export, save_path, folder, notes, recording, timings, say
         )
         feeds = onnx_feeds(graph, source.feeds)
-        engine = _engine_settings(options, feeds)
+        engine = engine_settings(options.runtime, feeds)  # every engine of the comparison is built with these
         say("preparing backends (a TensorRT engine build can take minutes)")
         with timed(timings, "backends"):
             opened = stack.enter_context(
@@ -173,13 +174,6 @@ def _reference(source: Source, options: CompareOptions, backends: Sequence[str])
     from trtdiff.backends.pytorch.reference import TorchReference  # torch-free until it records
 
     return TorchReference.of(module, options.runtime)
-
-
-def _engine_settings(options: CompareOptions, feeds: Mapping[str, np.ndarray]) -> BuildSettings:
-    """TensorRT's engine settings for the inputs fed (every engine of the comparison is built with these)."""
-    from trtdiff.backends.tensorrt.settings import engine_settings  # neither TensorRT nor torch
-
-    return engine_settings(options.runtime, feeds)
 
 
 def _module_only(step: Capture, reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
