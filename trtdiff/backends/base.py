@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     import onnx
 
-    from trtdiff.options import BackendOptions
+    from trtdiff.options import BackendOptions, BuildSettings
     from trtdiff.report import PairMetrics, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
 
@@ -48,6 +48,8 @@ class OpenRequest:
     TensorRT writes the engines it built. `compare_outputs`: how TensorRT compares its plain
     engine's outputs with the marked one's (no comparison: that check is not run).
     `plain_engine` False: no plain engine beside the marked one (a rewritten model).
+    `engine`: TensorRT's settings as the comparison derived them (tensorrt.settings.engine_settings);
+    none given: derived from `options` and `feeds` the same way.
     """
 
     options: BackendOptions
@@ -55,6 +57,7 @@ class OpenRequest:
     engine_path: Path | None = None
     compare_outputs: OutputComparison | None = None
     plain_engine: bool = True
+    engine: BuildSettings | None = None
 
 
 class OnnxBackend(ABC):

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from trtdiff.backends.base import OutputComparison
+    from trtdiff.options import BuildSettings
     from trtdiff.report import TensorRTSummary
     from trtdiff.source.onnx_graph import GraphInfo
 
@@ -126,13 +127,15 @@ def open_backend(
     engine_path: Path | None = None,
     compare_outputs: OutputComparison | None = None,
     plain_engine: bool = True,
+    engine: BuildSettings | None = None,
 ) -> OnnxBackend:
     """Open ONNX backend `name` on `graph` with `options` (ONNX Runtime's provider, TensorRT's settings).
 
     The backend is a context manager: use it in a `with` block (or an ExitStack) so that it is
-    closed on every path. `feeds`, `engine_path`, `compare_outputs` and `plain_engine` are read
-    by TensorRT (base.OpenRequest). Raises OptionError for an unknown name, BackendError (or the
-    backend's own TrtdiffError) when it cannot open.
+    closed on every path. `feeds`, `engine_path`, `compare_outputs`, `plain_engine` and `engine`
+    (the engine settings the comparison derived) are read by TensorRT (base.OpenRequest).
+    Raises OptionError for an unknown name, BackendError (or the backend's own TrtdiffError)
+    when it cannot open.
     """
     request = OpenRequest(
         options if options is not None else BackendOptions(),
@@ -140,6 +143,7 @@ def open_backend(
         engine_path=engine_path,
         compare_outputs=compare_outputs,
         plain_engine=plain_engine,
+        engine=engine,
     )
     return backend_class(name).open(graph, request)
 
@@ -204,12 +208,14 @@ def open_backends(
     engine_path: Path | None = None,
     *,
     compare_outputs: OutputComparison | None = None,
+    engine: BuildSettings | None = None,
 ) -> OpenedBackends:
     """Open the ONNX backends among `names` on `graph` (recordings replace running a backend).
 
     TensorRT that cannot run here is skipped with the reason (a BackendError naming `require`
     when it is required). `compare_outputs`: how TensorRT compares its plain and marked
-    engines' outputs. Use the result in a `with` block: it closes what it opened.
+    engines' outputs; `engine`: the engine settings it builds with. Use the result in a `with`
+    block: it closes what it opened.
     """
     with ExitStack() as stack:
         opened: list[OnnxBackend] = [
@@ -230,7 +236,13 @@ def open_backends(
                         )
                     continue
             backend = open_backend(
-                spec.name, graph, options, feeds=feeds, engine_path=engine_path, compare_outputs=compare_outputs
+                spec.name,
+                graph,
+                options,
+                feeds=feeds,
+                engine_path=engine_path,
+                compare_outputs=compare_outputs,
+                engine=engine,
             )
             opened.append(stack.enter_context(backend))
         return OpenedBackends(tuple(opened), summary, tuple(notes), stack.pop_all())

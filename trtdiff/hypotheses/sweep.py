@@ -126,7 +126,7 @@ def sweep(
 
     entries: list[SweepEntry] = []
     errors: list[Exception] = []
-    with SharedRecording(options.runtime.memory_bytes) as shared:  # PyTorch recorded once for every combination
+    with SharedRecording() as shared:  # PyTorch recorded once for every combination that records it alike
         for opset in opsets:
             for exporter in exporters:
                 for precision in precisions or (None,):
@@ -182,12 +182,10 @@ def _entry(
     if reason is not None:
         return SweepEntry(opset, exporter, skipped=reason, precision=precision), None
     export = dataclasses.replace(options.export, opset=opset, exporter=exporter)  # type: ignore[arg-type]
-    runtime = options.runtime
-    if precision is not None:
-        settings = dataclasses.replace(runtime.tensorrt, precision="fp16" if precision == "fp16" else "fp32")
-        runtime = dataclasses.replace(runtime, tensorrt=settings, tf32=precision == "tf32")
+    options = dataclasses.replace(options, export=export)
+    if precision is not None:  # two options: the engine settings are derived from them when compared
+        options = options.with_fields(precision="fp16" if precision == "fp16" else "fp32", tf32=precision == "tf32")
     try:
-        options = dataclasses.replace(options, export=export, runtime=runtime)
         report = compare_simplified(model, options, progress=progress, name_of=name_of, shared=shared)
         report = dataclasses.replace(report, options=resolve(options, origins))
     except TrtdiffError as error:

@@ -8,7 +8,6 @@ precision each layer was built in, and to prepare the engines for another machin
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,7 @@ def build(model: str | Path | torch.nn.Module, options: CompareOptions | None = 
 
     Options as for `compare` (the model, export and backend parts are read).
     """
-    from trtdiff.backends.tensorrt.builder import build_engine, input_shapes_from
+    from trtdiff.backends.tensorrt.builder import build_engine
     from trtdiff.backends.tensorrt.importing import gpu_info
     from trtdiff.backends.tensorrt.summary import not_run_check, summarize
 
@@ -36,13 +35,10 @@ def build(model: str | Path | torch.nn.Module, options: CompareOptions | None = 
     timings: dict[str, float] = {}
     with prepare(model, options, backends=(), timings=timings) as prepared:
         runtime = options.runtime
-        settings = dataclasses.replace(
-            runtime.tensorrt, tf32=runtime.tf32, input_shapes=input_shapes_from(prepared.feeds)
-        )
         gpu = gpu_info()
         with timed(timings, "build"):
             cache = Path(runtime.engine_cache) if runtime.engine_cache else None
-            result = build_engine(prepared.graph, settings, cache_dir=cache, gpu=gpu)
+            result = build_engine(prepared.graph, prepared.engine, cache_dir=cache, gpu=gpu)
         if prepared.engine_path is not None:
             result.write_engines(prepared.engine_path)
         with timed(timings, "read_plans"):

@@ -38,7 +38,7 @@ from trtdiff.backends.store import TensorStore, release_memory
 from trtdiff.errors import OptionError, param
 from trtdiff.gate.checks import layer_checks, miou_checks, output_checks
 from trtdiff.options import CompareOptions
-from trtdiff.pipeline.prepare import Capture, Prepared, Progress, onnx_feeds, prepare, timed
+from trtdiff.pipeline.prepare import Prepared, Progress, Record, onnx_feeds, prepare, timed
 from trtdiff.pipeline.progress import sample_step, sample_total
 from trtdiff.report import Report, all_pairs
 from trtdiff.source.samples import Sample, SampleSource
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from trtdiff.analysis.repro import OnCulprits
     from trtdiff.backends.pytorch.capture import Visit
     from trtdiff.backends.pytorch.records import TorchCapture
+    from trtdiff.backends.pytorch.reference import TorchReference
     from trtdiff.pairing.pairs import Pairing
     from trtdiff.report import (
         BackendPair,
@@ -97,13 +98,12 @@ def compare_once(
     timings: dict[str, float] = {}
     samples = SampleSource.open(options, _recorded_inputs(options))
     with ExitStack() as stack:
-        store = stack.enter_context(TensorStore(options.runtime.memory_bytes))
         prepared = stack.enter_context(
             prepare(
                 model,
                 options,
                 first_feeds=samples.first_feeds(),
-                capture=shared.recorder(options) if shared is not None else _recorder(options, store),
+                record=shared.record if shared is not None else _record_first(stack),
                 timings=timings,
                 say=say,
             )
@@ -117,7 +117,7 @@ def compare_once(
         notes = (
             *prepared.notes,
             *samples.notes(),
-            *_spill_note(run.reference.capture.store if run.reference.capture is not None else store),
+            *_spill_note(run.reference.capture),
             *findings.notes,
             *repro_notes,
         )
@@ -169,11 +169,14 @@ def _compare_samples(
 
 @dataclass(frozen=True)
 class _Reference:
-    """The PyTorch reference: what the capture recorded and which ONNX tensor each value pairs with."""
+    """The PyTorch reference: what the capture recorded, which ONNX tensor each value pairs with, how to record again.
+
+    `recorder` records the model as the first recording did (its settings, attention as it chose).
+    """
 
     capture: TorchCapture | None = None
     pairing: Pairing | None = None
-    module: torch.nn.Module | None = None
+    recorder: TorchReference | None = None
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,7 @@ class _Run:
             prepared.backends,
             self.captured,
             self.options.runtime,
+            prepared.engine,
             self.options.thresholds,
             self.interpolations,
             self.name_of,
@@ -250,12 +254,12 @@ class _Run:
 
     def interpolations(self) -> list[Interpolation]:
         """The PyTorch model's upsampling calls on sample 0 (one forward pass), for the culprits' advice."""
-        module = self.reference.module
-        if module is None:
+        recorder = self.reference.recorder
+        if recorder is None:
             return []
         from trtdiff.backends.pytorch.interpolations import record_interpolations
 
-        return record_interpolations(module, self.prepared.model_feeds)
+        return record_interpolations(recorder.module, self.prepared.model_feeds)
 
     @cached_property
     def captured(self) -> CapturedValues | None:
@@ -269,39 +273,22 @@ class _Run:
         outputs = tuple(self.prepared.graph.graph_outputs)
         if not self.streams:
             return CapturedValues(reference.capture, reference.pairing, outputs)
+        assert reference.recorder is not None
         stack = self.stack if self.stack is not None else ExitStack()
-        store = stack.enter_context(TensorStore(self.options.runtime.memory_bytes))
-        recorded = self._record_again(store)
+        store = stack.enter_context(reference.recorder.store())
+        recorded = reference.recorder.record(self.prepared.model_feeds, store=store)  # sample 0, as recorded
         recorded.retain([p.key for p in reference.pairing.pairs.values()])
         return CapturedValues(recorded, reference.pairing, outputs)
 
-    def _record_again(
-        self, store: TensorStore, visit: Visit | None = None, keep: Container[str] | None = None
-    ) -> TorchCapture:
-        """Sample 0 recorded again as the first recording was (device, TF32, attention)."""
-        from trtdiff.backends.pytorch.capture import capture
-
-        first, module, runtime = self.reference.capture, self.reference.module, self.options.runtime
-        assert first is not None and module is not None
-        return capture(
-            module,
-            self.prepared.model_feeds,
-            device=runtime.torch_device,
-            tf32=runtime.tf32,
-            store=store,
-            attention="decomposed" if first.decomposed else "fused",
-            visit=visit,
-            keep=keep,
-        )
-
     def _streamed(self) -> StreamedValues:
         """Sample 0's reference, streamed through the comparison (the engine records it as it compares)."""
-        reference = self.reference
-        assert reference.capture is not None and reference.pairing is not None
+        reference, feeds = self.reference, self.prepared.model_feeds
+        assert reference.capture is not None and reference.pairing is not None and reference.recorder is not None
+        recorder = reference.recorder
 
         def record(visit: Visit, keep: Container[str]) -> TorchCapture:
-            with TensorStore(self.options.runtime.memory_bytes) as store:
-                return self._record_again(store, visit, keep)
+            with recorder.store() as store:
+                return recorder.record(feeds, store=store, visit=visit, keep=keep)
 
         def full() -> CapturedValues:
             captured = self.captured
@@ -313,7 +300,7 @@ class _Run:
 
     def passes(self, samples: Iterator[Sample], say: Progress) -> Iterator[Pass]:
         """Sample 0 on every tensor (from the capture), then each later sample's final outputs."""
-        graph, runtime = self.prepared.graph, self.options.runtime
+        graph, recorder = self.prepared.graph, self.reference.recorder
         outputs = tuple(graph.graph_outputs)
         total = sample_total(self.options)
         for index, sample in enumerate(samples):
@@ -327,10 +314,8 @@ class _Run:
                     sources.append(captured)
                 feeds = self.prepared.feeds
             else:
-                if self.reference.module is not None:
-                    sources.append(
-                        ForwardValues(self.reference.module, sample, outputs, runtime.torch_device, runtime.tf32)
-                    )
+                if recorder is not None:
+                    sources.append(ForwardValues(recorder.module, sample, outputs, recorder.device, recorder.tf32))
                 feeds = onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values, strict=False)))
             sources += [BackendValues(backend, feeds) for backend in self.prepared.backends]
             yield Pass(sample, tuple(sources), self.layer_tensors() if index == 0 else outputs)
@@ -348,14 +333,11 @@ def _recorded_inputs(options: CompareOptions) -> dict[str, Any] | None:
     return recorded_inputs(options.runtime.recordings)
 
 
-def _recorder(options: CompareOptions, store: TensorStore) -> Capture:
-    """Run PyTorch once on the inputs, recording every op's output into `store`."""
+def _record_first(stack: ExitStack) -> Record:
+    """Record PyTorch once on the inputs, into a store of the reference's that `stack` closes."""
 
-    def record(module: torch.nn.Module, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
-        from trtdiff.backends.pytorch.capture import capture  # torch: only with a PyTorch model
-
-        runtime = options.runtime
-        return capture(module, feeds, device=runtime.torch_device, tf32=runtime.tf32, store=store)
+    def record(reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
+        return reference.record(feeds, store=stack.enter_context(reference.store()))
 
     return record
 
@@ -363,50 +345,49 @@ def _recorder(options: CompareOptions, store: TensorStore) -> Capture:
 class SharedRecording:
     """One PyTorch recording lent to every comparison of the same model, inputs, device and TF32 (a sweep).
 
-    A context manager: its store (with the comparisons' memory limit) is closed when it ends.
-    A comparison whose inputs or settings differ records anew, and that recording is lent on.
+    A context manager: the recording's store (with the reference's memory limit) is closed when
+    it ends. A comparison whose inputs or settings differ records anew, and that recording is lent on.
     """
 
-    def __init__(self, memory_bytes: int) -> None:
-        self.store = TensorStore(memory_bytes)
+    def __init__(self) -> None:
         self._recorded: TorchCapture | None = None
         self._settings: tuple[str, bool] | None = None
 
-    def recorder(self, options: CompareOptions) -> Capture:
-        """The capture step of a comparison with `options`: the lent recording where it fits, else a new one."""
-        settings = (options.runtime.torch_device, options.runtime.tf32)
+    def record(self, reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
+        """The first recording of a comparison: the lent one where it fits, else a new one (then lent on)."""
+        import numpy as np
 
-        def record(module: torch.nn.Module, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
-            import numpy as np
+        lent = self._recorded
+        if lent is not None and self._settings == reference.settings and len(lent.inputs) == len(feeds):
+            if all(np.array_equal(a, b) for a, b in zip(lent.inputs, feeds.values(), strict=True)):
+                return lent
+        self.close()
+        self._recorded, self._settings = reference.record(feeds), reference.settings
+        return self._recorded
 
-            lent = self._recorded
-            if lent is not None and self._settings == settings and len(lent.inputs) == len(feeds):
-                if all(np.array_equal(a, b) for a, b in zip(lent.inputs, feeds.values(), strict=True)):
-                    return lent
-            self.store.close()
-            self._recorded, self._settings = _recorder(options, self.store)(module, feeds), settings
-            return self._recorded
-
-        return record
+    def close(self) -> None:
+        """Drop the recording lent (its store closed)."""
+        if self._recorded is not None:
+            self._recorded.store.close()
+        self._recorded = self._settings = None
 
     def __enter__(self) -> SharedRecording:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.store.close()
-        self._recorded = None
+        self.close()
 
 
 def _pair(prepared: Prepared, timings: dict[str, float]) -> _Reference:
     """Pair the recorded PyTorch values with ONNX tensors."""
-    module = prepared.loaded.module
-    if prepared.capture is None or module is None:
+    recorded, recorder = prepared.capture, prepared.reference
+    if recorded is None or recorder is None:
         return _Reference()
     from trtdiff.pairing.pairs import pair
 
     with timed(timings, "pairing"):
-        pairing = pair(prepared.graph, prepared.capture, {name for name, _ in module.named_modules()})
-    return _Reference(prepared.capture, pairing, module)
+        pairing = pair(prepared.graph, recorded, {name for name, _ in recorder.module.named_modules()})
+    return _Reference(recorded, pairing, recorder.as_recorded(recorded))
 
 
 def _backends_run(prepared: Prepared, reference: _Reference) -> tuple[str, ...]:
@@ -469,19 +450,16 @@ def _non_finite(
 def _layers_of(run: _Run, index: int, stack: ExitStack) -> list[Layer]:
     """Sample `index` compared layer by layer, as sample 0 is: PyTorch recorded anew, every ONNX backend run."""
     prepared, options, reference = run.prepared, run.options, run.reference
-    graph, runtime = prepared.graph, options.runtime
+    graph, recorder = prepared.graph, prepared.reference  # attention "auto": checked again on this sample
     stream = SampleSource.open(options, _recorded_inputs(options)).stream(
         prepared.model_feeds, prepared.input_names, prepared.dtypes
     )
     sample = next(islice(stream, index, None))
     sources: list[ValueSource] = []
     recorded = None
-    if reference.module is not None and reference.pairing is not None:
-        from trtdiff.backends.pytorch.capture import capture
-
-        store = stack.enter_context(TensorStore(runtime.memory_bytes))
+    if recorder is not None and reference.pairing is not None:
         feeds = dict(zip(prepared.input_names, sample.values, strict=False))
-        recorded = capture(reference.module, feeds, device=runtime.torch_device, tf32=runtime.tf32, store=store)
+        recorded = recorder.record(feeds, store=stack.enter_context(recorder.store()))
         sources.append(CapturedValues(recorded, reference.pairing, tuple(graph.graph_outputs)))
     feeds = onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values, strict=False)))
     sources += [BackendValues(backend, feeds) for backend in prepared.backends]
@@ -489,10 +467,10 @@ def _layers_of(run: _Run, index: int, stack: ExitStack) -> list[Layer]:
     return build_layers(graph, compared.metrics, reference.pairing, recorded)
 
 
-def _spill_note(store: TensorStore) -> tuple[str, ...]:
-    if not store.spilled:
+def _spill_note(recorded: TorchCapture | None) -> tuple[str, ...]:
+    if recorded is None or not recorded.store.spilled:
         return ()
-    return (f"{store.spilled} reference tensors were spilled to disk (over the memory limit)",)
+    return (f"{recorded.store.spilled} reference tensors were spilled to disk (over the memory limit)",)
 
 
 def _findings(
@@ -566,26 +544,16 @@ class _Recapture:
 
     def __call__(self, index: int, sample: Sample) -> ValuesOf | None:
         captured = self.run.captured
-        module = self.run.reference.module
-        if captured is None or module is None:
+        recorder = self.run.reference.recorder  # records as sample 0 was recorded (attention too)
+        if captured is None or recorder is None:
             return None
         if index == 0:
             return captured.values
-        from trtdiff.backends.pytorch.capture import capture
-
         if self.store is not None:
             self.store.close()
-        self.store = TensorStore(self.run.options.runtime.memory_bytes)
-        runtime = self.run.options.runtime
+        self.store = recorder.store()
         feeds = dict(zip(self.run.prepared.input_names, sample.values, strict=False))
-        recorded = capture(
-            module,
-            feeds,
-            device=runtime.torch_device,
-            tf32=runtime.tf32,
-            store=self.store,
-            attention="decomposed" if captured.capture.decomposed else "fused",  # as sample 0 was recorded
-        )
+        recorded = recorder.record(feeds, store=self.store)
         return CapturedValues(recorded, captured.pairing, captured.outputs).values
 
 

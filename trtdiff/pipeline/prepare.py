@@ -3,6 +3,9 @@
 `prepare` takes the same `CompareOptions` for all three commands and yields one `Prepared`
 value that the rest of the pipeline reads; the exported file lives in a temporary folder
 until the `with` block ends, and every backend opened is closed then, errors included.
+The run settings are derived from the options here, once: the PyTorch reference (module,
+device, TF32, memory limit: `TorchReference`, whose `record` every recording goes through)
+and TensorRT's engine settings (`engine_settings`), carried in `Prepared` to every consumer.
 """
 
 from __future__ import annotations
@@ -32,10 +35,14 @@ if TYPE_CHECKING:
 
     from trtdiff.backends.base import OnnxBackend
     from trtdiff.backends.pytorch.records import TorchCapture
+    from trtdiff.backends.pytorch.reference import TorchReference
+    from trtdiff.options import BuildSettings
     from trtdiff.report import TensorRTSummary
 
 Progress = Callable[[str], None]
-# Records the PyTorch reference on the inputs, before export (so a forward that fails says so).
+# Makes the first recording of the PyTorch reference (`TorchReference.record`; a sweep lends one).
+Record = Callable[["TorchReference", "Mapping[str, np.ndarray]"], "TorchCapture"]
+# The same, given the module alone: a caller's own recording step.
 Capture = Callable[["torch.nn.Module", "Mapping[str, np.ndarray]"], "TorchCapture"]
 
 
@@ -57,7 +64,7 @@ class Source:
 
 @dataclass(frozen=True)
 class Prepared:
-    """The model, its inputs, the ONNX graph compared and the backends opened on it."""
+    """The model, its inputs, the ONNX graph compared, the backends opened on it and the run settings."""
 
     loaded: LoadedModel
     graph: GraphInfo
@@ -73,6 +80,8 @@ class Prepared:
     tensorrt: TensorRTSummary | None
     engine_path: Path | None
     notes: tuple[str, ...]
+    reference: TorchReference | None  # the PyTorch side, when "torch" is chosen and the model has a module
+    engine: BuildSettings  # TensorRT's engine settings: the options' TensorRT part, TF32, the shapes fed
 
     @property
     def has_torch(self) -> bool:
@@ -94,13 +103,17 @@ def prepare(
     capture: Capture | None = None,
     timings: dict[str, float] | None = None,
     say: Progress | None = None,
+    record: Record | None = None,
 ) -> Iterator[Prepared]:
     """Load `model`, build its inputs, export it (or read the given file) and open the backends.
 
     `backends` names the ONNX backends to open (default: those the options choose; "torch" is
     not opened here). `first_feeds` replaces the inputs built from shapes and files (a data
-    set's first sample). `capture` records the PyTorch reference when "torch" is chosen.
+    set's first sample). When "torch" is chosen, `record` records the PyTorch reference (or
+    `capture`, given the module alone); neither: nothing is recorded.
     """
+    from trtdiff.backends.tensorrt.settings import engine_settings  # neither TensorRT nor torch
+
     timings = {} if timings is None else timings
     say = say or (lambda _text: None)
     save_path = check_new_file(options.export.save_onnx, options.force, "save_onnx")
@@ -113,19 +126,25 @@ def prepare(
     if backends is None:
         backends, chosen_notes = choose_backends(options.runtime, source.loaded.kind != "onnx")
     notes: list[str] = [*source.notes, *chosen_notes]
-    record: Callable[[], TorchCapture] | None = None
-    if capture is not None and "torch" in backends and source.loaded.module is not None:
-        record = functools.partial(_recorded, capture, source, say, timings)
+    reference = _reference(source, options, backends)
+    if record is None and capture is not None:
+        record = functools.partial(_module_only, capture)
+    recording: Callable[[], TorchCapture] | None = None
+    if record is not None and reference is not None:
+        recording = functools.partial(_recorded, record, reference, source, say, timings)
     with ExitStack() as stack:  # closed last in, first out: the backends, then the folder they read
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-")))
         graph, exporter, recorded = _export_then_record(
-            source, options.export, save_path, folder, notes, record, timings, say
+            source, options.export, save_path, folder, notes, recording, timings, say
         )
         feeds = onnx_feeds(graph, source.feeds)
+        engine = engine_settings(options.runtime, feeds)  # every engine of the comparison is built with these
         say("preparing backends (a TensorRT engine build can take minutes)")
         with timed(timings, "backends"):
             opened = stack.enter_context(
-                open_backends(graph, feeds, options.runtime, backends, engine_path, compare_outputs=compare_tensors)
+                open_backends(
+                    graph, feeds, options.runtime, backends, engine_path, compare_outputs=compare_tensors, engine=engine
+                )
             )
         yield Prepared(
             loaded=source.loaded,
@@ -142,7 +161,24 @@ def prepare(
             tensorrt=opened.tensorrt,
             engine_path=engine_path,
             notes=(*notes, *opened.notes),
+            reference=reference,
+            engine=engine,
         )
+
+
+def _reference(source: Source, options: CompareOptions, backends: Sequence[str]) -> TorchReference | None:
+    """The PyTorch reference with the options' settings, when "torch" is compared and the model has a module."""
+    module = source.loaded.module
+    if "torch" not in backends or module is None:
+        return None
+    from trtdiff.backends.pytorch.reference import TorchReference  # torch-free until it records
+
+    return TorchReference.of(module, options.runtime)
+
+
+def _module_only(step: Capture, reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
+    """A caller's recording step that takes the module alone, as a `Record`."""
+    return step(reference.module, feeds)
 
 
 def _onnx_path(source: Source, save_path: Path | None) -> str | None:
@@ -203,13 +239,14 @@ def _export_reads_recording(source: Source, options: ExportOptions) -> bool:
     return reads_returned(source.loaded, exporter)
 
 
-def _recorded(capture: Capture, source: Source, say: Progress, timings: dict[str, float]) -> TorchCapture:
-    """The PyTorch reference; a forward that fails or returns no tensor is named with the model it is."""
-    assert source.loaded.module is not None
+def _recorded(
+    record: Record, reference: TorchReference, source: Source, say: Progress, timings: dict[str, float]
+) -> TorchCapture:
+    """The PyTorch reference recorded; a forward that fails or returns no tensor is named with the model it is."""
     say("running PyTorch, recording every op")
     try:
         with timed(timings, "torch"):
-            recorded = capture(source.loaded.module, source.feeds)
+            recorded = record(reference, source.feeds)
     except ModelRunError as error:
         raise ModelRunError(f"{source.loaded.source}: {error.template}") from error
     if not recorded.output_keys:

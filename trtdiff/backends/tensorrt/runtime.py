@@ -33,6 +33,7 @@ from trtdiff.backends.tensorrt.execution import NO_EXECUTION, EngineSession, map
 from trtdiff.backends.tensorrt.fusion import engine_fusion
 from trtdiff.backends.tensorrt.importing import import_tensorrt, probe
 from trtdiff.backends.tensorrt.logger import shared_logger
+from trtdiff.backends.tensorrt.settings import engine_settings
 from trtdiff.errors import BackendError, describe_error
 
 if TYPE_CHECKING:
@@ -82,16 +83,9 @@ class TensorRTBackend(OnnxBackend):
 
     @classmethod
     def open(cls, graph: GraphInfo, request: OpenRequest) -> Self:
-        """Build for the request's inputs with its options (engine cache, TF32); write the engines where asked."""
-        import dataclasses
-
-        from trtdiff.backends.tensorrt.builder import input_shapes_from
-
+        """Build with the request's engine settings (else its options' and inputs'); write the engines where asked."""
         options = request.options
-        settings = options.tensorrt
-        if request.feeds is not None:
-            settings = dataclasses.replace(settings, input_shapes=input_shapes_from(request.feeds))
-        settings = dataclasses.replace(settings, tf32=options.tf32)
+        settings = request.engine if request.engine is not None else engine_settings(options, request.feeds)
         settings.validate()
         backend = cls(
             graph,

@@ -1,0 +1,101 @@
+"""The PyTorch side of a comparison: the module and how every recording of it is made, stated once.
+
+`TorchReference.of(module, options)` reads the settings a recording needs from the options
+(the device, TF32, the memory limit of the store its values go to) when the comparison is
+prepared; every later recording of the comparison (sample 0 again to stream it, a later
+sample for the culprit pass or a non-finite search) calls `record` on that object and says
+only what differs per call: the inputs, which values to keep, who sees them as they come.
+`as_recorded` fixes how attention is recorded to the way the first recording did it, so a
+later sample is recorded as sample 0 was.
+
+Nothing here imports torch at import time: the capture machinery (capture.py) is imported
+when a recording is made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Container, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from trtdiff.backends.store import TensorStore
+from trtdiff.options import DEFAULT_MEMORY_BYTES
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from trtdiff.backends.pytorch.capture import AttentionMode, Visit
+    from trtdiff.backends.pytorch.records import TorchCapture
+    from trtdiff.options import BackendOptions
+
+
+@dataclass(frozen=True)
+class TorchReference:
+    """The module the comparison records, and the settings every recording of it uses.
+
+    `device` as the options give it ("auto": the GPU when torch sees one, resolved when
+    recording); `tf32`: TF32 allowed on CUDA (off: true FP32); `memory_bytes`: what a
+    recording's store holds in memory (or on its GPU) before spilling to disk; `attention`:
+    "auto" for the first recording, the way it chose for the later ones (`as_recorded`).
+    """
+
+    module: torch.nn.Module
+    device: str = "cpu"
+    tf32: bool = False
+    memory_bytes: int = DEFAULT_MEMORY_BYTES
+    attention: AttentionMode = "auto"
+
+    @classmethod
+    def of(cls, module: torch.nn.Module, options: BackendOptions) -> TorchReference:
+        """The reference of a comparison with these options: the one place its settings are read from them."""
+        return cls(module, options.torch_device, options.tf32, options.memory_bytes)
+
+    @property
+    def settings(self) -> tuple[str, bool]:
+        """What makes two recordings of the same inputs alike (a sweep lends one to every row that matches)."""
+        return self.device, self.tf32
+
+    def as_recorded(self, first: TorchCapture) -> TorchReference:
+        """This reference recording attention as `first` did (op by op or fused), without checking again."""
+        return dataclasses.replace(self, attention="decomposed" if first.decomposed else "fused")
+
+    def store(self) -> TensorStore:
+        """A new store under this reference's memory limit (close it when the values are no longer read)."""
+        return TensorStore(self.memory_bytes)
+
+    def record(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        *,
+        store: TensorStore | None = None,
+        visit: Visit | None = None,
+        keep: Container[str] | None = None,
+    ) -> TorchCapture:
+        """One forward on `inputs` (in order), every computing op's output recorded (capture.capture).
+
+        The values go to `store`, else to a new store under the memory limit that the returned
+        capture holds (close `capture.store` when done; closed here if the forward fails).
+        `visit` sees each value as it is produced and only `keep` are kept, when given (a
+        streamed recording: `as_recorded` first, since "auto" may record twice).
+        """
+        from trtdiff.backends.pytorch.capture import capture
+
+        own = store is None
+        into = self.store() if store is None else store
+        try:
+            return capture(
+                self.module,
+                inputs,
+                device=self.device,
+                tf32=self.tf32,
+                store=into,
+                attention=self.attention,
+                visit=visit,
+                keep=keep,
+            )
+        except BaseException:
+            if own:
+                into.close()
+            raise
