@@ -216,11 +216,12 @@ def implicit_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
     """
     names: dict[str, None] = {}
     for graph in subgraphs(node):
-        names.update(dict.fromkeys(_outer_names(graph)))
+        names.update(dict.fromkeys(outer_names(graph)))
     return tuple(names)
 
 
-def _outer_names(graph: onnx.GraphProto) -> list[str]:
+def outer_names(graph: onnx.GraphProto) -> list[str]:
+    """The names `graph` (a subgraph) reads from its enclosing scopes, in first-use order."""
     defined = {v.name for v in graph.input} | {i.name for i in graph.initializer}
     defined |= {i.values.name for i in graph.sparse_initializer}
     outer: list[str] = []
