@@ -40,6 +40,21 @@ class IfBranch(nn.Module):
         return self.head(y)
 
 
+class LoopNet(nn.Module):
+    """A scripted `for` over a count read from the input (one step per channel): exported as an ONNX Loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        for _ in range(x.size(1)):
+            y = torch.relu(y) * 0.5 + 1.0
+        return self.head(y)
+
+
 class GroupNormNet(nn.Module):
     """GroupNorm, which the TorchScript exporter writes as InstanceNormalization + Reshape + Mul + Add."""
 
@@ -137,6 +152,19 @@ def head_scaled(model: onnx.ModelProto) -> str:
     return target.name
 
 
+def loop_body_constant(model: onnx.ModelProto) -> str:
+    """The loop body's `* 0.5` becomes `* 0.6`: a fault inside a Loop, named at the Loop as a whole."""
+    target = node(model, "Loop")
+    body = next(a.g for a in target.attribute if a.name == "body")
+    for inner in body.node:
+        if inner.op_type == "Constant":
+            value = numpy_helper.to_array(inner.attribute[0].t)
+            if value.dtype.kind == "f" and value.size == 1 and float(value) == 0.5:
+                inner.attribute[0].t.CopyFrom(numpy_helper.from_array(np.full_like(value, 0.6)))
+                return target.name
+    raise AssertionError("no constant 0.5 in the loop body")
+
+
 def groupnorm_gamma(model: onnx.ModelProto) -> str:
     """GroupNorm's per-channel scale x1.5 (the Mul after the InstanceNormalization): named at the region's output."""
     mul = node(model, "Mul", "/norm/")
@@ -189,6 +217,8 @@ class Case:
 CASES = (
     Case("if-branch", IfBranch, "1x3x16x16", if_then_constant, scripted=True),
     Case("if-then-head", IfBranch, "1x3x16x16", head_scaled, scripted=True),
+    Case("loop-body", LoopNet, "1x3x16x16", loop_body_constant, scripted=True),
+    Case("loop-then-head", LoopNet, "1x3x16x16", head_scaled, scripted=True),
     Case("groupnorm", GroupNormNet, "1x3x16x16", groupnorm_gamma),
     Case("pad-mode", ReflectPad, "1x3x16x16", pad_constant),
     Case("cast-truncates", RoundToInt, "1x3x16x16", round_removed),
