@@ -212,6 +212,17 @@ def rename_outer(node: onnx.NodeProto, renamed: Mapping[str, str]) -> None:
                 value.name = renamed[value.name]
 
 
+def unprefix_subgraphs(node: onnx.NodeProto) -> None:
+    """Take the shadow prefix off the outer names `node`'s subgraphs read (what `rename_outer` put there)."""
+    for graph in subgraphs(node):
+        for inner in graph.node:
+            for i, name in enumerate(inner.input):
+                inner.input[i] = name.removeprefix(PREFIX)
+            unprefix_subgraphs(inner)
+        for value in graph.output:
+            value.name = value.name.removeprefix(PREFIX)
+
+
 def with_sink(model: onnx.ModelProto, outputs: Sequence[str]) -> onnx.ModelProto:
     """A copy of `model` whose one graph output (SINK) depends on each of `outputs`, which become inner values.
 
