@@ -26,7 +26,8 @@ from trtdiff.source.onnx_graph import graph_from_model, outer_names, subgraphs
 if TYPE_CHECKING:
     from trtdiff.analysis.culprits import LocalRun, OpenLike, ValuesOf
     from trtdiff.analysis.engine import CapturedValues
-    from trtdiff.backends.pytorch.records import TorchRecord
+    from trtdiff.backends.pytorch.records import TorchCapture, TorchRecord
+    from trtdiff.pairing.pairs import Pairing
     from trtdiff.report import Culprit, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
 
@@ -161,18 +162,19 @@ def _inner_culprit(
     return "no node inside it diverges alone where its nodes pair with PyTorch's ops"
 
 
-def held_inside(graph: GraphInfo, captured: CapturedValues) -> list[str]:
-    """The recorded values inside the branches of every paired If, for a comparison to keep (see `retain`).
+def held_inside(graph: GraphInfo, capture: TorchCapture, pairing: Pairing) -> list[str]:
+    """The recorded values inside the branches of every paired If, for a comparison to keep with its pairs.
 
-    Without them the culprit pass can name the If and the branch taken, not the node inside.
+    `capture.retain` keeps only the paired values; without these the culprit pass names the
+    If and the branch taken, not the node inside.
     """
     keys: list[str] = []
     for node in graph.nodes:
-        start = captured.keys.get(node.outputs[0], "") if node.op_type == "If" and node.outputs else ""
-        start = start.removeprefix(RECORD_PREFIX)
+        pair = pairing.pairs.get(node.outputs[0]) if node.op_type == "If" and node.outputs else None
+        start = pair.key.removeprefix(RECORD_PREFIX) if pair is not None else ""
         if start.isdigit():
             for branch in subgraphs(graph.model.graph.node[node.index]):
-                keys += inner_keys(branch, captured.capture.records, int(start)).values()
+                keys += inner_keys(branch, capture.records, int(start)).values()
     return list(dict.fromkeys(keys))
 
 
