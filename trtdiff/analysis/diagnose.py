@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from trtdiff.analysis.advice import Interpolations, advise
 from trtdiff.analysis.attribution import AttributionInputs, attribute
+from trtdiff.analysis.control_flow import subgraph_notes
 from trtdiff.analysis.culprits import OpenLike, Reference, ValuesOf, find_culprits, local_errors, with_local
 from trtdiff.backends.base import fetch
 
@@ -91,6 +92,9 @@ def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair
     updated = with_local(layers, runs)
     culprits, drift = find_culprits(updated, runs, inputs.graph, inputs.thresholds)
     advised = advise(culprits, inputs.graph, inputs.interpolations, inputs.name_of)
+    notes += subgraph_notes(
+        inputs.graph, advised, runs, inputs.captured, _exact_values(inputs), _opener(inputs), inputs.thresholds
+    )
     if inputs.on_culprits is not None:
         inputs.on_culprits(advised, runs)
     return Findings(tuple(updated), advised, drift, notes=tuple(notes))

@@ -59,6 +59,6 @@ def suspects(graph: GraphInfo, tensor: str, agreeing: Sequence[str]) -> tuple[st
         if index in vouched:
             continue
         vouched.add(index)
-        stack.extend(p for t in graph.nodes[index].inputs if (p := graph.producer_of.get(t)) is not None)
+        stack.extend(p for t in graph.nodes[index].reads if (p := graph.producer_of.get(t)) is not None)
     open_nodes = sorted(i for i in upstream - vouched if graph.nodes[i].op_type not in _NOT_SUSPECT_OPS)
     return (graph.nodes[target].name, *(graph.nodes[i].name for i in reversed(open_nodes)))

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from trtdiff.source.onnx_graph import GraphInfo
+from trtdiff.source.onnx_graph import GraphInfo, implicit_inputs, subgraphs
 
 PREFIX = "trtdiff.local/"
 SINK = "trtdiff.sink"
@@ -85,7 +85,7 @@ def submodel(shadow: ShadowModel, tensor: str, graph: GraphInfo) -> onnx.ModelPr
     """The part of `shadow` that computes `tensor` alone (its subgraph), for the spec evaluator."""
     names = set(shadow.subgraphs[tensor])
     wanted = [n for n in shadow.model.graph.node if n.name.removeprefix(PREFIX) in names or n.op_type == "Constant"]
-    used = {t for node in wanted for t in node.input}
+    used = {t for node in wanted for t in (*node.input, *implicit_inputs(node))}
     model = onnx.ModelProto()
     model.CopyFrom(shadow.model)
     del model.graph.node[:]
@@ -147,6 +147,14 @@ class _Builder:
             source, pulled = self._source(tensor)
             copy.input.append(source)
             names += [n for n in pulled if n not in names]
+        renamed: dict[str, str] = {}
+        for tensor in self.graph.nodes[index].implicit:  # what an If branch or a Loop body reads from outside
+            source, pulled = self._source(tensor)
+            if source != tensor:
+                renamed[tensor] = source
+            names += [n for n in pulled if n not in names]
+        if renamed:
+            rename_outer(copy, renamed)
         self.nodes[index] = copy
         self.subgraph[index] = tuple(names)
         return self.subgraph[index]
@@ -182,6 +190,37 @@ class _Builder:
         model = helper.make_model(graph, opset_imports=list(source.opset_import), producer_name="trtdiff")
         model.ir_version = source.ir_version
         return model
+
+
+def rename_outer(node: onnx.NodeProto, renamed: Mapping[str, str]) -> None:
+    """Rename, inside `node`'s subgraphs (recursively), the outer-scope names of `renamed`.
+
+    A name a subgraph defines itself shadows the outer one from there on and is left alone.
+    """
+    for graph in subgraphs(node):
+        defined = {v.name for v in graph.input} | {i.name for i in graph.initializer}
+        for inner in graph.node:
+            outer = {k: v for k, v in renamed.items() if k not in defined}
+            for i, name in enumerate(inner.input):
+                if name in outer:
+                    inner.input[i] = outer[name]
+            if outer:
+                rename_outer(inner, outer)
+            defined.update(inner.output)
+        for value in graph.output:
+            if value.name in renamed and value.name not in defined:
+                value.name = renamed[value.name]
+
+
+def unprefix_subgraphs(node: onnx.NodeProto) -> None:
+    """Take the shadow prefix off the outer names `node`'s subgraphs read (what `rename_outer` put there)."""
+    for graph in subgraphs(node):
+        for inner in graph.node:
+            for i, name in enumerate(inner.input):
+                inner.input[i] = name.removeprefix(PREFIX)
+            unprefix_subgraphs(inner)
+        for value in graph.output:
+            value.name = value.name.removeprefix(PREFIX)
 
 
 def with_sink(model: onnx.ModelProto, outputs: Sequence[str]) -> onnx.ModelProto:

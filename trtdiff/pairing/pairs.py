@@ -9,7 +9,9 @@ Pairing goes in passes, each only over what earlier passes left:
    graph (all there is for ExportedPrograms and for TorchScript modules whose module paths
    could not be read from their graph);
 3. module: a module's output paired with the last tensor its ONNX scope produces;
-4. outputs: the graph's outputs with the model's outputs, in the exporter's order;
+4. outputs: the graph's outputs with the model's outputs, in the exporter's order; then a
+   node with subgraphs (If, Loop, Scan) with the value its paired consumer read, the last
+   value the branch taken (or the loop) computed (method "module": a region's output);
 5. composite: an op the exporter decomposed (GELU, SiLU, LayerNorm below opset 17) with the
    last node of its decomposition, found by data flow from its paired input (pairing_composite);
 6. derived: each float tensor still without a value (inside SiLU, GELU, LayerNorm below
@@ -41,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from trtdiff.backends.pytorch.align import certain_pairs, segments
-from trtdiff.backends.pytorch.records import TorchCapture, TorchRecord
+from trtdiff.backends.pytorch.records import RECORD_PREFIX, TorchCapture, TorchRecord
 from trtdiff.pairing.composite import pair_composites
 from trtdiff.pairing.derive import Derivation, derive, evaluate
 from trtdiff.pairing.kinds import computed_from_inputs, onnx_kinds, record_kind
@@ -114,6 +116,7 @@ def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pai
     if capture.paths_known:
         _pair_module_outputs(graph, capture, node_modules, state.pairs, state.used)
     _pair_graph_outputs(graph, capture, state.pairs)
+    _pair_control_flow(graph, capture, state.pairs, state.used)
     evaluation = evaluate(graph, capture, {t: p.key for t, p in state.pairs.items()})
     composites = pair_composites(
         graph,
@@ -355,3 +358,47 @@ def _pair_graph_outputs(graph: GraphInfo, capture: TorchCapture, pairs: dict[str
             continue
         record = capture.records[record_index] if record_index is not None else None
         pairs[tensor] = TorchPair(key, "output", record.op if record else None, record.module_path if record else None)
+
+
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+
+
+def _pair_control_flow(graph: GraphInfo, capture: TorchCapture, pairs: dict[str, TorchPair], used: set[int]) -> None:
+    """An If's (Loop's, Scan's) float output with the recorded value its paired consumers read.
+
+    The recording holds the ops of the branch taken (the iterations run), not the If: the
+    value the If stands for is what the op paired with its consumer was fed, found through
+    that op's sources; it is taken only when exactly one unpaired source fits the output.
+    """
+    readers: dict[str, list[NodeInfo]] = defaultdict(list)
+    for node in graph.nodes:
+        for tensor in node.inputs:
+            readers[tensor].append(node)
+    for node in graph.nodes:
+        if node.op_type not in _CONTROL_FLOW:
+            continue
+        for tensor in node.outputs:
+            if not tensor or tensor in pairs or not graph.tensor_type(tensor).is_float:
+                continue
+            fitting: set[int] = set()
+            for reader in readers[tensor]:
+                index = _record_index(pairs.get(reader.outputs[0]) if reader.outputs else None)
+                if index is None:
+                    continue
+                record = capture.records[index]
+                for source in record.sources or record.inputs:
+                    if source is not None and source >= 0 and source not in used:
+                        if _compatible(graph, tensor, capture.records[source]):
+                            fitting.add(source)
+            if len(fitting) == 1:
+                record = capture.records[fitting.pop()]
+                pairs[tensor] = TorchPair(record.key, "module", record.op, capture.path_of(record))
+                used.add(record.index)
+
+
+def _record_index(pair: TorchPair | None) -> int | None:
+    """The record a pair's value is (None for a model output, a derived value)."""
+    if pair is None or not pair.key.startswith(RECORD_PREFIX):
+        return None
+    rest = pair.key.removeprefix(RECORD_PREFIX)
+    return int(rest) if rest.isdigit() else None

@@ -36,6 +36,14 @@ class NodeInfo:
     outputs: tuple[str, ...]
     scope_pieces: tuple[str, ...] | None = None
     module_path: str | None = None
+    implicit: tuple[str, ...] = ()
+    """Outer-scope tensors its subgraphs (If branches, Loop and Scan bodies) read by name, not
+    listed in `inputs`: the node depends on them as much as on an input."""
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every tensor the node reads: its inputs, then its subgraphs' outer-scope names."""
+        return (*self.inputs, *self.implicit) if self.implicit else self.inputs
 
 
 @dataclass(frozen=True)
@@ -93,7 +101,7 @@ class GraphInfo:
         """Tensors computed from the graph inputs' values, not only from their shapes or constants."""
         data = set(self.graph_inputs)
         for node in self.nodes:
-            if node.op_type not in _SHAPE_OPS and any(t in data for t in node.inputs):
+            if node.op_type not in _SHAPE_OPS and any(t in data for t in node.reads):
                 data.update(t for t in node.outputs if t)
         return frozenset(data)
 
@@ -102,7 +110,7 @@ class GraphInfo:
         seen: set[int] = set()
         stack = [index]
         while stack:
-            for tensor in self.nodes[stack.pop()].inputs:
+            for tensor in self.nodes[stack.pop()].reads:
                 parent = self.producer_of.get(tensor)
                 if parent is not None and parent not in seen:
                     seen.add(parent)
@@ -185,7 +193,45 @@ def _node_info(index: int, node: onnx.NodeProto) -> NodeInfo:
         outputs=tuple(node.output),
         scope_pieces=pieces,
         module_path=module_path,
+        implicit=implicit_inputs(node),
     )
+
+
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The graphs held in `node`'s attributes (If's branches, Loop's and Scan's body)."""
+    found: list[onnx.GraphProto] = []
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            found.append(attribute.g)
+        elif attribute.type == onnx.AttributeProto.GRAPHS:
+            found.extend(attribute.graphs)
+    return found
+
+
+def implicit_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
+    """The outer-scope tensors `node`'s subgraphs read (recursively), in first-use order.
+
+    A name a subgraph defines itself (its inputs, initializers, node outputs) shadows the
+    outer one and is not counted; an empty name is an omitted optional input.
+    """
+    names: dict[str, None] = {}
+    for graph in subgraphs(node):
+        names.update(dict.fromkeys(outer_names(graph)))
+    return tuple(names)
+
+
+def outer_names(graph: onnx.GraphProto) -> list[str]:
+    """The names `graph` (a subgraph) reads from its enclosing scopes, in first-use order."""
+    defined = {v.name for v in graph.input} | {i.name for i in graph.initializer}
+    defined |= {i.values.name for i in graph.sparse_initializer}
+    outer: list[str] = []
+    for inner in graph.node:
+        for name in (*inner.input, *implicit_inputs(inner)):
+            if name and name not in defined and name not in outer:
+                outer.append(name)
+        defined.update(inner.output)
+    outer += [v.name for v in graph.output if v.name not in defined and v.name not in outer]
+    return outer
 
 
 def _tensor_type(value: onnx.ValueInfoProto) -> TensorType:
