@@ -20,6 +20,7 @@ from itertools import chain, islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtdiff.analysis.control_flow import held_inside
 from trtdiff.analysis.diagnose import Findings, Inputs, analyse, attribute_culprits
 from trtdiff.analysis.engine import (
     BackendValues,
@@ -225,8 +226,12 @@ class _Run:
         capture, pairing = self.reference.capture, self.reference.pairing
         if capture is None or pairing is None or self.shared:  # the next comparison pairs it again
             return
-        capture.retain(() if self.streams else [p.key for p in pairing.pairs.values()])
+        capture.retain(() if self.streams else self._kept(capture, pairing))
         release_memory()
+
+    def _kept(self, capture: TorchCapture, pairing: Pairing) -> list[str]:
+        """The recorded values the culprit pass reads: the paired ones, and those inside a paired If's branches."""
+        return [*(p.key for p in pairing.pairs.values()), *held_inside(self.prepared.graph, capture, pairing)]
 
     def layer_tensors(self) -> tuple[str, ...]:
         """Sample 0's tensors: those paired with PyTorch, every one several backends share, the outputs."""
@@ -277,7 +282,7 @@ class _Run:
         stack = self.stack if self.stack is not None else ExitStack()
         store = stack.enter_context(reference.recorder.store())
         recorded = reference.recorder.record(self.prepared.model_feeds, store=store)  # sample 0, as recorded
-        recorded.retain([p.key for p in reference.pairing.pairs.values()])
+        recorded.retain(self._kept(recorded, reference.pairing))
         return CapturedValues(recorded, reference.pairing, outputs)
 
     def _streamed(self) -> StreamedValues:
