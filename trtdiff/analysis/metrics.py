@@ -106,7 +106,7 @@ def compare_tensors(reference: Any, candidate: Any, thresholds: Thresholds) -> P
         candidate = candidate.reshape(reference.shape)
     if not _is_float(reference) and not _is_float(candidate):
         mismatches = int(np.count_nonzero(reference != candidate))
-        return _exact(_numpy_moments(reference, candidate), mismatches)
+        return _exact(_integer_moments(reference, candidate), mismatches)
     return _verdict(_numpy_moments(reference, candidate), thresholds)
 
 
@@ -172,6 +172,37 @@ def _exact(moments: _Moments, mismatches: int) -> PairMetrics:
         mismatches=mismatches,
         diverged=bool(mismatches),
         reasons=reasons,
+    )
+
+
+def _integer_moments(reference: np.ndarray, candidate: np.ndarray) -> _Moments:
+    """Max-abs, mean-abs and the reference's magnitude of an integer (or bool) pair, exact where they matter.
+
+    float64 holds integers to 2**53 only and int64 differences overflow (2**62 - -2**62), so
+    each difference is taken as uint64 of the larger side minus the smaller, which wraps to the
+    exact difference (it is below 2**64), and only that exact figure is rounded to a float: two
+    values that differ never give max-abs 0. A pair no 64-bit type holds both of (int64 against
+    uint64) is compared in Python integers.
+    """
+    ref, cand = _flat(np.asarray(reference)), _flat(np.asarray(candidate))
+    common = np.promote_types(ref.dtype, cand.dtype)
+    if common.kind == "b":
+        common = np.dtype(np.int64)
+    if common.kind not in "iu":  # int64 with uint64: no 64-bit integer type holds both
+        diff = np.abs(ref.astype(object) - cand.astype(object))
+        magnitude = np.abs(ref.astype(object))
+    else:
+        wide = np.dtype(np.int64) if common.kind == "i" else np.dtype(np.uint64)
+        r, c = ref.astype(wide), cand.astype(wide)
+        diff = np.maximum(r, c).view(np.uint64) - np.minimum(r, c).view(np.uint64)  # wraps to the exact difference
+        magnitude = np.where(r < 0, np.uint64(0) - r.view(np.uint64), r.view(np.uint64)) if wide.kind == "i" else r
+    size = int(ref.size)
+    return _Moments(
+        size=size,
+        finite=size,
+        max_abs=float(int(diff.max())) if size else 0.0,
+        sum_abs=float(sum(int(v) for v in diff) if diff.dtype == object else diff.astype(np.float64).sum()),
+        ref_max_abs=float(int(magnitude.max())) if size else 0.0,
     )
 
 
@@ -399,7 +430,7 @@ def _compare_torch(reference: Any, candidate: Any, thresholds: Thresholds) -> Pa
         cand = cand.reshape(ref.shape)
     if not ref.is_floating_point() and not cand.is_floating_point() and not ref.is_complex() and not cand.is_complex():
         mismatches = int((ref != cand).sum())
-        return _exact(_torch_moments(ref, cand), mismatches)
+        return _exact(_integer_moments(to_host(ref), to_host(cand)), mismatches)
     return _verdict(_torch_moments(ref, cand), thresholds)
 
 
