@@ -362,3 +362,23 @@ def test_quiet_says_where_nan_first_appears_when_the_finite_check_fails(passing:
     quiet_passing = io.StringIO()
     render_verdict(passing, _console(quiet_passing))
     assert "NON-FINITE" not in quiet_passing.getvalue()
+
+
+def test_a_culprit_whose_output_has_no_finite_value_reads_n_a(diverged: Report) -> None:
+    from culprit_reports import drift_report
+
+    from trtdiff.render.markdown import render_markdown
+    from trtdiff.report import Attribution, Culprit, ErrorFigures
+
+    base = drift_report(diverged)
+    head = base.layers[3]
+    missing = ErrorFigures(None, None, None, non_finite_mismatches=64)  # the candidate's output: NaN everywhere
+    pair = next(iter(head.pairs))
+    culprit = Culprit(
+        head.tensor, head.onnx_node, head.op_type, head.module, pair, missing, missing, "unknown", (head.onnx_node,)
+    )
+    attribution = Attribution(head.onnx_node, head.tensor, pair, None, None, None, None)
+    report = dataclasses.replace(base, drift=None, culprit=culprit, culprits=(culprit,), attribution=(attribution,))
+    for text in (render(report), render_markdown(report)):
+        assert "final rel-err n/a -> n/a, cosine n/a -> n/a" in " ".join(text.replace("-&gt;", "->").split())
+        assert "1.000000 -> 1.000000" not in text

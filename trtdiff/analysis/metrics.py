@@ -111,18 +111,29 @@ def compare_tensors(reference: Any, candidate: Any, thresholds: Thresholds) -> P
 
 
 def _verdict(moments: _Moments, thresholds: Thresholds) -> PairMetrics:
-    """The figures of a float pair, its divergence and the reasons."""
-    max_abs, ref_max_abs = moments.max_abs, moments.ref_max_abs
-    mean_abs = moments.sum_abs / moments.finite if moments.finite else 0.0
-    rel_err = max_abs / ref_max_abs if ref_max_abs > 0 else (0.0 if max_abs == 0 else float("inf"))
-    cosine = _cosine(moments)
+    """The figures of a float pair, its divergence and the reasons.
+
+    A pair with values but none finite on both sides has no figures: cosine, max-abs, mean-abs
+    and relative error are n/a (None), not the cosine 1 and error 0 of empty sums. That alone
+    is no reason to diverge (NaN against NaN agrees); the gate fails n/a on final outputs.
+    """
     reasons: list[Reason] = []
-    if cosine < thresholds.min_cosine:
-        reasons.append(Reason("cosine", cosine, thresholds.min_cosine))
-    if rel_err > thresholds.rtol:
-        reasons.append(Reason("rel_err", rel_err, thresholds.rtol))
-    if thresholds.max_abs is not None and max_abs > thresholds.max_abs:
-        reasons.append(Reason("max_abs", max_abs, thresholds.max_abs))
+    if moments.size and not moments.finite:
+        cosine: float | None = None
+        max_abs: float | None = None
+        mean_abs: float | None = None
+        rel_err: float | None = None
+    else:
+        max_abs = moments.max_abs
+        mean_abs = moments.sum_abs / moments.finite if moments.finite else 0.0
+        rel_err = _relative(max_abs, moments.ref_max_abs)
+        cosine = _cosine(moments)
+        if cosine < thresholds.min_cosine:
+            reasons.append(Reason("cosine", cosine, thresholds.min_cosine))
+        if rel_err > thresholds.rtol:
+            reasons.append(Reason("rel_err", rel_err, thresholds.rtol))
+        if thresholds.max_abs is not None and max_abs > thresholds.max_abs:
+            reasons.append(Reason("max_abs", max_abs, thresholds.max_abs))
     if moments.differ:
         where = f"{moments.differ} of {moments.size} positions"
         reasons.append(
@@ -138,7 +149,7 @@ def _verdict(moments: _Moments, thresholds: Thresholds) -> PairMetrics:
         max_abs=max_abs,
         mean_abs=mean_abs,
         rel_err=rel_err,
-        ref_max_abs=ref_max_abs,
+        ref_max_abs=moments.ref_max_abs,
         nan_ref=moments.nan_ref,
         nan_cand=moments.nan_cand,
         inf_ref=moments.inf_ref,
@@ -147,6 +158,11 @@ def _verdict(moments: _Moments, thresholds: Thresholds) -> PairMetrics:
         reasons=tuple(reasons),
         non_finite_mismatches=moments.differ,
     )
+
+
+def _relative(max_abs: float, ref_max_abs: float) -> float:
+    """Max-abs error over the reference's largest magnitude (0 or inf against an all-zero reference)."""
+    return max_abs / ref_max_abs if ref_max_abs > 0 else (0.0 if max_abs == 0 else float("inf"))
 
 
 def _cosine(moments: _Moments) -> float:

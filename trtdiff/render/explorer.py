@@ -165,11 +165,11 @@ def _gather(layers: Iterable[Layer]) -> dict[str, _Node]:
         node = nodes.setdefault(layer.onnx_node, _Node())
         node.compared = True
         node.diverged |= layer.diverged
-        node.rel_err += [m.rel_err for m in layer.pairs.values() if math.isfinite(m.rel_err)]
-        node.cosine += [m.cosine for m in layer.pairs.values() if math.isfinite(m.cosine)]
+        node.rel_err += [m.rel_err for m in layer.pairs.values() if m.rel_err is not None and math.isfinite(m.rel_err)]
+        node.cosine += [m.cosine for m in layer.pairs.values() if m.cosine is not None and math.isfinite(m.cosine)]
         for metrics in (layer.local or {}).values():
             node.local_diverged |= metrics.diverged
-            if math.isfinite(metrics.rel_err):
+            if metrics.rel_err is not None and math.isfinite(metrics.rel_err):
                 node.local_rel_err.append(metrics.rel_err)
     return nodes
 

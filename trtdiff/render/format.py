@@ -48,8 +48,14 @@ def _same(text: str) -> str:
 # Numbers
 
 
-def sci(value: float) -> str:
-    """An error figure: three significant digits in scientific notation, e.g. 2.64e-02 (nan, inf as words)."""
+NOT_AVAILABLE = "n/a"
+"""A figure computed over no finite values (None in the report): every format writes it so."""
+
+
+def sci(value: float | None) -> str:
+    """An error figure: three significant digits in scientific notation, e.g. 2.64e-02 (nan, inf as words; n/a)."""
+    if value is None:
+        return NOT_AVAILABLE
     if math.isnan(value):
         return "nan"
     if math.isinf(value):
@@ -57,8 +63,10 @@ def sci(value: float) -> str:
     return f"{value:.2e}"
 
 
-def cosine(value: float) -> str:
-    """A cosine similarity: six places, as cosines near 1 need (0.999854)."""
+def cosine(value: float | None) -> str:
+    """A cosine similarity: six places, as cosines near 1 need (0.999854); n/a over no finite values."""
+    if value is None:
+        return NOT_AVAILABLE
     return "nan" if math.isnan(value) else f"{value:.6f}"
 
 
@@ -72,8 +80,10 @@ def percent(value: float | None) -> str:
     return "?" if value is None or math.isnan(value) else f"{100 * value:.2f}%"
 
 
-def format_value(metric: str, figure: float) -> str:
-    """A check or reason figure at the precision its metric needs."""
+def format_value(metric: str, figure: float | None) -> str:
+    """A check or reason figure at the precision its metric needs (n/a when there is none)."""
+    if figure is None:
+        return NOT_AVAILABLE
     if metric in ("cosine", "divergence"):
         return cosine(figure)
     if metric in ("miou", "miou_drop"):
@@ -152,8 +162,13 @@ def reasons_text(reasons: Iterable[Reason]) -> str:
     return "; ".join(reason_text(reason) for reason in reasons)
 
 
-def _count(figure: float) -> str:
-    return "?" if math.isnan(figure) else str(int(figure))
+def _count(figure: float | None) -> str:
+    return "?" if figure is None or math.isnan(figure) else str(int(figure))
+
+
+def _general(figure: float | None) -> str:
+    """A check's worst figure, six significant digits; n/a over no finite values."""
+    return NOT_AVAILABLE if figure is None else f"{figure:.6g}"
 
 
 def check_message(check: ThresholdCheck, report: Report) -> str:
@@ -161,7 +176,7 @@ def check_message(check: ThresholdCheck, report: Report) -> str:
     if check.threshold in _THRESHOLD_WORDS:
         return (
             f"{_THRESHOLD_WORDS[check.threshold]} {check.limit:g} on final outputs of {check.compared} sample(s): "
-            f"worst {check.metric} {check.worst:.6g} ({check.worst_sample})"
+            f"worst {check.metric} {_general(check.worst)} ({check.worst_sample})"
         )
     if check.threshold == "finite":
         outputs = f"final outputs of {check.compared} sample(s)"
@@ -172,7 +187,7 @@ def check_message(check: ThresholdCheck, report: Report) -> str:
             )
         return f"no NaN/Inf in {outputs}: worst {_count(check.worst)} NaN/Inf values ({check.worst_sample})"
     if check.threshold == "layers":
-        message = f"{check.failed} of {check.compared} layers diverge; lowest cosine {check.worst:.6g}"
+        message = f"{check.failed} of {check.compared} layers diverge; lowest cosine {_general(check.worst)}"
         first = report.first_divergence
         if check.failed and first is not None:
             message += f"; first divergence {first.onnx_node} ({first.op_type})"
@@ -181,14 +196,15 @@ def check_message(check: ThresholdCheck, report: Report) -> str:
         against = "against labels" if check.scope == "labels" else f"agreement with {report.reference}"
         sample_value = math.nan if check.worst_sample_value is None else check.worst_sample_value
         return (
-            f"mIoU {check.worst:.4f} {against} (min {check.limit:g}); "
+            f"mIoU {miou(check.worst)} {against} (min {check.limit:g}); "
             f"worst sample {check.worst_sample} {sample_value:.4f}"
         )
     labels = report.segmentation.label_miou if report.segmentation is not None else {}
     before = labels.get(report.reference, math.nan)
     after = labels.get(check.backend or "", math.nan)
     return (
-        f"mIoU drop {check.worst:.4f} relative to {report.reference} (max {check.limit:g}): {before:.4f} -> {after:.4f}"
+        f"mIoU drop {miou(check.worst)} relative to {report.reference} (max {check.limit:g}): "
+        f"{before:.4f} -> {after:.4f}"
     )
 
 
@@ -364,7 +380,7 @@ def attribution_text(report: Report, attribution: Attribution, earlier: int = 0)
 def _recovery(
     report: Report, a: Attribution, head: str, rel_after: float | None, cos_after: float | None, *, alone: bool
 ) -> str:
-    final = f"final rel-err {sci(a.final_rel_err_before)} -> {sci(_nan(rel_after))}"
+    final = f"final rel-err {sci(a.final_rel_err_before)} -> {sci(rel_after)}"
     if a.final_non_finite_before:
         after = a.final_non_finite_after_alone if alone else a.final_non_finite_after
         final += f", final NaN/Inf differing at {a.final_non_finite_before} -> {after} positions"
@@ -373,7 +389,7 @@ def _recovery(
         return f"{head} recovers {recovers} ({final})"
     if (a.measurable_alone if alone else a.measurable) is False:
         return f"{head} recovers {NOTHING} ({final})"
-    return f"{head}: {final}, cosine {cosine(a.final_cosine_before)} -> {cosine(_nan(cos_after))}"
+    return f"{head}: {final}, cosine {cosine(a.final_cosine_before)} -> {cosine(cos_after)}"
 
 
 def _nan(value: float | None) -> float:
@@ -480,13 +496,13 @@ def _carries(report: Report, rows: list[tuple[Culprit, Attribution]]) -> tuple[t
         shares = [(c, share) for c, share in shares if share > 0]
         loss = f"the {plural(before_nf, 'final output position')} whose NaN/Inf differ"
     else:
-        before = first.final_rel_err_before
+        before = _nan(first.final_rel_err_before)  # n/a: no share (nan, dropped below)
         shares = [
             (c, (before - _nan(a.final_rel_err_after_alone)) / before)
             for c, a in rows
             if before > 0 and a.measurable_alone is not False
         ]
-        loss = f"the final output's error (rel-err {sci(before)})"
+        loss = f"the final output's error (rel-err {sci(first.final_rel_err_before)})"
     shares = [(c, share) for c, share in shares if not math.isnan(share)]
     return max(shares, key=lambda item: item[1], default=None), loss
 
