@@ -38,6 +38,7 @@ MAX_CONTRIBUTORS = 3
 _MINIMUM_METRICS = {"cosine", "miou", "divergence"}
 _THRESHOLD_WORDS = {"min_cosine": "min-cosine", "rtol": "rtol", "max_abs": "max-abs"}
 NOTHING = "nothing measurable"
+"""A recovery below noise, in a column that says what it measures (HTML's mIoU column)."""
 _VERDICT_WORDS = {"export": "export problem", "runtime": "runtime problem", "unknown": "cause unknown"}
 
 
@@ -348,10 +349,32 @@ def _recovers(report: Report, a: Attribution, *, alone: bool) -> str | None:
     if recovered is None or lost is None or math.isnan(recovered) or math.isnan(lost):
         return None
     return (
-        NOTHING
+        _nothing(a)
         if (a.measurable_alone if alone else a.measurable) is False
         else f"{miou(recovered)} of {miou(lost)} mIoU"
     )
+
+
+def _by_miou(a: Attribution) -> bool:
+    """Whether the attribution's `measurable` flags judge the mIoU (segmentation), not the output's error."""
+    return a.miou_before is not None and a.miou_after is not None and a.miou_pixel_share is not None
+
+
+def _nothing(a: Attribution) -> str:
+    """A recovery below noise, naming what was measured: the mIoU, or the final output's error."""
+    return "no measurable mIoU" if _by_miou(a) else "no measurable part of the output's error"
+
+
+def _error_recovered_alone(report: Report, a: Attribution) -> bool:
+    """Whether fixing the culprit alone recovers more than noise of the final output's error (what
+    `Attribution.measurable_alone` says without mIoU: rel-err falls by more than the rtol or cosine
+    rises by more than 1 - min-cosine), also where that flag judged the mIoU instead."""
+    if not _by_miou(a):
+        return a.measurable_alone is not False
+    thresholds = report.thresholds
+    rel_fall = _nan(a.final_rel_err_before) - _nan(a.final_rel_err_after_alone)
+    cos_rise = _nan(a.final_cosine_after_alone) - _nan(a.final_cosine_before)
+    return rel_fall > thresholds.rtol or cos_rise > 1.0 - thresholds.min_cosine
 
 
 def _has_alone(a: Attribution) -> bool:
@@ -362,9 +385,10 @@ def _has_alone(a: Attribution) -> bool:
 def attribution_text(report: Report, attribution: Attribution, earlier: int = 0) -> str:
     """ "injecting torch's value recovers 0.1450 of 0.1540 mIoU (final rel-err 7.46e-01 -> 3.10e-02)".
 
-    Without mIoU, the final cosine instead; "recovers nothing measurable" below noise (see
-    `Attribution.measurable`). With `earlier` culprits on the pair, first what fixing this
-    one alone recovers, then the cumulative figure: "torch's values here and at the 1 earlier culprit".
+    Without mIoU, the final cosine instead; below noise "recovers no measurable mIoU" (without mIoU:
+    "no measurable part of the output's error"; see `Attribution.measurable`). With `earlier`
+    culprits on the pair, first what fixing this one alone recovers, then the cumulative figure:
+    "torch's values here and at the 1 earlier culprit".
     """
     a = attribution
     values = f"values here and at the {plural(earlier, 'earlier culprit')}" if earlier else "value"
@@ -388,7 +412,7 @@ def _recovery(
     if recovers is not None:
         return f"{head} recovers {recovers} ({final})"
     if (a.measurable_alone if alone else a.measurable) is False:
-        return f"{head} recovers {NOTHING} ({final})"
+        return f"{head} recovers {_nothing(a)} ({final})"
     return f"{head}: {final}, cosine {cosine(a.final_cosine_before)} -> {cosine(cos_after)}"
 
 
@@ -445,13 +469,13 @@ def culprit_brief(
 
 
 def _brief_gain(report: Report, a: Attribution, *, alone: bool) -> str:
-    """ "0.1540 of 0.1540 mIoU recovered, final rel-err 2.00e-07" ("nothing measurable recovered, ...")."""
+    """ "0.1540 of 0.1540 mIoU recovered, final rel-err 2.00e-07" ("no measurable mIoU recovered, ...")."""
     final = f"final rel-err {sci(_nan(a.final_rel_err_after_alone if alone else a.final_rel_err_after))}"
     if a.final_non_finite_before:
         final += f", NaN/Inf differing at {a.final_non_finite_after_alone if alone else a.final_non_finite_after}"
     recovers = _recovers(report, a, alone=alone)
     if recovers is None and (a.measurable_alone if alone else a.measurable) is False:
-        recovers = NOTHING
+        recovers = _nothing(a)
     return f"{recovers} recovered, {final}" if recovers is not None else final
 
 
@@ -500,7 +524,7 @@ def _carries(report: Report, rows: list[tuple[Culprit, Attribution]]) -> tuple[t
         shares = [
             (c, (before - _nan(a.final_rel_err_after_alone)) / before)
             for c, a in rows
-            if before > 0 and a.measurable_alone is not False
+            if before > 0 and _error_recovered_alone(report, a)
         ]
         loss = f"the final output's error (rel-err {sci(first.final_rel_err_before)})"
     shares = [(c, share) for c, share in shares if not math.isnan(share)]
