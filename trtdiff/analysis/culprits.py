@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trtdiff.analysis.metrics import compare_tensors
+from trtdiff.analysis.noise import is_noise
 from trtdiff.analysis.shadow import ShadowModel, build_shadow, embed, submodel
 from trtdiff.backends.base import fetch
 from trtdiff.errors import describe_error
@@ -179,6 +180,7 @@ def find_culprits(
                     verdict=verdict,
                     subgraph=run.shadow.subgraphs.get(layer.tensor, (layer.onnx_node,)),
                     spec=spec,
+                    noise_level=is_noise(ErrorFigures.of(local), layer.dtype),
                 )
             )
     return culprits, (None if culprits else _drift(layers, runs))

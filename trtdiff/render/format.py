@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from trtdiff.report import (
     Attribution,
@@ -35,6 +35,9 @@ from trtdiff.report import (
 BACKEND_SHORT = {"torch": "pt", "onnxruntime": "ort", "tensorrt": "trt"}
 MAX_SUSPECTS = 8
 MAX_CONTRIBUTORS = 3
+MAX_NOISE_NAMES = 8
+NOISE_WORDS = "rounding, a few ULP"
+"""What a noise-level local error is (`Culprit.noise_level`, defined in trtdiff.analysis.noise), in words."""
 _MINIMUM_METRICS = {"cosine", "miou", "divergence"}
 _THRESHOLD_WORDS = {"min_cosine": "min-cosine", "rtol": "rtol", "max_abs": "max-abs"}
 NOTHING = "nothing measurable"
@@ -289,6 +292,24 @@ def culprits_of(report: Report) -> tuple[Culprit, ...]:
     return (report.culprit,) if report.culprit is not None else ()
 
 
+def grouped_culprits(report: Report) -> tuple[tuple[Culprit, ...], tuple[Culprit, ...]]:
+    """The culprits shown one by one (the first always), and the further ones whose local error is rounding
+    noise (`Culprit.noise_level`), which views name together in one line (`noise_text`)."""
+    culprits = culprits_of(report)
+    noise = tuple(c for c in culprits[1:] if c.noise_level)
+    return tuple(c for c in culprits if c not in noise), noise
+
+
+def noise_text(noise: Sequence[Culprit], code: Callable[[str], str] = _same, text: Callable[[str], str] = _same) -> str:
+    """ "3 more nodes with noise-level local error (rounding, a few ULP): /a, /b, /c": the first
+    `MAX_NOISE_NAMES` named, "…" for the rest (every one is in the JSON report)."""
+    names = ", ".join(code(c.onnx_node) for c in noise[:MAX_NOISE_NAMES])
+    more = text(" …") if len(noise) > MAX_NOISE_NAMES else ""
+    nodes = "node" if len(noise) == 1 else "nodes"
+    head = f"{len(noise)} more {nodes} with noise-level local error ({NOISE_WORDS}): "
+    return f"{text(head)}{names}{more}"
+
+
 def local_vs_accumulated(culprit: Culprit, *, with_cosine: bool = True) -> str:
     """ "local rel-err 2.10e-02 vs accumulated 2.10e-02, cosine 0.999730" (the cosine is the local one);
     for a node whose own NaN/Inf differ, "NaN/Inf differ at 2 positions here (accumulated: 2)"."""
@@ -439,6 +460,8 @@ def culprit_text(
         f"{node_text(culprit, code, text)} on {text(str(culprit.pair))}: {text(local_vs_accumulated(culprit))}",
         text(verdict_text(culprit)),
     ]
+    if culprit.noise_level:  # a culprit only because the thresholds are tighter than the arithmetic
+        parts.insert(1, text(f"noise-level ({NOISE_WORDS}): the thresholds are tighter than the arithmetic"))
     attribution = attribution_of(report, culprit)
     if attribution is not None:
         same_pair = [c for c in culprits_of(report) if c.pair == culprit.pair]

@@ -193,6 +193,10 @@ class Culprit:
 
     `advice` says what to change, in one sentence, when one of `trtdiff inspect`'s rules
     explains this node (its code in `advice_code`); both are "" when no rule applies.
+
+    `noise_level`: the local error is rounding noise of the tensor's type (trtdiff.analysis.noise:
+    for float32, rel-err within 4 ULP): a culprit only under thresholds tighter than the
+    arithmetic. Views group such culprits into one line; False in reports written before.
     """
 
     tensor: str
@@ -207,6 +211,7 @@ class Culprit:
     spec: ErrorFigures | None = None
     advice: str = ""
     advice_code: str = ""
+    noise_level: bool = False
 
 
 @dataclass(frozen=True)
