@@ -210,3 +210,13 @@ def test_an_onnx_path_that_is_no_onnx_file_is_one_line(saved: Path, tmp_path: Pa
     pytest.importorskip("model_explorer", reason="trtdiff view needs the explorer extra")
     code, _, stderr = _run("view", str(path), "--no-browser")
     _one_line_error(code, stderr, str(path), f"its ONNX file {fake} is not an ONNX model")
+
+
+def test_a_threshold_near_the_float_limit_still_draws(saved: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the HTML report needs the html extra")
+    data = json.loads(saved.read_text())
+    data["thresholds"]["rtol"] = 1e308  # a number a comparison takes: the page draws it, no internal error
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(data))
+    code, _, stderr = _run("report", str(path), "--html", str(tmp_path / "h.html"))
+    assert code in (0, 1) and "internal error" not in stderr, stderr
