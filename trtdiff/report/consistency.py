@@ -9,7 +9,8 @@ figures that fail; `trtdiff report` refuses such a file instead.
 Only what is cheap and certain is checked: the verdict against its checks; a check's
 `passed` against its count of failures; and, where the check's figure alone decides it
 (the outputs' thresholds, mIoU), against its worst figure and limit. A figure that is n/a
-(None: computed over no finite values) or NaN never holds a threshold.
+(None: computed over no finite values) never holds a threshold; a NaN figure is not judged
+(earlier versions let a NaN mIoU pass its threshold, and their reports are still read).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def _check_contradiction(check: ThresholdCheck) -> str | None:
         return f"says {'passed' if check.passed else 'failed'} with {check.failed} failing"
     if check.threshold == "layers":  # a layer diverges by any reason, not by the worst cosine alone
         return None
+    if check.worst is not None and math.isnan(check.worst):  # NaN held an mIoU threshold in reports written before
+        return None
     holds = _holds(check.worst, check.limit, check.threshold in _MINIMUMS)
     if check.passed != holds:
         figure = "n/a" if check.worst is None else f"{check.worst:g}"
@@ -64,7 +67,7 @@ def _check_contradiction(check: ThresholdCheck) -> str | None:
 
 
 def _holds(value: float | None, limit: float, is_minimum: bool) -> bool:
-    """Whether `value` keeps to `limit` (n/a and NaN never do)."""
-    if value is None or math.isnan(value):
+    """Whether `value` keeps to `limit` (n/a never does)."""
+    if value is None:
         return False
     return value >= limit if is_minimum else value <= limit
