@@ -145,6 +145,9 @@ def test_marking_changed_the_answer_is_said_first(trt_ran: Report) -> None:
     assert changed < text.index("TensorRT: tensorrt 10.9.0")
     assert "rel err 2.50e-01" in text and "marking /backbone/Relu_output_0 changes it (bisected in 3 builds)" in text
     assert all(len(row) <= 80 for row in render(report).splitlines())
+    missing = dataclasses.replace(check, cosine=None, max_abs=None, rel_err=None)  # outputs with no finite value
+    report = dataclasses.replace(trt_ran, tensorrt=dataclasses.replace(trt_ran.tensorrt, marking_check=missing))
+    assert "worst on y: rel err n/a, cosine n/a" in flat(render(report))
 
 
 def test_every_report_fits_80_columns(passing: Report, diverged: Report, gated: Report, trt_ran: Report) -> None:

@@ -661,8 +661,7 @@ def marking_changed_line(trt: TensorRTSummary) -> str:
     check = trt.marking_check
     if check is None:
         return ""
-    worst_cosine = check.cosine if check.cosine is not None else float("nan")
-    figures = f"worst on {check.worst_output}: rel err {sci(check.rel_err or 0.0)}, cosine {cosine(worst_cosine)}"
+    figures = f"worst on {check.worst_output}: rel err {sci(check.rel_err)}, cosine {cosine(check.cosine)}"
     named = ""
     if check.bisected:
         more = f" and {len(check.bisected) - 5} more" if len(check.bisected) > 5 else ""
