@@ -95,7 +95,7 @@ def test_a_culprit_that_barely_reaches_the_output_recovers_nothing_measurable(
     render_terminal(report, Console(file=out, width=80, color_system=None))
     text = " ".join(line.strip() for line in out.getvalue().splitlines())
     assert "/c/Conv (Conv, module c) on torch~onnxruntime" in text
-    assert "injecting torch's value recovers nothing measurable (final rel-err" in text
+    assert "injecting torch's value recovers no measurable part of the output's error (final rel-err" in text
     (closing,) = attribution_summary(report)
     best = max(report.attribution[1:], key=lambda x: x.final_rel_err_before - x.final_rel_err_after_alone)
     share = (best.final_rel_err_before - best.final_rel_err_after_alone) / best.final_rel_err_before
@@ -141,7 +141,7 @@ def test_a_feeding_culprit_whose_fix_is_noise_is_credited_nothing() -> None:
     out = io.StringIO()
     render_terminal(report, Console(file=out, width=80, color_system=None))
     text = " ".join(line.strip() for line in out.getvalue().splitlines())
-    assert "injecting torch's value recovers nothing measurable" in text and "-0.000" not in text
+    assert "injecting torch's value recovers no measurable mIoU" in text and "-0.000" not in text
 
 
 def test_fixing_nan_positions_is_measurable_even_where_an_mIoU_is_known() -> None:

@@ -123,3 +123,40 @@ def test_non_finite_counts() -> None:
 
     assert non_finite_counts(np.array([np.nan, np.inf, -np.inf, 0.0], dtype=np.float16)) == (1, 2)
     assert non_finite_counts(np.arange(3)) == (0, 0) and non_finite_counts(np.array([True])) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("reference", "candidate", "max_abs"),
+    [
+        ([2**62, -(2**62)], [-(2**62), 2**62], 2.0**63),  # the difference overflows int64
+        ([2**63 - 1, -(2**63)], [-(2**63), 2**63 - 1], 2.0**64 - 1),  # the widest int64 difference
+        ([2**62 + 1], [2**62], 1.0),  # float64 rounds both sides to the same number
+    ],
+)
+def test_int64_differences_near_2_63_are_exact(reference: list[int], candidate: list[int], max_abs: float) -> None:
+    import torch
+
+    ref, cand = np.array(reference, dtype=np.int64), np.array(candidate, dtype=np.int64)
+    for metrics in (compare_tensors(ref, cand, DEFAULT), compare_tensors(torch.from_numpy(ref), cand, DEFAULT)):
+        assert metrics.diverged and metrics.mismatches == len(reference)
+        assert metrics.max_abs == max_abs and metrics.rel_err > 0
+    wide = compare_tensors(np.array([2**64 - 1], dtype=np.uint64), np.array([-1], dtype=np.int64), DEFAULT)
+    assert wide.max_abs == 2.0**64 and wide.ref_max_abs == 2.0**64 - 1
+
+
+def test_figures_over_no_finite_value_are_n_a_not_cosine_1_and_error_0() -> None:
+    import torch
+
+    nan = np.full(6, np.nan, dtype=np.float32)
+    for reference, candidate in ((nan, nan.copy()), (np.full(6, np.inf, dtype=np.float32), nan)):
+        for metrics in (
+            compare_tensors(reference, candidate, DEFAULT),
+            compare_tensors(torch.from_numpy(reference), candidate, DEFAULT),
+        ):
+            assert (metrics.cosine, metrics.max_abs, metrics.mean_abs, metrics.rel_err) == (None, None, None, None)
+            assert all(reason.metric == "non_finite" for reason in metrics.reasons)
+    assert not compare_tensors(nan, nan.copy(), DEFAULT).diverged  # NaN at the same positions still agree
+    empty = np.zeros(0, dtype=np.float32)  # no values at all: nothing differs
+    assert compare_tensors(empty, empty, DEFAULT).cosine == 1.0
+    partly = np.array([np.nan, 1.0, 2.0], dtype=np.float32)  # figures over the finite positions, as before
+    assert compare_tensors(partly, partly.copy(), DEFAULT).cosine == pytest.approx(1.0)

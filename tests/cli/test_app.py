@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -315,6 +316,30 @@ def test_nan_outputs_exit_1_and_name_the_first_nan_tensor(tmp_path: Path) -> Non
     assert report.non_finite[0].nan == 4 * 8 * 8 and report.non_finite[0].inf == 0
     assert "NON-FINITE" in stdout and "/root/Sqrt" in stdout
     assert "FAIL" in stdout and "outputs/finite/torch~onnxruntime" in stdout
+
+
+def test_figures_over_outputs_with_no_finite_value_are_n_a_in_every_format(tmp_path: Path) -> None:
+    from tests.nonfinite_models import IMAGE_SHAPE
+
+    out, md, xml = tmp_path / "report.json", tmp_path / "r.md", tmp_path / "r.xml"
+    files = ("--json", str(out), "--markdown", str(md), "--junit", str(xml))
+    code, stdout, _ = _run("compare", f"{NONFINITE}:nan_in_the_middle", "--input-shape", IMAGE_SHAPE, *files)
+    assert code == 1, stdout
+    data = json.loads(out.read_text())
+    output = next(layer for layer in data["layers"] if layer["is_output"])["pairs"]["torch~onnxruntime"]
+    assert [output[k] for k in ("cosine", "max_abs", "mean_abs", "rel_err")] == [None] * 4  # JSON null
+    checks = {c.id: c for c in Report.from_json(out.read_text()).checks}
+    for threshold, metric in (("min-cosine", "cosine"), ("rtol", "rel_err")):
+        check = checks[f"outputs/{threshold}/torch~onnxruntime"]
+        assert not check.passed and check.worst is None and check.failing_samples == ("input",)
+        assert f"worst {metric} n/a (input)" in " ".join(stdout.split())
+    assert "worst cosine 1" not in stdout and "worst rel_err 0" not in stdout
+    assert "| ❌ | `outputs/min-cosine/torch~onnxruntime` | n/a |" in md.read_text()
+    assert "worst cosine n/a (input)" in xml.read_text() and "worst rel_err n/a (input)" in xml.read_text()
+    if importlib.util.find_spec("matplotlib") is not None:
+        page = tmp_path / "r.html"
+        assert _run("report", str(out), "--html", str(page))[0] == 1
+        assert "n/a" in page.read_text()
 
 
 def test_a_correct_model_with_a_minus_inf_mask_passes(tmp_path: Path) -> None:

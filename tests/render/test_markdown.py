@@ -195,7 +195,7 @@ def test_culprits_carry_the_fix_and_what_fixing_each_alone_recovers(advised: Rep
         "; fix: re-export at opset 11 or higher (--opset 11): align\\_corners=False is then written as half\\_pixel"
     )
     assert block[2].endswith(
-        "runtime problem (onnxruntime deviates from the ONNX spec); fixing it alone recovers nothing measurable "
+        "runtime problem (onnxruntime deviates from the ONNX spec); fixing it alone recovers no measurable mIoU "
         "(final rel-err 1.14e-01 -&gt; 1.14e-01); injecting torch's values here and at the 1 earlier culprit "
         "recovers 0.1540 of 0.1540 mIoU (final rel-err 1.14e-01 -&gt; 2.00e-07)"
     )

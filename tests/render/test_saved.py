@@ -133,3 +133,90 @@ def test_a_saved_sweep_becomes_one_html_page(tmp_path: Path, passing: Report, di
     page = (tmp_path / "s.html").read_text()
     assert code == 1 and page.count('<section id="combination-') == 2 and page.count("</html>") == 1
     assert '<a href="#combination-0">opset 10 · torchscript</a>' in page
+
+
+def _one_line_error(code: int, stderr: str, *expected: str) -> None:
+    assert code == 2 and stderr.startswith("Error: ") and stderr.count("\n") == 1, stderr
+    assert all(text in stderr for text in expected), stderr
+
+
+def test_a_report_edited_to_pass_is_refused_not_rendered_as_pass(saved: Path, tmp_path: Path) -> None:
+    data = json.loads(saved.read_text())
+    assert not data["passed"] and sum(not c["passed"] for c in data["checks"]) == 3
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data | {"passed": True}))
+    md = tmp_path / "e.md"
+    code, _, stderr = _run("report", str(edited), "--markdown", str(md), "--junit", str(tmp_path / "e.xml"))
+    _one_line_error(code, stderr, str(edited), "it says passed but 3 of 3 checks failed", "edited by hand")
+    assert not md.exists()
+
+
+def test_a_check_edited_to_hold_over_its_threshold_is_refused(saved: Path, tmp_path: Path) -> None:
+    data = json.loads(saved.read_text())
+    cosine = next(c for c in data["checks"] if c["threshold"] == "min_cosine")
+    assert cosine["worst"] < cosine["limit"]
+    cosine.update(passed=True, failed=0, failing_samples=[])
+    path = tmp_path / "forged.json"
+    path.write_text(json.dumps(data))
+    code, _, stderr = _run("report", str(path), "--markdown", str(tmp_path / "f.md"))
+    _one_line_error(code, stderr, f"check {cosine['id']} says passed with worst", "against limit 0.9999")
+
+
+def test_a_sweep_with_an_edited_report_is_refused(tmp_path: Path, passing: Report, diverged: Report) -> None:
+    data = json.loads(_sweep(passing, diverged).to_json())
+    data["sweep"][0]["report"]["passed"] = True
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(data))
+    code, _, stderr = _run("report", str(path), "--markdown", str(tmp_path / "s.md"))
+    _one_line_error(code, stderr, "the opset 10 torchscript report: it says passed but 3 of 3 checks failed")
+
+
+def test_json_nested_200000_deep_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text('{"opset": 13, "layers": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    code, _, stderr = _run("report", str(path), "--markdown", str(tmp_path / "d.md"))
+    _one_line_error(code, stderr, str(path), "nested too deep")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("min_cosine", None, "threshold min_cosine is nan, not a number"),
+        ("rtol", "nan", "threshold rtol is nan, not a number"),
+        ("rtol", -1, "threshold rtol -1.0: must not be negative"),
+    ],
+)
+def test_thresholds_that_are_no_numbers_are_one_line(
+    saved: Path, tmp_path: Path, field: str, value: object, expected: str
+) -> None:
+    data = json.loads(saved.read_text())
+    data["thresholds"][field] = value
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    code, _, stderr = _run(
+        "report", str(path), "--markdown", str(tmp_path / "t.md"), "--html", str(tmp_path / "t.html")
+    )
+    _one_line_error(code, stderr, str(path), expected)
+
+
+@pytest.mark.parametrize("content", [b"not an onnx file", b""])
+def test_an_onnx_path_that_is_no_onnx_file_is_one_line(saved: Path, tmp_path: Path, content: bytes) -> None:
+    fake = tmp_path / "model.onnx"
+    fake.write_bytes(content)
+    path = tmp_path / "with_onnx.json"
+    path.write_text(json.dumps(json.loads(saved.read_text()) | {"onnx_path": str(fake)}))
+    code, _, stderr = _run("report", str(path), "--model-explorer", str(tmp_path / "me.json"))
+    _one_line_error(code, stderr, str(path), f"its ONNX file {fake} is not an ONNX model")
+    pytest.importorskip("model_explorer", reason="trtdiff view needs the explorer extra")
+    code, _, stderr = _run("view", str(path), "--no-browser")
+    _one_line_error(code, stderr, str(path), f"its ONNX file {fake} is not an ONNX model")
+
+
+def test_a_threshold_near_the_float_limit_still_draws(saved: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the HTML report needs the html extra")
+    data = json.loads(saved.read_text())
+    data["thresholds"]["rtol"] = 1e308  # a number a comparison takes: the page draws it, no internal error
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(data))
+    code, _, stderr = _run("report", str(path), "--html", str(tmp_path / "h.html"))
+    assert code in (0, 1) and "internal error" not in stderr, stderr

@@ -145,6 +145,9 @@ def test_marking_changed_the_answer_is_said_first(trt_ran: Report) -> None:
     assert changed < text.index("TensorRT: tensorrt 10.9.0")
     assert "rel err 2.50e-01" in text and "marking /backbone/Relu_output_0 changes it (bisected in 3 builds)" in text
     assert all(len(row) <= 80 for row in render(report).splitlines())
+    missing = dataclasses.replace(check, cosine=None, max_abs=None, rel_err=None)  # outputs with no finite value
+    report = dataclasses.replace(trt_ran, tensorrt=dataclasses.replace(trt_ran.tensorrt, marking_check=missing))
+    assert "worst on y: rel err n/a, cosine n/a" in flat(render(report))
 
 
 def test_every_report_fits_80_columns(passing: Report, diverged: Report, gated: Report, trt_ran: Report) -> None:
@@ -313,7 +316,7 @@ def test_culprit_lines_carry_the_fix_and_close_with_who_carries_the_loss(advised
         "value recovers 0.1450 of 0.1540 mIoU (final rel-err 1.14e-01 -> 7.10e-03); fix: re-export at opset 11 or "
         "higher (--opset 11): align_corners=False is then written as half_pixel "
         "CULPRIT 2: /head/Conv (Conv, module head): local rel-err 7.10e-03 vs accumulated 1.14e-01, runtime problem; "
-        "fixing it alone: nothing measurable recovered, final rel-err 1.14e-01; with the earlier ones injected: "
+        "fixing it alone: no measurable mIoU recovered, final rel-err 1.14e-01; with the earlier ones injected: "
         "0.1540 of 0.1540 mIoU recovered, final rel-err 2.00e-07 "
         "/decoder/Resize alone carries 94% of the 0.1540 mIoU lost. "
     )
@@ -362,3 +365,55 @@ def test_quiet_says_where_nan_first_appears_when_the_finite_check_fails(passing:
     quiet_passing = io.StringIO()
     render_verdict(passing, _console(quiet_passing))
     assert "NON-FINITE" not in quiet_passing.getvalue()
+
+
+def test_a_culprit_whose_output_has_no_finite_value_reads_n_a(diverged: Report) -> None:
+    from culprit_reports import drift_report
+
+    from trtdiff.render.markdown import render_markdown
+    from trtdiff.report import Attribution, Culprit, ErrorFigures
+
+    base = drift_report(diverged)
+    head = base.layers[3]
+    missing = ErrorFigures(None, None, None, non_finite_mismatches=64)  # the candidate's output: NaN everywhere
+    pair = next(iter(head.pairs))
+    culprit = Culprit(
+        head.tensor, head.onnx_node, head.op_type, head.module, pair, missing, missing, "unknown", (head.onnx_node,)
+    )
+    attribution = Attribution(head.onnx_node, head.tensor, pair, None, None, None, None)
+    report = dataclasses.replace(base, drift=None, culprit=culprit, culprits=(culprit,), attribution=(attribution,))
+    for text in (render(report), render_markdown(report)):
+        assert "final rel-err n/a -> n/a, cosine n/a -> n/a" in " ".join(text.replace("-&gt;", "->").split())
+        assert "1.000000 -> 1.000000" not in text
+
+
+def test_recovered_says_what_it_measures_mIoU_or_the_output_error_alike_everywhere(advised: Report) -> None:
+    """The labels' mIoU loses nothing (the argmax agrees) while the output's error is 8.38e-02: fixing the head
+    Conv alone recovers no measurable mIoU, yet all of the output's error; no line may say it recovers nothing."""
+    from trtdiff.render.format import attribution_summary
+    from trtdiff.render.markdown import render_markdown
+
+    first, second = advised.attribution
+    same = {"miou_before": 0.958, "miou_after": 0.958, "miou_recovered": 0.0, "final_rel_err_before": 0.0838}
+    first = dataclasses.replace(
+        first, **same, miou_after_alone=0.958, miou_recovered_alone=0.0, measurable=False, measurable_alone=False
+    )
+    second = dataclasses.replace(
+        second,
+        **same,
+        final_rel_err_after=0.0,
+        final_rel_err_after_alone=0.0,
+        final_cosine_after_alone=1.0,
+        miou_after_alone=0.958,
+        miou_recovered_alone=0.0,
+    )
+    labels = dataclasses.replace(advised.segmentation, label_miou={"torch": 0.958, "onnxruntime": 0.958})
+    report = dataclasses.replace(advised, attribution=(first, second), segmentation=labels)
+    assert attribution_summary(report) == [
+        "/head/Conv alone carries 100% of the final output's error (rel-err 8.38e-02)"
+    ]
+    for text in (flat(render(report)), " ".join(render_markdown(report).split())):
+        assert "fixing it alone: no measurable mIoU recovered, final rel-err 0.00e+00" in text or (
+            "fixing it alone recovers no measurable mIoU (final rel-err 8.38e-02 -&gt; 0.00e+00)" in text
+        )
+        assert "nothing measurable" not in text and "no culprit alone recovers" not in text

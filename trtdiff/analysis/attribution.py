@@ -29,6 +29,7 @@ time. A TensorRT failure on an injected model is a note; the attributions alread
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -41,7 +42,7 @@ from trtdiff.analysis.shadow import inject
 from trtdiff.backends.base import fetch
 from trtdiff.backends.store import TensorStore
 from trtdiff.errors import describe_error
-from trtdiff.report import Attribution
+from trtdiff.report import Attribution, number
 from trtdiff.source.onnx_graph import graph_from_model
 from trtdiff.source.samples import Sample
 
@@ -168,15 +169,15 @@ def _attribution(
         onnx_node=culprit.onnx_node,
         tensor=culprit.tensor,
         pair=culprit.pair,
-        final_rel_err_before=before.rel_err,
-        final_rel_err_after=after.rel_err,
-        final_cosine_before=before.cosine,
-        final_cosine_after=after.cosine,
+        final_rel_err_before=_known(before.rel_err),
+        final_rel_err_after=_known(after.rel_err),
+        final_cosine_before=_known(before.cosine),
+        final_cosine_after=_known(after.cosine),
         miou_before=before.miou,
         miou_after=after.miou,
         miou_recovered=_gain(before.miou, after.miou),
-        final_rel_err_after_alone=max(before.rel_err - (base.rel_err - fixed.rel_err), 0.0),
-        final_cosine_after_alone=min(before.cosine + (fixed.cosine - base.cosine), 1.0),
+        final_rel_err_after_alone=_known(max(before.rel_err - (base.rel_err - fixed.rel_err), 0.0)),
+        final_cosine_after_alone=_known(min(before.cosine + (fixed.cosine - base.cosine), 1.0)),
         miou_after_alone=miou_alone,
         miou_recovered_alone=_gain(before.miou, miou_alone),
         measurable=_measurable(before, after, thresholds, share),
@@ -186,6 +187,11 @@ def _attribution(
         final_non_finite_after=after.non_finite,
         final_non_finite_after_alone=max(before.non_finite - (base.non_finite - fixed.non_finite), 0),
     )
+
+
+def _known(figure: float) -> float | None:
+    """A final figure for the report: None (n/a) where the outputs had no finite values to compute it over."""
+    return None if math.isnan(figure) else figure
 
 
 def _plus(value: float | None, delta: float | None) -> float | None:
@@ -333,7 +339,7 @@ def _pick(values: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, n
 
 
 def _worst_rel(metrics: Sequence[PairMetrics]) -> float:
-    return max((m.rel_err for m in metrics), default=float("nan"))
+    return max((number(m.rel_err) for m in metrics), default=float("nan"))
 
 
 def _non_finite(metrics: Sequence[PairMetrics]) -> int:
@@ -341,4 +347,4 @@ def _non_finite(metrics: Sequence[PairMetrics]) -> int:
 
 
 def _worst_cosine(metrics: Sequence[PairMetrics]) -> float:
-    return min((m.cosine for m in metrics), default=float("nan"))
+    return min((number(m.cosine) for m in metrics), default=float("nan"))

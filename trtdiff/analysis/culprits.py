@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trtdiff.analysis.metrics import compare_tensors
+from trtdiff.analysis.noise import is_noise
 from trtdiff.analysis.shadow import ShadowModel, build_shadow, embed, submodel
 from trtdiff.backends.base import fetch
 from trtdiff.errors import describe_error
-from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures
+from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures, number
 from trtdiff.source.onnx_graph import graph_from_model
 
 if TYPE_CHECKING:
@@ -179,6 +180,7 @@ def find_culprits(
                     verdict=verdict,
                     subgraph=run.shadow.subgraphs.get(layer.tensor, (layer.onnx_node,)),
                     spec=spec,
+                    noise_level=is_noise(ErrorFigures.of(local), layer.dtype),
                 )
             )
     return culprits, (None if culprits else _drift(layers, runs))
@@ -214,8 +216,9 @@ def _drift(layers: Sequence[Layer], runs: Sequence[LocalRun]) -> Drift | None:
 
 def _size(metrics: PairMetrics) -> float:
     """How large a local error is, for ranking: relative error, then 1 - cosine."""
-    rel = metrics.rel_err if np.isfinite(metrics.rel_err) else 1e30
-    return rel + (1.0 - metrics.cosine if np.isfinite(metrics.cosine) else 1.0) * 1e-6
+    rel_err, cosine = number(metrics.rel_err), number(metrics.cosine)  # n/a ranks as the largest
+    rel = rel_err if np.isfinite(rel_err) else 1e30
+    return rel + (1.0 - cosine if np.isfinite(cosine) else 1.0) * 1e-6
 
 
 def _verdict(

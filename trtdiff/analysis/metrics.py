@@ -106,23 +106,34 @@ def compare_tensors(reference: Any, candidate: Any, thresholds: Thresholds) -> P
         candidate = candidate.reshape(reference.shape)
     if not _is_float(reference) and not _is_float(candidate):
         mismatches = int(np.count_nonzero(reference != candidate))
-        return _exact(_numpy_moments(reference, candidate), mismatches)
+        return _exact(_integer_moments(reference, candidate), mismatches)
     return _verdict(_numpy_moments(reference, candidate), thresholds)
 
 
 def _verdict(moments: _Moments, thresholds: Thresholds) -> PairMetrics:
-    """The figures of a float pair, its divergence and the reasons."""
-    max_abs, ref_max_abs = moments.max_abs, moments.ref_max_abs
-    mean_abs = moments.sum_abs / moments.finite if moments.finite else 0.0
-    rel_err = max_abs / ref_max_abs if ref_max_abs > 0 else (0.0 if max_abs == 0 else float("inf"))
-    cosine = _cosine(moments)
+    """The figures of a float pair, its divergence and the reasons.
+
+    A pair with values but none finite on both sides has no figures: cosine, max-abs, mean-abs
+    and relative error are n/a (None), not the cosine 1 and error 0 of empty sums. That alone
+    is no reason to diverge (NaN against NaN agrees); the gate fails n/a on final outputs.
+    """
     reasons: list[Reason] = []
-    if cosine < thresholds.min_cosine:
-        reasons.append(Reason("cosine", cosine, thresholds.min_cosine))
-    if rel_err > thresholds.rtol:
-        reasons.append(Reason("rel_err", rel_err, thresholds.rtol))
-    if thresholds.max_abs is not None and max_abs > thresholds.max_abs:
-        reasons.append(Reason("max_abs", max_abs, thresholds.max_abs))
+    if moments.size and not moments.finite:
+        cosine: float | None = None
+        max_abs: float | None = None
+        mean_abs: float | None = None
+        rel_err: float | None = None
+    else:
+        max_abs = moments.max_abs
+        mean_abs = moments.sum_abs / moments.finite if moments.finite else 0.0
+        rel_err = _relative(max_abs, moments.ref_max_abs)
+        cosine = _cosine(moments)
+        if cosine < thresholds.min_cosine:
+            reasons.append(Reason("cosine", cosine, thresholds.min_cosine))
+        if rel_err > thresholds.rtol:
+            reasons.append(Reason("rel_err", rel_err, thresholds.rtol))
+        if thresholds.max_abs is not None and max_abs > thresholds.max_abs:
+            reasons.append(Reason("max_abs", max_abs, thresholds.max_abs))
     if moments.differ:
         where = f"{moments.differ} of {moments.size} positions"
         reasons.append(
@@ -138,7 +149,7 @@ def _verdict(moments: _Moments, thresholds: Thresholds) -> PairMetrics:
         max_abs=max_abs,
         mean_abs=mean_abs,
         rel_err=rel_err,
-        ref_max_abs=ref_max_abs,
+        ref_max_abs=moments.ref_max_abs,
         nan_ref=moments.nan_ref,
         nan_cand=moments.nan_cand,
         inf_ref=moments.inf_ref,
@@ -147,6 +158,11 @@ def _verdict(moments: _Moments, thresholds: Thresholds) -> PairMetrics:
         reasons=tuple(reasons),
         non_finite_mismatches=moments.differ,
     )
+
+
+def _relative(max_abs: float, ref_max_abs: float) -> float:
+    """Max-abs error over the reference's largest magnitude (0 or inf against an all-zero reference)."""
+    return max_abs / ref_max_abs if ref_max_abs > 0 else (0.0 if max_abs == 0 else float("inf"))
 
 
 def _cosine(moments: _Moments) -> float:
@@ -172,6 +188,37 @@ def _exact(moments: _Moments, mismatches: int) -> PairMetrics:
         mismatches=mismatches,
         diverged=bool(mismatches),
         reasons=reasons,
+    )
+
+
+def _integer_moments(reference: np.ndarray, candidate: np.ndarray) -> _Moments:
+    """Max-abs, mean-abs and the reference's magnitude of an integer (or bool) pair, exact where they matter.
+
+    float64 holds integers to 2**53 only and int64 differences overflow (2**62 - -2**62), so
+    each difference is taken as uint64 of the larger side minus the smaller, which wraps to the
+    exact difference (it is below 2**64), and only that exact figure is rounded to a float: two
+    values that differ never give max-abs 0. A pair no 64-bit type holds both of (int64 against
+    uint64) is compared in Python integers.
+    """
+    ref, cand = _flat(np.asarray(reference)), _flat(np.asarray(candidate))
+    common = np.promote_types(ref.dtype, cand.dtype)
+    if common.kind == "b":
+        common = np.dtype(np.int64)
+    if common.kind not in "iu":  # int64 with uint64: no 64-bit integer type holds both
+        diff = np.abs(ref.astype(object) - cand.astype(object))
+        magnitude = np.abs(ref.astype(object))
+    else:
+        wide = np.dtype(np.int64) if common.kind == "i" else np.dtype(np.uint64)
+        r, c = ref.astype(wide), cand.astype(wide)
+        diff = np.maximum(r, c).view(np.uint64) - np.minimum(r, c).view(np.uint64)  # wraps to the exact difference
+        magnitude = np.where(r < 0, np.uint64(0) - r.view(np.uint64), r.view(np.uint64)) if wide.kind == "i" else r
+    size = int(ref.size)
+    return _Moments(
+        size=size,
+        finite=size,
+        max_abs=float(int(diff.max())) if size else 0.0,
+        sum_abs=float(sum(int(v) for v in diff) if diff.dtype == object else diff.astype(np.float64).sum()),
+        ref_max_abs=float(int(magnitude.max())) if size else 0.0,
     )
 
 
@@ -399,7 +446,7 @@ def _compare_torch(reference: Any, candidate: Any, thresholds: Thresholds) -> Pa
         cand = cand.reshape(ref.shape)
     if not ref.is_floating_point() and not cand.is_floating_point() and not ref.is_complex() and not cand.is_complex():
         mismatches = int((ref != cand).sum())
-        return _exact(_torch_moments(ref, cand), mismatches)
+        return _exact(_integer_moments(to_host(ref), to_host(cand)), mismatches)
     return _verdict(_torch_moments(ref, cand), thresholds)
 
 

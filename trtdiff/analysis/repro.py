@@ -328,7 +328,8 @@ def _readme(
             m = compare_tensors(reference, value, thresholds)
             diverged = "yes" if m.diverged else "no"
             cell = markdown(name).replace("|", "\\|")
-            lines.append(f"| {cell} | {m.cosine:.6f} | {m.max_abs:.2e} | {m.rel_err:.2e} | {diverged} |")
+            figures = [_figure(m.cosine, ".6f"), _figure(m.max_abs, ".2e"), _figure(m.rel_err, ".2e")]
+            lines.append(f"| {cell} | {' | '.join(figures)} | {diverged} |")
         lines.append("")
     lines += ["Show it with trtdiff (exit 1 when the subgraph alone still diverges):", ""]
     lines += [f"    trtdiff repro {here}", ""]
@@ -375,3 +376,8 @@ def _top_readme(context: ReproContext, culprits: Sequence[Culprit], folders: Seq
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "node"
+
+
+def _figure(value: float | None, spec: str) -> str:
+    """A figure for the repro's README: n/a where there are no finite values to compute it over."""
+    return "n/a" if value is None else format(value, spec)

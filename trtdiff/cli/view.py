@@ -24,7 +24,7 @@ DEFAULT_PORT = 8080  # Model Explorer's own default: from it, the first free por
 
 def view(path: str, options: ViewOptions) -> None:
     """Serve Model Explorer with the report's ONNX file and node data until interrupted."""
-    from trtdiff.render.explorer import onnx_file, write_model_explorer
+    from trtdiff.render.explorer import onnx_file, read_onnx, write_model_explorer
     from trtdiff.render.saved import read_saved
     from trtdiff.report import Report
 
@@ -46,12 +46,12 @@ def view(path: str, options: ViewOptions) -> None:
         )
     if options.port is not None and _in_use(options.host, options.port):
         raise OptionError("is in use; choose another port, or leave it out", parameter="port", value=options.port)
-    import onnx
+    model = read_onnx(onnx_path, path)  # before serving: a file that is no ONNX model is one line, not a traceback
     from model_explorer import config, server
 
     with tempfile.TemporaryDirectory(prefix="trtdiff-view-") as folder:
         stem = Path(folder) / f"{Path(path).with_suffix('').name}-nodes"
-        overlays = write_model_explorer(saved, f"{stem}.json", onnx.load(str(onnx_path), load_external_data=False))
+        overlays = write_model_explorer(saved, f"{stem}.json", model)
         settings = config().add_model_from_path(str(onnx_path))
         for overlay in reversed(overlays):  # Model Explorer shows the last one added: the accumulated error
             settings.add_node_data_from_path(str(overlay))

@@ -6,6 +6,12 @@ localization, and every sample's final outputs are gated; `per_layer` gates the 
 Final outputs must be finite on both sides: cosine and errors are computed over the finite
 positions, so a NaN output would otherwise pass with cosine 1. Each (threshold, backend
 pair) is one `ThresholdCheck`; renderers word it.
+
+A figure computed over no finite values (an output that is NaN/Inf everywhere) is n/a (None),
+not the cosine 1 and error 0 of an empty sum: a check whose figure is n/a on some sample
+fails there, with worst n/a. So `passed` means every check held on finite numbers; the finite
+check says why the numbers are missing. (Failing rather than a third "not evaluated" state
+keeps the verdict a plain conjunction that CI systems and older readers understand.)
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ if TYPE_CHECKING:
         Thresholds,
     )
 
-Figure = tuple[str, float]
+Figure = tuple[str, float | None]
 
 
 _OUTPUT_RULES: tuple[tuple[Threshold, CheckMetric, bool], ...] = (
@@ -67,7 +73,7 @@ def _finite_check(
     samples: Sequence[SampleResult], figures: Sequence[tuple[str, PairMetrics]], allow: bool, pair: BackendPair
 ) -> ThresholdCheck:
     """No NaN/Inf in final outputs on either side; with `allow`, only at the same positions on both sides."""
-    values: list[Figure] = [
+    values: list[tuple[str, float]] = [
         (name, float(m.non_finite_mismatches if allow else m.nan_ref + m.inf_ref + m.nan_cand + m.inf_cand))
         for name, m in figures
     ]
@@ -84,7 +90,8 @@ def layer_checks(layers: Sequence[Layer], sample: str, pairs: Sequence[BackendPa
         if not metrics:
             continue
         diverged = sum(m.diverged for m in metrics)
-        worst = min((m.cosine for m in metrics), key=lambda v: -math.inf if math.isnan(v) else v)
+        cosines = [m.cosine for m in metrics if m.cosine is not None]  # layers NaN/Inf everywhere have none
+        worst = min(cosines, key=lambda v: -math.inf if math.isnan(v) else v) if cosines else None
         failing = (sample,) if diverged else ()
         check = _check("layers", "layers", "divergence", pair, 0.0, (sample, worst), failing, len(metrics))
         checks.append(dataclasses.replace(check, failed=diverged))
@@ -135,7 +142,7 @@ def _check(
     metric: CheckMetric,
     subject: BackendPair | str,
     limit: float,
-    worst: tuple[str | None, float],
+    worst: tuple[str | None, float | None],
     failing: tuple[str, ...],
     compared: int,
 ) -> ThresholdCheck:
@@ -157,20 +164,24 @@ def _check(
     )
 
 
-def _value(metrics: PairMetrics, metric: CheckMetric) -> float:
-    return float(getattr(metrics, metric))
+def _value(metrics: PairMetrics, metric: CheckMetric) -> float | None:
+    """The sample's figure, or None where it is n/a (no finite values to compute it over)."""
+    figure = getattr(metrics, metric)
+    return None if figure is None else float(figure)
 
 
-def _breaks(value: float, limit: float, is_minimum: bool) -> bool:
-    if math.isnan(value):
+def _breaks(value: float | None, limit: float, is_minimum: bool) -> bool:
+    """Whether `value` breaks `limit`: n/a and NaN always do (a threshold holds on numbers only)."""
+    if value is None or math.isnan(value):
         return True
     return value < limit if is_minimum else value > limit
 
 
-def _worst(values: Sequence[Figure], pick: Callable[..., Figure]) -> tuple[str | None, float]:
+def _worst(values: Sequence[Figure], pick: Callable[..., Figure]) -> tuple[str | None, float | None]:
+    """The worst (sample, figure): the first n/a, else the first NaN, else `pick` (min or max) of the numbers."""
     if not values:
         return None, float("nan")
-    nan = [(n, v) for n, v in values if math.isnan(v)]
-    if nan:
-        return nan[0]
+    missing = [(n, v) for n, v in values if v is None or math.isnan(v)]
+    if missing:
+        return next((item for item in missing if item[1] is None), missing[0])
     return pick(values, key=lambda item: item[1])

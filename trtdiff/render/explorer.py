@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtdiff.errors import ReportFileError, first_line
 from trtdiff.report import Layer, Report
 
 if TYPE_CHECKING:
@@ -164,11 +165,11 @@ def _gather(layers: Iterable[Layer]) -> dict[str, _Node]:
         node = nodes.setdefault(layer.onnx_node, _Node())
         node.compared = True
         node.diverged |= layer.diverged
-        node.rel_err += [m.rel_err for m in layer.pairs.values() if math.isfinite(m.rel_err)]
-        node.cosine += [m.cosine for m in layer.pairs.values() if math.isfinite(m.cosine)]
+        node.rel_err += [m.rel_err for m in layer.pairs.values() if m.rel_err is not None and math.isfinite(m.rel_err)]
+        node.cosine += [m.cosine for m in layer.pairs.values() if m.cosine is not None and math.isfinite(m.cosine)]
         for metrics in (layer.local or {}).values():
             node.local_diverged |= metrics.diverged
-            if math.isfinite(metrics.rel_err):
+            if metrics.rel_err is not None and math.isfinite(metrics.rel_err):
                 node.local_rel_err.append(metrics.rel_err)
     return nodes
 
@@ -227,9 +228,25 @@ def load_onnx(report: Report, report_path: str | Path | None = None) -> onnx.Mod
     found = onnx_file(report, report_path)
     if found is None:
         return None
+    return read_onnx(found, report_path)
+
+
+def read_onnx(found: Path, report_path: str | Path | None = None) -> onnx.ModelProto:
+    """The ONNX graph at `found` (no weights); ReportFileError naming the report when it is no ONNX model."""
     import onnx
 
-    return onnx.load(str(found), load_external_data=False)
+    try:
+        model = onnx.load(str(found), load_external_data=False)
+    except Exception as error:  # noqa: BLE001 -- protobuf's DecodeError and friends, as source/loading.py
+        reason = first_line(error, 80)
+    else:
+        if model.ir_version > 0 and model.HasField("graph"):
+            return model
+        reason = "it holds no ONNX graph"
+    raise ReportFileError(
+        f"{report_path or found}: its ONNX file {found} is not an ONNX model ({reason}); "
+        "put the file the report compared there, or compare again with --save-onnx PATH"
+    )
 
 
 def onnx_file(report: Report, report_path: str | Path | None = None) -> Path | None:

@@ -13,7 +13,7 @@ applied to each name (an identity by default).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from trtdiff.report import (
     Attribution,
@@ -35,9 +35,13 @@ from trtdiff.report.text import html as safe_html
 BACKEND_SHORT = {"torch": "pt", "onnxruntime": "ort", "tensorrt": "trt"}
 MAX_SUSPECTS = 8
 MAX_CONTRIBUTORS = 3
+MAX_NOISE_NAMES = 8
+NOISE_WORDS = "rounding, a few ULP"
+"""What a noise-level local error is (`Culprit.noise_level`, defined in trtdiff.analysis.noise), in words."""
 _MINIMUM_METRICS = {"cosine", "miou", "divergence"}
 _THRESHOLD_WORDS = {"min_cosine": "min-cosine", "rtol": "rtol", "max_abs": "max-abs"}
 NOTHING = "nothing measurable"
+"""A recovery below noise, in a column that says what it measures (HTML's mIoU column)."""
 _VERDICT_WORDS = {"export": "export problem", "runtime": "runtime problem", "unknown": "cause unknown"}
 
 
@@ -48,8 +52,14 @@ def _same(text: str) -> str:
 # Numbers
 
 
-def sci(value: float) -> str:
-    """An error figure: three significant digits in scientific notation, e.g. 2.64e-02 (nan, inf as words)."""
+NOT_AVAILABLE = "n/a"
+"""A figure computed over no finite values (None in the report): every format writes it so."""
+
+
+def sci(value: float | None) -> str:
+    """An error figure: three significant digits in scientific notation, e.g. 2.64e-02 (nan, inf as words; n/a)."""
+    if value is None:
+        return NOT_AVAILABLE
     if math.isnan(value):
         return "nan"
     if math.isinf(value):
@@ -57,8 +67,10 @@ def sci(value: float) -> str:
     return f"{value:.2e}"
 
 
-def cosine(value: float) -> str:
-    """A cosine similarity: six places, as cosines near 1 need (0.999854)."""
+def cosine(value: float | None) -> str:
+    """A cosine similarity: six places, as cosines near 1 need (0.999854); n/a over no finite values."""
+    if value is None:
+        return NOT_AVAILABLE
     return "nan" if math.isnan(value) else f"{value:.6f}"
 
 
@@ -72,8 +84,10 @@ def percent(value: float | None) -> str:
     return "?" if value is None or math.isnan(value) else f"{100 * value:.2f}%"
 
 
-def format_value(metric: str, figure: float) -> str:
-    """A check or reason figure at the precision its metric needs."""
+def format_value(metric: str, figure: float | None) -> str:
+    """A check or reason figure at the precision its metric needs (n/a when there is none)."""
+    if figure is None:
+        return NOT_AVAILABLE
     if metric in ("cosine", "divergence"):
         return cosine(figure)
     if metric in ("miou", "miou_drop"):
@@ -152,8 +166,13 @@ def reasons_text(reasons: Iterable[Reason]) -> str:
     return "; ".join(reason_text(reason) for reason in reasons)
 
 
-def _count(figure: float) -> str:
-    return "?" if math.isnan(figure) else str(int(figure))
+def _count(figure: float | None) -> str:
+    return "?" if figure is None or math.isnan(figure) else str(int(figure))
+
+
+def _general(figure: float | None) -> str:
+    """A check's worst figure, six significant digits; n/a over no finite values."""
+    return NOT_AVAILABLE if figure is None else f"{figure:.6g}"
 
 
 def check_message(check: ThresholdCheck, report: Report) -> str:
@@ -161,7 +180,7 @@ def check_message(check: ThresholdCheck, report: Report) -> str:
     if check.threshold in _THRESHOLD_WORDS:
         return (
             f"{_THRESHOLD_WORDS[check.threshold]} {check.limit:g} on final outputs of {check.compared} sample(s): "
-            f"worst {check.metric} {check.worst:.6g} ({check.worst_sample})"
+            f"worst {check.metric} {_general(check.worst)} ({check.worst_sample})"
         )
     if check.threshold == "finite":
         outputs = f"final outputs of {check.compared} sample(s)"
@@ -172,7 +191,7 @@ def check_message(check: ThresholdCheck, report: Report) -> str:
             )
         return f"no NaN/Inf in {outputs}: worst {_count(check.worst)} NaN/Inf values ({check.worst_sample})"
     if check.threshold == "layers":
-        message = f"{check.failed} of {check.compared} layers diverge; lowest cosine {check.worst:.6g}"
+        message = f"{check.failed} of {check.compared} layers diverge; lowest cosine {_general(check.worst)}"
         first = report.first_divergence
         if check.failed and first is not None:
             message += f"; first divergence {first.onnx_node} ({first.op_type})"
@@ -181,14 +200,15 @@ def check_message(check: ThresholdCheck, report: Report) -> str:
         against = "against labels" if check.scope == "labels" else f"agreement with {report.reference}"
         sample_value = math.nan if check.worst_sample_value is None else check.worst_sample_value
         return (
-            f"mIoU {check.worst:.4f} {against} (min {check.limit:g}); "
+            f"mIoU {miou(check.worst)} {against} (min {check.limit:g}); "
             f"worst sample {check.worst_sample} {sample_value:.4f}"
         )
     labels = report.segmentation.label_miou if report.segmentation is not None else {}
     before = labels.get(report.reference, math.nan)
     after = labels.get(check.backend or "", math.nan)
     return (
-        f"mIoU drop {check.worst:.4f} relative to {report.reference} (max {check.limit:g}): {before:.4f} -> {after:.4f}"
+        f"mIoU drop {miou(check.worst)} relative to {report.reference} (max {check.limit:g}): "
+        f"{before:.4f} -> {after:.4f}"
     )
 
 
@@ -272,6 +292,24 @@ def culprits_of(report: Report) -> tuple[Culprit, ...]:
     return (report.culprit,) if report.culprit is not None else ()
 
 
+def grouped_culprits(report: Report) -> tuple[tuple[Culprit, ...], tuple[Culprit, ...]]:
+    """The culprits shown one by one (the first always), and the further ones whose local error is rounding
+    noise (`Culprit.noise_level`), which views name together in one line (`noise_text`)."""
+    culprits = culprits_of(report)
+    noise = tuple(c for c in culprits[1:] if c.noise_level)
+    return tuple(c for c in culprits if c not in noise), noise
+
+
+def noise_text(noise: Sequence[Culprit], code: Callable[[str], str] = _same, text: Callable[[str], str] = _same) -> str:
+    """ "3 more nodes with noise-level local error (rounding, a few ULP): /a, /b, /c": the first
+    `MAX_NOISE_NAMES` named, "…" for the rest (every one is in the JSON report)."""
+    names = ", ".join(code(c.onnx_node) for c in noise[:MAX_NOISE_NAMES])
+    more = text(" …") if len(noise) > MAX_NOISE_NAMES else ""
+    nodes = "node" if len(noise) == 1 else "nodes"
+    head = f"{len(noise)} more {nodes} with noise-level local error ({NOISE_WORDS}): "
+    return f"{text(head)}{names}{more}"
+
+
 def local_vs_accumulated(culprit: Culprit, *, with_cosine: bool = True) -> str:
     """ "local rel-err 2.10e-02 vs accumulated 2.10e-02, cosine 0.999730" (the cosine is the local one);
     for a node whose own NaN/Inf differ, "NaN/Inf differ at 2 positions here (accumulated: 2)"."""
@@ -332,10 +370,32 @@ def _recovers(report: Report, a: Attribution, *, alone: bool) -> str | None:
     if recovered is None or lost is None or math.isnan(recovered) or math.isnan(lost):
         return None
     return (
-        NOTHING
+        _nothing(a)
         if (a.measurable_alone if alone else a.measurable) is False
         else f"{miou(recovered)} of {miou(lost)} mIoU"
     )
+
+
+def _by_miou(a: Attribution) -> bool:
+    """Whether the attribution's `measurable` flags judge the mIoU (segmentation), not the output's error."""
+    return a.miou_before is not None and a.miou_after is not None and a.miou_pixel_share is not None
+
+
+def _nothing(a: Attribution) -> str:
+    """A recovery below noise, naming what was measured: the mIoU, or the final output's error."""
+    return "no measurable mIoU" if _by_miou(a) else "no measurable part of the output's error"
+
+
+def _error_recovered_alone(report: Report, a: Attribution) -> bool:
+    """Whether fixing the culprit alone recovers more than noise of the final output's error (what
+    `Attribution.measurable_alone` says without mIoU: rel-err falls by more than the rtol or cosine
+    rises by more than 1 - min-cosine), also where that flag judged the mIoU instead."""
+    if not _by_miou(a):
+        return a.measurable_alone is not False
+    thresholds = report.thresholds
+    rel_fall = _nan(a.final_rel_err_before) - _nan(a.final_rel_err_after_alone)
+    cos_rise = _nan(a.final_cosine_after_alone) - _nan(a.final_cosine_before)
+    return rel_fall > thresholds.rtol or cos_rise > 1.0 - thresholds.min_cosine
 
 
 def _has_alone(a: Attribution) -> bool:
@@ -346,9 +406,10 @@ def _has_alone(a: Attribution) -> bool:
 def attribution_text(report: Report, attribution: Attribution, earlier: int = 0) -> str:
     """ "injecting torch's value recovers 0.1450 of 0.1540 mIoU (final rel-err 7.46e-01 -> 3.10e-02)".
 
-    Without mIoU, the final cosine instead; "recovers nothing measurable" below noise (see
-    `Attribution.measurable`). With `earlier` culprits on the pair, first what fixing this
-    one alone recovers, then the cumulative figure: "torch's values here and at the 1 earlier culprit".
+    Without mIoU, the final cosine instead; below noise "recovers no measurable mIoU" (without mIoU:
+    "no measurable part of the output's error"; see `Attribution.measurable`). With `earlier`
+    culprits on the pair, first what fixing this one alone recovers, then the cumulative figure:
+    "torch's values here and at the 1 earlier culprit".
     """
     a = attribution
     values = f"values here and at the {plural(earlier, 'earlier culprit')}" if earlier else "value"
@@ -364,7 +425,7 @@ def attribution_text(report: Report, attribution: Attribution, earlier: int = 0)
 def _recovery(
     report: Report, a: Attribution, head: str, rel_after: float | None, cos_after: float | None, *, alone: bool
 ) -> str:
-    final = f"final rel-err {sci(a.final_rel_err_before)} -> {sci(_nan(rel_after))}"
+    final = f"final rel-err {sci(a.final_rel_err_before)} -> {sci(rel_after)}"
     if a.final_non_finite_before:
         after = a.final_non_finite_after_alone if alone else a.final_non_finite_after
         final += f", final NaN/Inf differing at {a.final_non_finite_before} -> {after} positions"
@@ -372,8 +433,8 @@ def _recovery(
     if recovers is not None:
         return f"{head} recovers {recovers} ({final})"
     if (a.measurable_alone if alone else a.measurable) is False:
-        return f"{head} recovers {NOTHING} ({final})"
-    return f"{head}: {final}, cosine {cosine(a.final_cosine_before)} -> {cosine(_nan(cos_after))}"
+        return f"{head} recovers {_nothing(a)} ({final})"
+    return f"{head}: {final}, cosine {cosine(a.final_cosine_before)} -> {cosine(cos_after)}"
 
 
 def _nan(value: float | None) -> float:
@@ -399,6 +460,8 @@ def culprit_text(
         f"{node_text(culprit, code, text)} on {text(str(culprit.pair))}: {text(local_vs_accumulated(culprit))}",
         text(verdict_text(culprit)),
     ]
+    if culprit.noise_level:  # a culprit only because the thresholds are tighter than the arithmetic
+        parts.insert(1, text(f"noise-level ({NOISE_WORDS}): the thresholds are tighter than the arithmetic"))
     attribution = attribution_of(report, culprit)
     if attribution is not None:
         same_pair = [c for c in culprits_of(report) if c.pair == culprit.pair]
@@ -429,13 +492,13 @@ def culprit_brief(
 
 
 def _brief_gain(report: Report, a: Attribution, *, alone: bool) -> str:
-    """ "0.1540 of 0.1540 mIoU recovered, final rel-err 2.00e-07" ("nothing measurable recovered, ...")."""
+    """ "0.1540 of 0.1540 mIoU recovered, final rel-err 2.00e-07" ("no measurable mIoU recovered, ...")."""
     final = f"final rel-err {sci(_nan(a.final_rel_err_after_alone if alone else a.final_rel_err_after))}"
     if a.final_non_finite_before:
         final += f", NaN/Inf differing at {a.final_non_finite_after_alone if alone else a.final_non_finite_after}"
     recovers = _recovers(report, a, alone=alone)
     if recovers is None and (a.measurable_alone if alone else a.measurable) is False:
-        recovers = NOTHING
+        recovers = _nothing(a)
     return f"{recovers} recovered, {final}" if recovers is not None else final
 
 
@@ -480,13 +543,13 @@ def _carries(report: Report, rows: list[tuple[Culprit, Attribution]]) -> tuple[t
         shares = [(c, share) for c, share in shares if share > 0]
         loss = f"the {plural(before_nf, 'final output position')} whose NaN/Inf differ"
     else:
-        before = first.final_rel_err_before
+        before = _nan(first.final_rel_err_before)  # n/a: no share (nan, dropped below)
         shares = [
             (c, (before - _nan(a.final_rel_err_after_alone)) / before)
             for c, a in rows
-            if before > 0 and a.measurable_alone is not False
+            if before > 0 and _error_recovered_alone(report, a)
         ]
-        loss = f"the final output's error (rel-err {sci(before)})"
+        loss = f"the final output's error (rel-err {sci(first.final_rel_err_before)})"
     shares = [(c, share) for c, share in shares if not math.isnan(share)]
     return max(shares, key=lambda item: item[1], default=None), loss
 
@@ -598,8 +661,7 @@ def marking_changed_line(trt: TensorRTSummary) -> str:
     check = trt.marking_check
     if check is None:
         return ""
-    worst_cosine = check.cosine if check.cosine is not None else float("nan")
-    figures = f"worst on {check.worst_output}: rel err {sci(check.rel_err or 0.0)}, cosine {cosine(worst_cosine)}"
+    figures = f"worst on {check.worst_output}: rel err {sci(check.rel_err)}, cosine {cosine(check.cosine)}"
     named = ""
     if check.bisected:
         more = f" and {len(check.bisected) - 5} more" if len(check.bisected) > 5 else ""

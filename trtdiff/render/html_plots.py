@@ -25,7 +25,7 @@ from trtdiff.render.format import (
     miou,
     thresholds_text,
 )
-from trtdiff.report import Layer, PairMetrics, Report, SampleResult
+from trtdiff.report import Layer, PairMetrics, Report, SampleResult, number
 from trtdiff.report.text import plain
 
 FLOOR = 1e-12  # 1 - cosine and relative errors below this are float noise; drawn at the floor
@@ -65,8 +65,10 @@ def depth_svg(report: Report) -> str:
         for axis, ax in enumerate((top, bottom)):
             if axis == 0 or len(layers) <= MAX_BANDS:
                 titles.update(_bands(ax, [layer.diverged for layer in layers], layer_titles, f"depth{axis}", numbers))
-        _log_axis(top, [1.0 - m.cosine for layer in layers for m in _metrics(layer)], 1.0 - thresholds.min_cosine)
-        _log_axis(bottom, [m.rel_err for layer in layers for m in _metrics(layer)], thresholds.rtol)
+        _log_axis(
+            top, [1.0 - number(m.cosine) for layer in layers for m in _metrics(layer)], 1.0 - thresholds.min_cosine
+        )
+        _log_axis(bottom, [number(m.rel_err) for layer in layers for m in _metrics(layer)], thresholds.rtol)
         top.plot([], [], "o", mfc="white", mec=RED, mew=1.5, label="diverged layer")
         top.set_ylabel(f"1 − cosine (floor {FLOOR:.0e})")
         bottom.set_ylabel("relative error (max|Δ| / max|ref|)")
@@ -89,7 +91,10 @@ def _pair_curves(top: Any, bottom: Any, report: Report) -> None:
     for color, pair in zip(_cycle(len(pairs)), pairs, strict=True):
         have = [i for i, layer in enumerate(layers) if pair in layer.pairs]  # a pair may skip layers
         metrics = [layers[i].pairs[pair] for i in have]
-        for ax, values in ((top, [1.0 - m.cosine for m in metrics]), (bottom, [m.rel_err for m in metrics])):
+        for ax, values in (
+            (top, [1.0 - number(m.cosine) for m in metrics]),
+            (bottom, [number(m.rel_err) for m in metrics]),
+        ):
             shown = np.clip(np.array(values, dtype=float), FLOOR, None)
             ax.plot(x[have], shown, "o-", color=color, ms=3, lw=1.4, label=str(pair) if ax is top else None)
             hit = [j for j, m in enumerate(metrics) if m.diverged]
@@ -116,7 +121,10 @@ def _local_curves(top: Any, bottom: Any, report: Report) -> None:
         if not local:
             continue
         x = [i for i, _ in local]
-        for ax, values in ((top, [1.0 - m.cosine for _, m in local]), (bottom, [m.rel_err for _, m in local])):
+        for ax, values in (
+            (top, [1.0 - number(m.cosine) for _, m in local]),
+            (bottom, [number(m.rel_err) for _, m in local]),
+        ):
             shown = np.clip(np.array(values, dtype=float), FLOOR, None)
             label = f"{pair} local" if ax is top else None
             ax.plot(x, shown, "s--", color=color, ms=3.5, mfc="white", lw=0.8, alpha=0.75, label=label)
@@ -207,7 +215,7 @@ def _sample_cosines(ax: Any, report: Report) -> None:
     for color, pair in zip(_cycle(len(pairs)), pairs, strict=True):
         worst = [
             min(
-                (m.cosine for per_pair in s.outputs.values() if (m := per_pair.get(pair))),
+                (number(m.cosine) for per_pair in s.outputs.values() if (m := per_pair.get(pair))),
                 default=math.nan,
                 key=lambda v: -math.inf if math.isnan(v) else v,
             )
@@ -272,6 +280,7 @@ def _log_axis(ax: Any, values: Sequence[float], threshold: float) -> None:
     low = math.floor(math.log10(max(min(finite, default=FLOOR), FLOOR)))
     # + 1e-6: 1 - 0.9999 is 9.99999e-05 in floating point and must still get its decade above.
     high = max(math.floor(math.log10(max(max(finite, default=1.0), FLOOR)) + 1e-6) + 1, low + 2)
+    low, high = min(low, 300), min(high, 302)  # 10**309 is past float64: an rtol of 1e308 still draws
     ax.set_yscale("log")
     ax.set_ylim(10.0**low / 2, 10.0**high)
     ax.yaxis.set_major_locator(LogLocator(base=10, numticks=8))

@@ -19,10 +19,12 @@ from trtdiff.render.format import (
     divergence_node,
     drift_text,
     format_value,
+    grouped_culprits,
     inherited_text,
     inputs_text,
     limit_text,
     marking_changed_line,
+    noise_text,
     non_finite_lines,
     plural,
     precision_text,
@@ -131,11 +133,12 @@ def _non_finite(report: Report) -> str:
 def _culprits(report: Report) -> str:
     """ "**Culprit:** ..." for one, a numbered "**Culprits:**" list for several, then which one carries
     most of the loss; "" for none."""
-    culprits = culprits_of(report)
+    culprits, noise = grouped_culprits(report)
     closing = "".join(f"\n\n{sentence}." for sentence in attribution_summary(report, _code, _text))
-    if len(culprits) == 1:
+    if len(culprits) == 1 and not noise:
         return f"**Culprit:** {culprit_text(report, culprits[0], _code, _text)}{closing}"
     items = [f"{number}. {culprit_text(report, c, _code, _text)}" for number, c in enumerate(culprits, start=1)]
+    items += [f"- {noise_text(noise, _code, _text)}"] if noise else []
     return "\n".join(["**Culprits:**", *items]) + closing if items else ""
 
 

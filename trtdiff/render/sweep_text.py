@@ -91,7 +91,7 @@ def _finding(report: Report) -> str:
     return "-"
 
 
-def _output_metrics(report: Report) -> tuple[float, float] | None:
+def _output_metrics(report: Report) -> tuple[float | None, float | None] | None:
     outputs = report.outputs
     pair = report.pairs[0] if report.pairs else None
     if not outputs or pair is None or pair not in outputs[0].pairs:

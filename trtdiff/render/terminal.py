@@ -24,9 +24,11 @@ from trtdiff.render.format import (
     divergence_head,
     drift_text,
     engines_line,
+    grouped_culprits,
     inherited_text,
     inputs_text,
     marking_changed_line,
+    noise_text,
     non_finite_failed,
     non_finite_lines,
     plural,
@@ -85,10 +87,12 @@ def render_verdict(report: Report, console: Console) -> None:
         for line in non_finite_lines(report):
             console.print(SafeText.assemble(("NON-FINITE", "bold red"), f": {line}"))
     style = "bold red" if failed else "bold yellow"
-    culprits = culprits_of(report)
+    culprits, noise = grouped_culprits(report)
     for number, culprit in enumerate(culprits, start=1):
         label = "CULPRIT" if number == 1 else f"CULPRIT {number}"
         console.print(SafeText.assemble((label, style), f": {culprit_quiet(report, culprit)}"))
+    if noise:
+        console.print(SafeText(noise_text(noise), style="dim"))
     first = report.first_divergence
     if not culprits and first is not None:
         console.print(SafeText.assemble(("FIRST DIVERGENCE", style), f": {divergence_head(first)}"))
@@ -376,12 +380,14 @@ def _verdict(report: Report, console: Console) -> None:
 
 def _findings(report: Report, console: Console, style: str) -> None:
     """The culprits (the first in full, the others one short line each), the first divergence, and drift."""
-    culprits = culprits_of(report)
+    culprits, noise = grouped_culprits(report)
     for number, culprit in enumerate(culprits, start=1):
         if number == 1:
             console.print(SafeText.assemble(("CULPRIT", style), f": {culprit_text(report, culprit)}"))
         else:
             console.print(SafeText.assemble((f"CULPRIT {number}", style), f": {culprit_brief(report, culprit)}"))
+    if noise:
+        console.print(SafeText(noise_text(noise), style="dim"))
     for sentence in attribution_summary(report):
         console.print(SafeText(f"{sentence}."))
     first = report.first_divergence

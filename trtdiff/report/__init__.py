@@ -42,4 +42,5 @@ from trtdiff.report.model import (
     ThresholdCheck as ThresholdCheck,
     Verdict as Verdict,
     all_pairs as all_pairs,
+    number as number,
 )

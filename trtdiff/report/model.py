@@ -7,6 +7,7 @@ Renderers read a `Report` and nothing else. The JSON layout is documented in the
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
@@ -50,6 +51,12 @@ _THRESHOLD_IDS: dict[str, str] = {
     "max_miou_drop": "max-miou-drop",
     "finite": "finite",
 }
+
+
+def number(figure: float | None) -> float:
+    """A figure as a float for arithmetic, ranking and plots: NaN where it is n/a (None: computed over no finite
+    values), which every such use already treats as the worst figure."""
+    return math.nan if figure is None else figure
 
 
 @dataclass(frozen=True, order=True)
@@ -115,10 +122,10 @@ class PairMetrics:
     exactly when all elements are equal, and `mismatches` counts the elements that differ.
     """
 
-    cosine: float
-    max_abs: float
-    mean_abs: float
-    rel_err: float
+    cosine: float | None
+    max_abs: float | None
+    mean_abs: float | None
+    rel_err: float | None
     ref_max_abs: float
     nan_ref: int = 0
     nan_cand: int = 0
@@ -163,9 +170,9 @@ class ErrorFigures:
     """Cosine, max-abs and relative error of one tensor against its reference (over the finite values),
     and at how many positions the two sides' NaN/Inf differ."""
 
-    cosine: float
-    max_abs: float
-    rel_err: float
+    cosine: float | None
+    max_abs: float | None
+    rel_err: float | None
     non_finite_mismatches: int = 0
 
     @classmethod
@@ -186,6 +193,10 @@ class Culprit:
 
     `advice` says what to change, in one sentence, when one of `trtdiff inspect`'s rules
     explains this node (its code in `advice_code`); both are "" when no rule applies.
+
+    `noise_level`: the local error is rounding noise of the tensor's type (trtdiff.analysis.noise:
+    for float32, rel-err within 4 ULP): a culprit only under thresholds tighter than the
+    arithmetic. Views group such culprits into one line; False in reports written before.
     """
 
     tensor: str
@@ -200,6 +211,7 @@ class Culprit:
     spec: ErrorFigures | None = None
     advice: str = ""
     advice_code: str = ""
+    noise_level: bool = False
 
 
 @dataclass(frozen=True)
@@ -235,16 +247,17 @@ class Attribution:
     `measurable` / `measurable_alone`: whether the recovery is more than noise: with mIoU, at
     least `miou_pixel_share` (what one pixel is worth, see attribution.pixel_share); without,
     the final rel-err falls by more than the rtol or the cosine rises by more than
-    1 - min-cosine. None in reports written before these fields existed.
+    1 - min-cosine. None in reports written before these fields existed. A final figure is
+    None (n/a) where the outputs had no finite values to compute it over.
     """
 
     onnx_node: str
     tensor: str
     pair: BackendPair
-    final_rel_err_before: float
-    final_rel_err_after: float
-    final_cosine_before: float
-    final_cosine_after: float
+    final_rel_err_before: float | None
+    final_rel_err_after: float | None
+    final_cosine_before: float | None
+    final_cosine_after: float | None
     miou_before: float | None = None
     miou_after: float | None = None
     miou_recovered: float | None = None
@@ -269,9 +282,9 @@ class FirstDivergence:
     op_type: str
     module: str | None
     pair: BackendPair
-    cosine: float
-    max_abs: float
-    rel_err: float
+    cosine: float | None
+    max_abs: float | None
+    rel_err: float | None
     reasons: tuple[Reason, ...]
     suspects: tuple[str, ...]
 
@@ -351,7 +364,7 @@ class ThresholdCheck:
     pair: BackendPair | None
     backend: str | None
     limit: float
-    worst: float
+    worst: float | None
     worst_sample: str | None
     passed: bool
     failing_samples: tuple[str, ...] = ()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trtdiff.report import MarkingCheck, PairMetrics, Thresholds
+from trtdiff.report import MarkingCheck, PairMetrics, Thresholds, number
 
 if TYPE_CHECKING:
     from trtdiff.backends.base import OutputComparison
@@ -103,6 +103,8 @@ def breaks(metrics: PairMetrics, thresholds: Thresholds) -> bool:
         return True
     if metrics.nan_cand != metrics.nan_ref or metrics.inf_cand != metrics.inf_ref:
         return True
+    if metrics.cosine is None or metrics.rel_err is None or metrics.max_abs is None:  # no finite values to hold them
+        return True
     if metrics.cosine < thresholds.min_cosine or metrics.rel_err > thresholds.rtol:
         return True
     return thresholds.max_abs is not None and metrics.max_abs > thresholds.max_abs
@@ -112,8 +114,9 @@ def _size(metrics: PairMetrics) -> float:
     """How different two outputs are, for ranking: relative error, then 1 - cosine; infinite for a shape/NaN change."""
     if metrics.shape_mismatch or metrics.nan_cand != metrics.nan_ref or metrics.inf_cand != metrics.inf_ref:
         return float("inf")
-    rel = metrics.rel_err if np.isfinite(metrics.rel_err) else float("inf")
-    return rel + (1.0 - metrics.cosine if np.isfinite(metrics.cosine) else 1.0) * 1e-6 + float(metrics.mismatches or 0)
+    rel_err, cosine = number(metrics.rel_err), number(metrics.cosine)  # n/a ranks as the largest
+    rel = rel_err if np.isfinite(rel_err) else float("inf")
+    return rel + (1.0 - cosine if np.isfinite(cosine) else 1.0) * 1e-6 + float(metrics.mismatches or 0)
 
 
 @dataclass(frozen=True)
