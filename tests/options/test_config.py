@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from trtdiff.cli.app import main
 from trtdiff.errors import ConfigError
-from trtdiff.options import CompareOptions
+from trtdiff.options import CompareOptions, every_option
 from trtdiff.options.config import find_pyproject, load_config
 from trtdiff.options.resolved import resolve
 from trtdiff.report import Report
@@ -88,12 +88,66 @@ def test_options_that_run_code_are_taken_from_the_command_line_only(tmp_path: Pa
         load_config(start=tmp_path)
 
 
+WRITES = ["json", "junit", "markdown", "html", "model_explorer", "save_onnx", "save_engine", "engine_cache", "save_repro",
+          "save", "force"]  # fmt: skip
+
+
+def test_every_option_that_names_a_path_trtdiff_writes_is_declared_so() -> None:
+    """An output path added later is refused in config files too: every PATH/DIR option is an input or `writes`."""
+    reads = {"onnx", "input_files", "inputs_dir", "labels_dir", "config", "recordings"}
+    for declared in every_option():
+        metavar = declared.option.metavar or ""
+        if metavar.endswith(("PATH", "DIR", "FILE")) and declared.name not in reads:
+            assert declared.option.writes, f"{declared.name} names a path: declare writes=True, or list it as read"
+    assert sorted(d.name for d in every_option() if d.option.writes) == sorted(WRITES)
+
+
+@pytest.mark.parametrize("key", WRITES)
+def test_options_that_write_files_are_taken_from_the_command_line_only(tmp_path: Path, key: str) -> None:
+    value = "true" if key == "force" else "'../victim'"
+    path = _pyproject(tmp_path, f"{key} = {value}")
+    with pytest.raises(ConfigError) as error:
+        load_config(start=tmp_path)
+    what = "lets trtdiff overwrite files" if key == "force" else "names a file or folder trtdiff writes"
+    assert str(error.value).startswith(
+        f"{path.resolve()} [tool.trtdiff]: {key} {what}, so it is taken from the command"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "command"), [("host", "view"), ("port", "view"), ("no_browser", "view"), ("example", "demo")]
+)
+def test_options_of_commands_that_read_no_config_file_are_refused(tmp_path: Path, key: str, command: str) -> None:
+    value = {"host": "'0.0.0.0'", "port": "80", "example": "'resnet'"}.get(key, "true")
+    _pyproject(tmp_path, f"{key} = {value}")
+    with pytest.raises(ConfigError, match=f"{key} is an option of trtdiff {command}, which reads no config file"):
+        load_config(start=tmp_path)
+
+
+def test_a_cloned_repositorys_pyproject_cannot_overwrite_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    victim = tmp_path / "victim.md"
+    victim.write_text("precious\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".git").mkdir()
+    path = _pyproject(repo, f'markdown = "{victim}"\nforce = true\nsave_onnx = "{victim}"')
+    monkeypatch.chdir(repo)
+    code, stdout, stderr = _run("compare", FACTORY, "--input-shape", "1x3x32x32")
+    assert code == 2 and stdout == "" and victim.read_text() == "precious\n"
+    assert stderr.strip().splitlines() == [
+        f"Error: {path.resolve()} [tool.trtdiff]: markdown names a file or folder trtdiff writes, so it is taken "
+        "from the command line only (--markdown); remove it from the file"
+    ]
+
+
 def test_config_file_names_a_pyproject_or_a_file_of_options(tmp_path: Path) -> None:
     plain = tmp_path / "trtdiff.toml"
-    plain.write_text("opset = 13\nseed = 4\nhtml = 'r.html'\n")
+    plain.write_text("opset = 13\nseed = 4\nquiet = true\n")
     config = load_config(plain)
-    assert config is not None and config.values == {"opset": 13, "seed": 4, "html": "r.html"}
-    assert config.compare_fields == {"opset": 13, "seed": 4}  # html is the command line's own
+    assert config is not None and config.values == {"opset": 13, "seed": 4, "quiet": True}
+    assert config.compare_fields == {"opset": 13, "seed": 4}  # quiet is the command line's own
     bare = tmp_path / "pyproject.toml"
     bare.write_text('[project]\nname = "x"\n')
     with pytest.raises(ConfigError, match=r"no \[tool.trtdiff\] table"):
@@ -125,7 +179,7 @@ def test_an_unknown_key_exits_2_in_one_line(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.chdir(tmp_path)
     code, _, stderr = _run("compare", FACTORY)
     assert code == 2 and stderr.strip().splitlines() == [
-        f"Error: {path.resolve()} [tool.trtdiff]: unknown key 'opsett'; did you mean 'opset'? (README, 'Options')"
+        f"Error: {path.resolve()} [tool.trtdiff]: unknown key 'opsett'; did you mean 'opset'? (docs/options.md)"
     ]
     code, _, stderr = _run("compare", FACTORY, "--no-config", "--config", str(path))
     assert code == 2 and "--no-config" in stderr
@@ -143,6 +197,17 @@ def test_pyproject_sets_the_opset_and_the_report_says_so(tmp_path: Path, monkeyp
     assert report.options["min_cosine"].value == 0.9999 and report.options["min_cosine"].source == "command line"
     assert report.options["culprit"].source == "command line" and report.options["rtol"].source == "default"
     assert f"options from {path.resolve()}: input_shapes, opset" in stdout.replace("\n", "")
+    code, stdout, _ = _run(
+        "compare",
+        FACTORY,
+        "--config",
+        str(_pyproject(tmp_path, 'opsets = [13]\nshow_all = true\ninput_shapes = ["1x3x64x64"]', "all.toml")),
+        "--no-culprit",
+    )
+    listed = stdout.replace("\n", "")  # every key the file set, the command line's own (show_all) and opsets too
+    assert (
+        code == 0 and "options from" in listed and all(key in listed for key in ("opset", "show_all", "input_shapes"))
+    )
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["schema_version"] == 3 and data["options"]["opset"] == {"value": 10, "source": str(path.resolve())}
     code, _, _ = _run("compare", FACTORY, "--opset", "13", "--json", "r13.json", "--no-culprit")

@@ -32,6 +32,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trtdiff.analysis.metrics import compare_tensors
+from trtdiff.analysis.repro_files import (
+    MANIFEST,
+    MARKER,
+    culprit_folders,
+    inside,
+    load_array,
+    manifest_field,
+    read_manifest,
+)
 from trtdiff.analysis.shadow import PREFIX, submodel, typed_inputs
 from trtdiff.errors import OptionError, ReportFileError
 from trtdiff.report import PairMetrics, Thresholds
@@ -44,8 +53,6 @@ if TYPE_CHECKING:
     from trtdiff.report import Culprit
     from trtdiff.source.onnx_graph import GraphInfo
 
-MANIFEST = "repro.json"
-MARKER = "trtdiff-repro"
 SUBGRAPH = "subgraph.onnx"
 # Backends that run the standalone file again here (TensorRT's output is kept as the comparison ran it).
 RERUN = ("onnxruntime", "onnx-reference")
@@ -57,6 +64,12 @@ def check_repro_dir(directory: str | None, force: bool = False) -> None:
     if directory is None:
         return
     target = Path(directory)
+    if target.is_symlink():
+        raise OptionError(
+            "is a symbolic link; give the folder itself, so that nothing outside it is written or removed",
+            parameter="save_repro",
+            value=directory,
+        )
     if target.exists() and not target.is_dir():
         raise OptionError("is a file; give a folder to create", parameter="save_repro", value=directory)
     if not target.exists():
@@ -75,10 +88,10 @@ def check_repro_dir(directory: str | None, force: bool = False) -> None:
 
 def _ours(target: Path) -> bool:
     try:
-        data = json.loads((target / MANIFEST).read_text())
-    except (OSError, ValueError):
+        read_manifest(target)
+    except ReportFileError:
         return False
-    return isinstance(data, dict) and data.get("kind") == MARKER
+    return True
 
 
 @dataclass(frozen=True)
@@ -128,15 +141,17 @@ def write_repros(context: ReproContext, culprits: Sequence[Culprit], runs: Seque
 
 
 def _clear_earlier(top: Path) -> None:
-    """Remove what an earlier repro wrote here (its culprit folders and files), nothing else."""
+    """Remove what an earlier repro wrote here (its culprit folders and files), nothing else.
+
+    The manifest's list of folders is read, never trusted: only names trtdiff gives its culprit
+    folders, as real folders directly inside `top`, are removed (repro_files.culprit_folders).
+    """
     if not _ours(top):
         return
-    data = json.loads((top / MANIFEST).read_text())
-    for name in data.get("culprits", []):
-        if "/" not in name and (top / name).is_dir():
-            shutil.rmtree(top / name)
+    for folder in culprit_folders(top, read_manifest(top).get("culprits")):
+        shutil.rmtree(folder)
     for name in (MANIFEST, "README.md"):
-        (top / name).unlink(missing_ok=True)
+        (top / name).unlink(missing_ok=True)  # a symbolic link is removed itself, never what it points to
 
 
 def _write_one(folder: Path, context: ReproContext, culprit: Culprit, run: LocalRun) -> None:
@@ -242,34 +257,40 @@ def check_repro(folder: str | Path, provider: str = "CPUExecutionProvider") -> l
     `folder` is one culprit's folder, or the top folder (its first culprit).
     """
     target = Path(folder)
-    data = _manifest(target)
+    data = read_manifest(target)
     if "subgraph" not in data:
-        names = data.get("culprits") or []
-        if not names:
-            raise ReportFileError(f"{target}: this repro holds no culprit")
-        target = target / names[0]
-        data = _manifest(target)
-    thresholds = Thresholds(**data["thresholds"])
-    inputs = {name: np.load(target / file) for name, file in data["inputs"].items()}
-    reference = np.load(target / data["reference"]["file"])
-    fresh = rerun(target / data["subgraph"], inputs, data["output"], provider)
+        folders = culprit_folders(target, data.get("culprits"))
+        if not folders:
+            raise ReportFileError(f"{target}: this repro holds no culprit folder")
+        target = folders[0]
+        data = read_manifest(target)
+    thresholds = _thresholds(manifest_field(data, "thresholds", dict, target), target)
+    inputs = {
+        name: load_array(inside(target, file))
+        for name, file in manifest_field(data, "inputs", dict, target, files=True).items()
+    }
+    reference = load_array(inside(target, manifest_field(data, "reference", dict, target).get("file")))
+    fresh = rerun(inside(target, data.get("subgraph")), inputs, manifest_field(data, "output", str, target), provider)
     results = [ReproResult(name, compare_tensors(reference, value, thresholds), True) for name, value in fresh.items()]
-    for name, file in data["outputs"].items():
+    for name, file in manifest_field(data, "outputs", dict, target, files=True).items():
         if name not in fresh:
-            results.append(ReproResult(name, compare_tensors(reference, np.load(target / file), thresholds), False))
+            value = load_array(inside(target, file))
+            results.append(ReproResult(name, compare_tensors(reference, value, thresholds), False))
     return results
 
 
-def _manifest(folder: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError) as error:
-        raise ReportFileError(
-            f"{folder}: no trtdiff repro here ({MANIFEST} missing or unreadable); give a folder --save-repro wrote"
-        ) from error
-    if not isinstance(data, dict) or data.get("kind") != MARKER:
-        raise ReportFileError(f"{folder}: {MANIFEST} is not a trtdiff repro")
-    return data
+def _thresholds(saved: Mapping[str, Any], folder: Path) -> Thresholds:
+    """The comparison's thresholds as the manifest saved them: numbers (max_abs may be null), nothing else."""
+
+    def number(name: str, optional: bool = False) -> float | None:
+        value = saved.get(name)
+        if (value is None and optional) or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            return None if value is None else float(value)
+        raise ReportFileError(f"{folder / MANIFEST}: thresholds.{name} is not a number: {value!r}")
+
+    min_cosine, rtol = number("min_cosine"), number("rtol")
+    assert min_cosine is not None and rtol is not None
+    return Thresholds(min_cosine=min_cosine, rtol=rtol, max_abs=number("max_abs", optional=True))
 
 
 def _polygraphy_files(

@@ -8,12 +8,13 @@ app.py renders as flags.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trtdiff.cli.flags import Given, given
 from trtdiff.cli.progress import progress_display
-from trtdiff.cli.sources import read_options
+from trtdiff.cli.sources import read_options, set_by_file_only
 from trtdiff.errors import OptionError
 from trtdiff.options import DEFAULT_OPSET, CompareOptions, SweepAxes, flag_of
 from trtdiff.version import __version__
@@ -43,6 +44,7 @@ def compare_command(model: str, values: Mapping[str, Any]) -> bool:
     options.validate()
     with progress_display(read.reports.quiet) as progress:
         report = compare(model, options, progress=progress, name_of=flag_of, origins=sources.origins)
+    report = dataclasses.replace(report, options={**report.options, **set_by_file_only(sources, report.options)})
     console = Console(highlight=False)
     if read.reports.quiet:
         render_verdict(report, console)

@@ -4,8 +4,13 @@ Keys are the options' Python names, the same as `trtdiff.compare(**fields)` take
 (`opset = 10`, `input_shapes = ["1x3x512x512"]`, `min_cosine = 0.999`); a value is a TOML
 value or text, read by the option's own reader as the command line reads it. The command
 line overrides the file. As ruff and mypy do, an unknown key is an error naming the key and
-the file, and so is an option that would run code (`trust`, `model_class`): a cloned
-repository's pyproject.toml must not be able to make trtdiff unpickle a file or import a module.
+the file, and so is an option a file must not set, taken from the command line only: one that
+would run code (`trust`, `model_class`), and one that names a file or folder trtdiff writes or
+lets it overwrite one (the report paths, `save_onnx`, `save_engine`, `engine_cache`,
+`save_repro`, `save`, `force`). A cloned repository's or a pull request's pyproject.toml must
+not be able to make trtdiff unpickle a file, import a module, or write over the user's files.
+A key of a command that reads no config file (`view`'s `host`, `demo`'s options) is refused
+too, rather than ignored: nothing would ever read it.
 
 Where the file is found: from the current directory upward, the first pyproject.toml that
 holds a `[tool.trtdiff]` table; the search stops at the filesystem root and at the root of a
@@ -35,6 +40,8 @@ PYPROJECT = "pyproject.toml"
 TABLE = "[tool.trtdiff]"
 # Options about finding the file itself: a file cannot name another file to read.
 _NOT_IN_FILES = frozenset({"config", "no_config"})
+# The commands that read a config file: those that take --config.
+_READERS = frozenset(next(d for d in every_option() if d.name == "config").option.commands)
 
 
 @dataclass(frozen=True)
@@ -112,12 +119,22 @@ def _declared(key: str, path: Path) -> Declared:
         names = [d.name for d in every_option() if d.name not in _NOT_IN_FILES]
         close = difflib.get_close_matches(key, names, n=1)
         hint = f"did you mean {close[0]!r}?" if close else "the keys are the options' Python names, e.g. input_shapes"
-        raise ConfigError(f"{_where(path)}: unknown key {key!r}; {hint} (README, 'Options')")
+        raise ConfigError(f"{_where(path)}: unknown key {key!r}; {hint} (docs/options.md)")
+    flag = declared.flag or key
     if declared.option.runs_code:
-        flag = declared.flag or key
         raise ConfigError(
             f"{_where(path)}: {key} makes trtdiff run code from a file or module, so it is taken from the command "
             f"line only ({flag}); remove it from the file"
+        )
+    if declared.option.writes:
+        what = "lets trtdiff overwrite files" if declared.is_bool else "names a file or folder trtdiff writes"
+        raise ConfigError(
+            f"{_where(path)}: {key} {what}, so it is taken from the command line only ({flag}); remove it from the file"
+        )
+    if not _READERS & set(declared.option.commands):
+        commands = " and ".join(f"trtdiff {c}" for c in declared.option.commands)
+        raise ConfigError(
+            f"{_where(path)}: {key} is an option of {commands}, which reads no config file; remove it from the file"
         )
     return declared
 

@@ -36,8 +36,11 @@ class Option:
         `secondary`: the flag that sets a bool field to False (`--no-culprit`); `repeat`: the flag
     may be given several times (one item each); `short`: a one-letter alias (`-q`). `runs_code`:
         an option that makes trtdiff run code from a file or module, taken from the command
-        line only (never from a config file). `default_text`: how help shows the default when
-        the value itself would not read well (sizes). `last`: listed after the others of its group.
+        line only (never from a config file). `writes`: an option that names a file or folder trtdiff
+        writes, or lets it overwrite one (`force`); also from the command line only, so a config
+        file in a checked-out repository cannot make trtdiff write anywhere. `default_text`: how help
+        shows the default when the value itself would not read well (sizes). `last`: listed after the
+        others of its group.
     """
 
     help: str
@@ -52,6 +55,7 @@ class Option:
     short: str | None = None
     required: bool = False
     runs_code: bool = False
+    writes: bool = False
     default_text: str | None = None
     last: bool = False
 

@@ -117,7 +117,7 @@ class ExportOptions:
     exporter: Exporter = option("auto", group=EXPORT, commands=SINGLE, help=f"{_EXPORTER_HELP}.")
     onnx: str | None = option(None, group=EXPORT, metavar="FILE",
                               help="Use this ONNX file (e.g. after onnxsim) instead of exporting one.")
-    save_onnx: str | None = option(None, group=EXPORT, metavar="PATH", help="Keep the exported ONNX file.")
+    save_onnx: str | None = option(None, writes=True, group=EXPORT, metavar="PATH", help="Keep the exported ONNX file.")
     simplify: bool = option(False, group=EXPORT, commands=COMPARE,
                             help="Also compare the ONNX file after onnxslim, side by side (the simplify extra).")
 
@@ -245,9 +245,9 @@ class BackendOptions:
     tf32: bool = option(False, group=TENSORRT, commands=ENGINES,
                         help="Allow TF32 in TensorRT and in the PyTorch reference on CUDA (off: true FP32).")
     tensorrt: BuildSettings = field(default_factory=BuildSettings)
-    engine_cache: str | None = option(None, group=TENSORRT, commands=ENGINES, metavar="DIR",
+    engine_cache: str | None = option(None, writes=True, group=TENSORRT, commands=ENGINES, metavar="DIR",
                                       help="Folder of cached engines and the timing cache.")
-    save_engine: str | None = option(None, group=TENSORRT, commands=ENGINES, metavar="PATH",
+    save_engine: str | None = option(None, writes=True, group=TENSORRT, commands=ENGINES, metavar="PATH",
                                      help="Write the TensorRT engine that ships (the marked one beside it as "
                                           "NAME.marked.engine).")
     recordings: dict[str, str] = option(group=BACKENDS, commands=COMPARE, factory=dict, flag="--load",
@@ -380,7 +380,7 @@ class AnalysisOptions:
                                   default_text="when a divergence is found",
                                   help="Name the nodes that introduce the error (local error, export or runtime, "
                                        "attribution).")
-    save_repro: str | None = option(None, group=THRESHOLDS, commands=COMPARE, metavar="DIR",
+    save_repro: str | None = option(None, writes=True, group=THRESHOLDS, commands=COMPARE, metavar="DIR",
                                     help="Write each culprit's subgraph as a standalone ONNX file with its inputs, "
                                          "every backend's output and a README with the command that shows it.")
 
@@ -391,15 +391,15 @@ class ReportOptions:
 
     show_all: bool = option(False, group=REPORTS, commands=("compare", "demo"), flag="--all",
                             help="Show every layer, not only those up to the first divergence.")
-    json: str | None = option(None, group=REPORTS, commands=("compare", "build", "inspect"), metavar="PATH",
-                              help="Write the report (of a build, of an inspection) as JSON here.")
-    junit: str | None = option(None, group=REPORTS, commands=RENDERED, metavar="PATH",
+    json: str | None = option(None, writes=True, group=REPORTS, commands=("compare", "build", "inspect"),
+                              metavar="PATH", help="Write the report (of a build, of an inspection) as JSON here.")
+    junit: str | None = option(None, writes=True, group=REPORTS, commands=RENDERED, metavar="PATH",
                                help="Write JUnit XML (one test case per check).")
-    markdown: str | None = option(None, group=REPORTS, commands=RENDERED, metavar="PATH",
+    markdown: str | None = option(None, writes=True, group=REPORTS, commands=RENDERED, metavar="PATH",
                                   help="Write a Markdown summary (PR comment, CI step summary).")
-    html: str | None = option(None, group=REPORTS, commands=RENDERED, metavar="PATH",
+    html: str | None = option(None, writes=True, group=REPORTS, commands=RENDERED, metavar="PATH",
                               help="Write a self-contained HTML report with plots (the html extra).")
-    model_explorer: str | None = option(None, group=REPORTS, commands=RENDERED, metavar="PATH",
+    model_explorer: str | None = option(None, writes=True, group=REPORTS, commands=RENDERED, metavar="PATH",
                                         help="Write node data for Google's Model Explorer (error, local error, cosine, "
                                              "status per ONNX node), the ONNX file beside it; `trtdiff view` opens "
                                              "them.")
@@ -414,8 +414,8 @@ class RunOptions:
 
     backend: OnnxBackendName | None = option(None, group=RECORDING, commands=("run",), required=True,
                                              help="The backend to run and record.")
-    save: str | None = option(None, group=RECORDING, commands=("run",), metavar="PATH", required=True,
-                              help="The .npz file to write.")
+    save: str | None = option(None, writes=True, group=RECORDING, commands=("run",), metavar="PATH",
+                              required=True, help="The .npz file to write.")
 
 
 @dataclass(frozen=True)
@@ -465,7 +465,9 @@ class CompareOptions:
     thresholds: Thresholds = field(default_factory=Thresholds)
     gate: GateOptions = field(default_factory=GateOptions)
     analysis: AnalysisOptions = field(default_factory=AnalysisOptions)
-    force: bool = option(False, group=EXPORT, help="Let --save-onnx / --save-engine overwrite an existing file.")
+    force: bool = option(
+        False, writes=True, group=EXPORT, help="Let --save-onnx / --save-engine overwrite an existing file."
+    )
 
     def with_fields(self, **values: Any) -> CompareOptions:
         """A copy with options replaced by name: `with_fields(opset=13, input_shapes=["1x3x64x64"], precision="fp16")`.

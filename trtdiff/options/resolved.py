@@ -37,14 +37,14 @@ def resolve(options: CompareOptions, origins: Mapping[str, str] | None = None) -
             part = getattr(part, step)
         value = getattr(part, declared.name)
         source = origins.get(declared.name) or (DEFAULT if value == declared.default else CALLER)
-        resolved[declared.name] = ResolvedOption(_plain(value), source)
+        resolved[declared.name] = ResolvedOption(resolved_value(value), source)
     return resolved
 
 
-def _plain(value: Any) -> Any:
+def resolved_value(value: Any) -> Any:
     """`value` as JSON holds it (tuples as lists), so a report read back equals the one written."""
     if isinstance(value, (tuple, list)):
-        return [_plain(item) for item in value]
+        return [resolved_value(item) for item in value]
     if isinstance(value, dict):
-        return {str(key): _plain(item) for key, item in value.items()}
+        return {str(key): resolved_value(item) for key, item in value.items()}
     return value
