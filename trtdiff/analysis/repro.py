@@ -41,7 +41,7 @@ from trtdiff.analysis.repro_files import (
     manifest_field,
     read_manifest,
 )
-from trtdiff.analysis.shadow import PREFIX, submodel, typed_inputs
+from trtdiff.analysis.shadow import PREFIX, submodel, typed_inputs, unprefix_subgraphs
 from trtdiff.errors import OptionError, ReportFileError
 from trtdiff.report import PairMetrics, Thresholds
 
@@ -220,6 +220,7 @@ def standalone(model: onnx.ModelProto) -> onnx.ModelProto:
             node.input[i] = name.removeprefix(PREFIX)
         for i, name in enumerate(node.output):
             node.output[i] = name.removeprefix(PREFIX)
+        unprefix_subgraphs(node)  # an If's branches read renamed outer names too
     for value in model.graph.output:
         value.name = value.name.removeprefix(PREFIX)
     model.graph.name = "trtdiff-repro"
