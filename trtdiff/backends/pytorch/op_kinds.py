@@ -167,6 +167,9 @@ ATEN_KINDS: dict[str, str] = {
     "argmax": "argmax",
     "argmin": "argmin",
     "round": "round",
+    "_to_copy": "cast",  # CASTS: only where an integer or bool tensor goes in or out
+    "to": "cast",
+    "_to_dim_order_copy": "cast",
 }
 
 CASTS = frozenset({"_to_copy", "to", "_to_dim_order_copy"})
