@@ -17,6 +17,7 @@ import torch
 from graph_models import CASES, Case, edited_copy, export_case
 
 import trtdiff
+from trtdiff.render.terminal import pairing_line
 from trtdiff.report import BackendPair, Report
 
 ORT = BackendPair("torch", "onnxruntime")
@@ -76,3 +77,4 @@ def test_the_pairing_counts_pairs_made_on_structure_alone(tmp_path: Path) -> Non
     summary = _compare(case, export_case(case, tmp_path)).pairing
     assert summary.float_paired == 8 and summary.by_method.get("derived") == 4
     assert summary.structure_only == 4  # the Conv, ReLU, head and the GroupNorm module's output
+    assert "(4 derived, 1 module, 3 op; 4 on structure alone)" in pairing_line(summary, 0)
