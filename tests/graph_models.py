@@ -179,6 +179,12 @@ def groupnorm_gamma(model: onnx.ModelProto) -> str:
     return node(model, "Add", "/norm/").name
 
 
+def groupnorm_epsilon(model: onnx.ModelProto) -> str:
+    """The InstanceNormalization inside GroupNorm takes epsilon 0.5: an edit inside the region, named at its output."""
+    set_attribute(node(model, "InstanceNormalization", "/norm/"), "epsilon", 0.5)
+    return node(model, "Add", "/norm/").name
+
+
 def pad_constant(model: onnx.ModelProto) -> str:
     """reflect -> constant: the Pad is the culprit, not the Conv after it."""
     target = node(model, "Pad")
@@ -220,6 +226,7 @@ CASES = (
     Case("loop-body", LoopNet, "1x3x16x16", loop_body_constant, scripted=True),
     Case("loop-then-head", LoopNet, "1x3x16x16", head_scaled, scripted=True),
     Case("groupnorm", GroupNormNet, "1x3x16x16", groupnorm_gamma),
+    Case("groupnorm-epsilon", GroupNormNet, "1x3x16x16", groupnorm_epsilon),
     Case("pad-mode", ReflectPad, "1x3x16x16", pad_constant),
     Case("cast-truncates", RoundToInt, "1x3x16x16", round_removed),
     Case("argmax", ArgmaxGather, "1x3x16x16", argmax_to_argmin),

@@ -102,6 +102,10 @@ def mark_failures(results: Sequence[SampleResult], checks: Sequence[ThresholdChe
     return tuple(dataclasses.replace(r, failed=tuple(failed.get(r.name, ()))) for r in results)
 
 
+STRUCTURE_METHODS = frozenset({"op", "scope", "folded", "module", "output"})
+"""Pairs made by structure alone: their values are compared, never used to decide the pair."""
+
+
 def pairing_summary(graph: GraphInfo, pairing: Pairing | None) -> PairingSummary:
     """How many float tensors got a PyTorch counterpart, and how; the other tensors counted by kind."""
     pairs = pairing.pairs if pairing is not None else {}
@@ -121,6 +125,7 @@ def pairing_summary(graph: GraphInfo, pairing: Pairing | None) -> PairingSummary
         by_method=by_method,
         float_paired=sum(t in pairs for t in float_tensors),
         other_tensors=other,
+        structure_only=sum(t in pairs and pairs[t].method in STRUCTURE_METHODS for t in float_tensors),
     )
 
 

@@ -35,7 +35,7 @@ def onnx_kinds(graph: GraphInfo) -> dict[str, str]:
     kinds: dict[str, str] = {}
     for node in graph.nodes:
         kind = onnx_kind(node.op_type, node.domain)
-        if kind is None:
+        if kind is None or (kind == "cast" and not _integer_cast(graph, node)):
             continue
         if kind == "add" and _is_bias_add(graph, node):
             kind = "gemm"
@@ -43,6 +43,12 @@ def onnx_kinds(graph: GraphInfo) -> dict[str, str]:
             kind = "attention"
         kinds[node.name] = kind
     return kinds
+
+
+def _integer_cast(graph: GraphInfo, node: NodeInfo) -> bool:
+    """Whether a Cast reads or writes an integer or bool tensor (PyTorch records only those casts)."""
+    ends = [t for t in (*node.inputs[:1], *node.outputs[:1]) if t]
+    return any(graph.tensor_type(t).dtype is not None and not graph.tensor_type(t).is_float for t in ends)
 
 
 def _is_bias_add(graph: GraphInfo, node: NodeInfo) -> bool:

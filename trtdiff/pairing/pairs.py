@@ -297,7 +297,8 @@ def _type_fits(onnx_type: TensorType, shape: tuple[int, ...], dtype: str) -> boo
 
     Shapes that only merge or split adjacent dimensions of each other hold the same elements in
     the same order (PyTorch's bmm 192x49x49 for ONNX's MatMul 64x3x49x49): they fit, and are
-    compared through the reshape. A transposed layout does not.
+    compared through the reshape. A transposed layout does not. Integer and bool tensors fit
+    only the same element type (an int64 Cast never stands for a bool comparison).
     """
     if onnx_type.shape is not None and tuple(onnx_type.shape) != shape:
         known = tuple(d for d in onnx_type.shape if d is not None)
@@ -312,6 +313,8 @@ def _type_fits(onnx_type: TensorType, shape: tuple[int, ...], dtype: str) -> boo
         torch_float = dtype.startswith(("float", "bfloat", "half"))
         if onnx_type.is_float != torch_float:
             return False
+        if not torch_float and onnx_type.dtype.name != dtype:
+            return False  # integer and bool tensors are compared exactly: the same type too
     return True
 
 

@@ -411,7 +411,8 @@ def _shorten(name: str, width: int) -> str:
 
 def pairing_line(summary: PairingSummary, not_compared: int) -> str:
     """'paired 51 of 51 float tensors with PyTorch (21 folded, 30 op); others: 12 constant, 9 shape; ...'."""
-    methods = ", ".join(f"{n} {m}" for m, n in sorted(summary.by_method.items()))
+    structure = f"; {summary.structure_only} on structure alone" if summary.structure_only else ""
+    methods = ", ".join(f"{n} {m}" for m, n in sorted(summary.by_method.items())) + structure
     others = ", ".join(f"{n} {kind}" for kind, n in sorted(summary.other_tensors.items(), key=lambda item: -item[1]))
     return (
         f"paired {summary.float_paired} of {summary.float_tensors} float tensors with PyTorch"

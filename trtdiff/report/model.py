@@ -317,7 +317,10 @@ class PairingSummary:
     not shape arithmetic): the ones worth pairing; `float_paired` how many of them got a
     PyTorch value. `other_tensors` counts the rest by kind: "identity" (Identity outputs),
     "constant" (computed from constants alone), "shape" (shape arithmetic), "integer"
-    (integer or bool tensors computed from the inputs' values).
+    (integer or bool tensors computed from the inputs' values). `structure_only` counts the
+    float pairs made by structure alone (kind, place and shape; methods op, scope, folded,
+    module, output), whose values are compared whatever they hold; the rest were also checked
+    by value (composite, derived). 0 in reports written before it was counted.
     """
 
     onnx_tensors: int
@@ -326,6 +329,7 @@ class PairingSummary:
     by_method: dict[PairingMethod, int] = field(default_factory=dict)
     float_paired: int = 0
     other_tensors: dict[str, int] = field(default_factory=dict)
+    structure_only: int = 0
 
 
 @dataclass(frozen=True)

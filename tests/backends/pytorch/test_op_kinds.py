@@ -90,7 +90,7 @@ def test_onnx_kind(op_type: str, kind: str) -> None:
     assert onnx_kind(op_type, "ai.onnx") == kind
 
 
-@pytest.mark.parametrize("op_type", ["Reshape", "Shape", "Cast", "Constant", "Identity", "Gather", "conv", "NoSuchOp"])
+@pytest.mark.parametrize("op_type", ["Reshape", "Shape", "Constant", "Identity", "Gather", "conv", "NoSuchOp"])
 def test_onnx_ops_without_a_kind(op_type: str) -> None:
     assert onnx_kind(op_type) is None
 
@@ -164,3 +164,10 @@ def test_underscore_convolution_without_transposed_flag_is_conv() -> None:
     assert aten_kind("_convolution", _conv_args(False)) == "conv"
     assert aten_kind("_convolution", _conv_args(True)) == "conv_transpose"
     assert aten_kind("_convolution", _conv_args(1)) == "conv"
+
+
+def test_a_cast_has_a_kind_only_on_an_integer_path() -> None:
+    assert aten_kind("_to_copy", ()) is None  # float16 -> float32: a view of its input, not paired
+    assert aten_kind("_to_copy", (), integer=True) == "cast"
+    assert aten_kind("reflection_pad2d", ()) == aten_kind("constant_pad_nd", ()) == onnx_kind("Pad") == "pad"
+    assert (aten_kind("round", ()), aten_kind("argmin", ())) == (onnx_kind("Round"), onnx_kind("ArgMin"))

@@ -36,7 +36,7 @@ from trtdiff.backends.pytorch.attention import (
     output_gap,
     script_attention,
 )
-from trtdiff.backends.pytorch.op_kinds import aten_kind
+from trtdiff.backends.pytorch.op_kinds import CASTS, aten_kind
 from trtdiff.backends.pytorch.records import (
     DERIVED_PREFIX as DERIVED_PREFIX,
     INPUT as INPUT,
@@ -186,10 +186,12 @@ class _Recorder(TorchDispatchMode):
             if self._decompose(func, args, kwargs, out):
                 return out
             self.fused.append((packet, self.path()))
-        kind = aten_kind(packet, args)
         first = out[0] if isinstance(out, (tuple, list)) else out
         flat_args, _ = tree_flatten((args, kwargs))
         tensors = [a for a in flat_args if isinstance(a, torch.Tensor)]
+        ends = [*tensors[:1], *([first] if isinstance(first, torch.Tensor) else [])]  # what goes in, what comes out
+        integer = packet in CASTS and any(not t.is_floating_point() and not t.is_complex() for t in ends)
+        kind = aten_kind(packet, args, integer=integer)
         fresh, self._fresh = self._fresh, None
         if kind is None or not isinstance(first, torch.Tensor):
             if not (fresh is not None and packet in _UNFLATTEN and self._unflatten(fresh, tensors, first)):

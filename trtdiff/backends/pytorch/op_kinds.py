@@ -56,6 +56,9 @@ ONNX_KINDS: dict[str, str] = {
     "Pad": "pad",
     "Transpose": "permute",
     "ArgMax": "argmax",
+    "ArgMin": "argmin",
+    "Round": "round",
+    "Cast": "cast",  # only where it reads or writes an integer or bool tensor: onnx_kinds
 }
 
 ATEN_KINDS: dict[str, str] = {
@@ -154,9 +157,24 @@ ATEN_KINDS: dict[str, str] = {
     "log_softmax": "log_softmax",
     "constant_pad_nd": "pad",
     "pad": "pad",
+    "reflection_pad1d": "pad",
+    "reflection_pad2d": "pad",
+    "reflection_pad3d": "pad",
+    "replication_pad1d": "pad",
+    "replication_pad2d": "pad",
+    "replication_pad3d": "pad",
     "permute": "permute",
     "argmax": "argmax",
+    "argmin": "argmin",
+    "round": "round",
+    "_to_copy": "cast",  # CASTS: only where an integer or bool tensor goes in or out
+    "to": "cast",
+    "_to_dim_order_copy": "cast",
 }
+
+CASTS = frozenset({"_to_copy", "to", "_to_dim_order_copy"})
+"""Ops that change a tensor's dtype: recorded (kind "cast") only where an integer or bool tensor goes in or out,
+the integer path that ONNX computes with Cast; a float-to-float cast is left as a view of its input."""
 
 
 DECOMPOSED_KINDS = frozenset({"gelu", "silu", "mish", "hardswish", "layer_norm", "group_norm"})
@@ -167,8 +185,13 @@ ONLY_DECOMPOSED = frozenset({"silu"})
 _TRANSPOSABLE = frozenset({"convolution", "_convolution"})  # the transposed flag is args[6]
 
 
-def aten_kind(packet_name: str, args: tuple[Any, ...]) -> str | None:
-    """The kind of an aten op given its overload packet name (e.g. "relu_") and arguments."""
+def aten_kind(packet_name: str, args: tuple[Any, ...], *, integer: bool = False) -> str | None:
+    """The kind of an aten op given its overload packet name (e.g. "relu_") and arguments.
+
+    `integer`: whether an integer or bool tensor goes in or comes out (a cast is recorded only then).
+    """
+    if packet_name in CASTS:
+        return "cast" if integer else None
     kind = ATEN_KINDS.get(packet_name)
     if packet_name in _TRANSPOSABLE and len(args) > 6 and args[6] is True:
         return "conv_transpose"  # eager modules dispatch convolution, TorchScript modules _convolution
