@@ -108,16 +108,22 @@ class ArgmaxGather(nn.Module):
 
 
 class BakedBatch(nn.Module):
-    """`int(x.size(0))` in a reshape: the trace writes the batch as a constant."""
+    """`int(y.size(0))` in a reshape: the trace writes the batch as a constant (`baked=False`: kept symbolic).
 
-    def __init__(self) -> None:
+    A softmax over the reshaped rows, then back to the conv's shape: at another batch than
+    exported the baked graph's softmax runs over both samples at once, with no error raised.
+    """
+
+    def __init__(self, baked: bool = True) -> None:
         super().__init__()
+        self.baked = baked
         self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.fc = nn.Linear(4 * 8 * 8, 5)
+        self.head = nn.Conv2d(4, 2, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.conv(x)
-        return self.fc(y.reshape(int(y.size(0)), -1))
+        batch = int(y.size(0)) if self.baked else y.size(0)
+        return self.head(y.reshape(batch, 4, -1).softmax(-1).reshape(y.shape))
 
 
 def _seeded(model: nn.Module) -> nn.Module:

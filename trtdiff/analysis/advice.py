@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from trtdiff.errors import TrtdiffError, render_names
-from trtdiff.source.pitfalls import EXPORT_RULES
+from trtdiff.source.pitfalls import EXPORT_RULES, SUBGRAPH_RULES
 
 if TYPE_CHECKING:
     from trtdiff.report import Culprit
@@ -52,19 +52,26 @@ def advise(
         finding = explaining(culprit, findings)
         if finding is not None:
             advice = render_names(finding.advice, name_of)
+            if finding.code in SUBGRAPH_RULES:  # the node at fault is not the culprit's own: say which, and why
+                advice = f"{finding.message}; {advice}"
             culprit = dataclasses.replace(culprit, advice=advice, advice_code=finding.code)
         advised.append(culprit)
     return tuple(advised)
 
 
 def explaining(culprit: Culprit, findings: Sequence[Finding]) -> Finding | None:
-    """The first finding (they come most severe first) naming the culprit's node, where it fits the verdict."""
+    """The first finding (they come most severe first) naming the culprit's node, where it fits the verdict.
+
+    A finding of `SUBGRAPH_RULES` also explains a culprit whose subgraph (the nodes run for its
+    local error) holds its node: a baked Reshape shows first in the op after it.
+    """
+
+    def names(finding: Finding) -> bool:
+        nodes = set(culprit.subgraph) if finding.code in SUBGRAPH_RULES else {culprit.onnx_node}
+        return bool(nodes & set(finding.nodes)) or culprit.onnx_node in finding.nodes
+
     return next(
-        (
-            f
-            for f in findings
-            if culprit.onnx_node in f.nodes and not (culprit.verdict == "runtime" and f.code in EXPORT_RULES)
-        ),
+        (f for f in findings if names(f) and not (culprit.verdict == "runtime" and f.code in EXPORT_RULES)),
         None,
     )
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.noise import is_noise
-from trtdiff.analysis.shadow import ShadowModel, build_shadow, embed, submodel
+from trtdiff.analysis.shadow import ShadowModel, build_shadow, embed, submodel, typed_inputs
 from trtdiff.backends.base import fetch
 from trtdiff.errors import describe_error
 from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures, number
@@ -88,6 +88,8 @@ def local_errors(
         shadow = build_shadow(graph, tensors, reference.has)
         shadow = embed(shadow, {t: _as_onnx(graph, t, v) for t, v in exact(shadow.exact_inputs).items()})
         feeds = {t: _as_onnx(graph, t, v) for t, v in reference.values(shadow.reference_inputs).items()}
+        # the inputs as fed: a reference value may have another shape than the graph wrote (a baked dimension)
+        shadow = dataclasses.replace(shadow, model=typed_inputs(shadow.model, feeds))
         shadow_graph = graph_from_model(shadow.model, graph.path.with_suffix(".shadow.onnx"))
         for pair in candidates:
             try:

@@ -110,7 +110,9 @@ def inject(graph: GraphInfo, tensors: Sequence[str]) -> onnx.ModelProto:
         for i, output in enumerate(node.output):
             if output in replaced:
                 node.output[i] = output + "/trtdiff.replaced"
-    model.graph.input.extend(_value_info(graph, t, t) for t in tensors)
+    # Rank and type only: the injected value is the reference's, whose shape the graph may not have written
+    # (a dimension baked at export); a runtime that needs the sizes takes them from the feeds (typed_inputs).
+    model.graph.input.extend(_value_info(graph, t, t, sized=False) for t in tensors)
     kept = [v for v in model.graph.value_info if v.name not in replaced]
     del model.graph.value_info[:]
     model.graph.value_info.extend(kept)
@@ -268,13 +270,13 @@ def typed_inputs(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> on
     return copy
 
 
-def _value_info(graph: GraphInfo, tensor: str, name: str) -> onnx.ValueInfoProto:
-    """A value info for `name` with `tensor`'s element type and shape where known."""
+def _value_info(graph: GraphInfo, tensor: str, name: str, *, sized: bool = True) -> onnx.ValueInfoProto:
+    """A value info for `name` with `tensor`'s element type and shape where known (without `sized`: its rank)."""
     tensor_type = graph.tensor_type(tensor)
     if tensor_type.dtype is None:
         return onnx.ValueInfoProto(name=name)
     elem = helper.np_dtype_to_tensor_dtype(tensor_type.dtype)
-    shape = None if tensor_type.shape is None else [d if d is not None else None for d in tensor_type.shape]
+    shape = None if tensor_type.shape is None else [d if sized else None for d in tensor_type.shape]
     return helper.make_tensor_value_info(name, elem, shape)
 
 

@@ -49,7 +49,7 @@ from trtdiff.pairing.derive import Derivation, derive, evaluate
 from trtdiff.pairing.kinds import computed_from_inputs, onnx_kinds, record_kind
 from trtdiff.pairing.views import view_compatible
 from trtdiff.report import PairingMethod
-from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, TensorType, node_module
+from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, TensorType, dynamic_inputs, node_module
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,7 @@ class _State:
         self.pairs: dict[str, TorchPair] = {}
         self.used: set[int] = set()
         self.partner: dict[str, int] = {}  # ONNX tensor -> index of the record it was paired with
+        self.dynamic = bool(dynamic_inputs(graph))
 
     def kind(self, node: NodeInfo) -> str:
         return self.kinds.get(node.name, "")
@@ -171,12 +172,30 @@ class _State:
         self.used.add(record.index)
 
     def in_order(self, nodes: list[NodeInfo], units: list[_Unit], method: PairingMethod) -> None:
-        """Pair nodes and units in order when there are as many of each and every shape agrees."""
+        """Pair nodes and units in order when there are as many of each and every shape agrees.
+
+        In a graph with dynamic inputs a shape may also disagree where the structure is certain
+        (as many of each, in order, same rank and type): a dimension the export wrote as a
+        number (`int(x.size(0))`) gives another shape at another size, and that pair is kept,
+        to be reported as a shape mismatch there rather than left unpaired.
+        """
         if not nodes or len(nodes) != len(units):
             return
-        if all(_compatible(self.graph, n.outputs[0], u.record) for n, u in zip(nodes, units, strict=True)):
+        pairs = zip(nodes, units, strict=True)
+        if all(_compatible(self.graph, n.outputs[0], u.record) or self._reshaped(n, u.record) for n, u in pairs):
             for node, unit in zip(nodes, units, strict=True):
                 self.take(node, unit, method if unit.method == "op" else unit.method)
+
+    def _reshaped(self, node: NodeInfo, record: TorchRecord) -> bool:
+        """Same rank and type, another shape, in a graph with dynamic inputs (see `in_order`)."""
+        onnx_type = self.graph.tensor_type(node.outputs[0])
+        return (
+            self.dynamic
+            and onnx_type.shape is not None
+            and len(onnx_type.shape) == len(record.shape)
+            and onnx_type.dtype is not None
+            and str(onnx_type.dtype) == record.dtype
+        )
 
     def align(self, nodes: list[NodeInfo], units: list[_Unit]) -> None:
         """Pair what is free of `nodes` (topological order) and `units` (execution order) by alignment.

@@ -291,6 +291,16 @@ def node_module(node: NodeInfo, module_names: set[str]) -> str | None:
     return resolve_scope(node.scope_pieces, module_names)
 
 
+def dynamic_inputs(graph: GraphInfo) -> list[str]:
+    """The graph inputs with a dynamic dimension (a name, nothing, or -1 where a size would be)."""
+    inputs = [v for v in graph.model.graph.input if v.name in graph.graph_inputs]
+    return [
+        v.name
+        for v in inputs
+        if any(not d.HasField("dim_value") or d.dim_value < 0 for d in v.type.tensor_type.shape.dim)
+    ]
+
+
 def attributes(graph: GraphInfo, node: NodeInfo) -> dict[str, Any]:
     """A node's attributes as Python values (strings decoded)."""
     values = {}

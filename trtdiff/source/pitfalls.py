@@ -17,7 +17,7 @@ from onnx import numpy_helper
 
 from trtdiff.errors import param
 from trtdiff.report.inspection import SEVERITY_RANK, Finding, Interpolation, ResizeInfo, Severity
-from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, attributes, node_module
+from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, attributes, dynamic_inputs, node_module
 from trtdiff.source.resizes import STACK_TRACE_KEY, guess_module, read_resizes, source_of, with_calls
 
 FP16_MAX = 65504.0
@@ -59,6 +59,9 @@ RULES: dict[str, tuple[Severity, str]] = {
                         "normalized value"),
     "groupnorm-instancenorm": ("info", f"use GroupNormalization (re-export at opset 18 or higher, {param('opset')} "
                                "18) or TensorRT's GroupNorm plugin, and compare this module's output across backends"),
+    "baked-dimension": ("error", "export with the dimension symbolic: reshape with x.size(0), -1 or 0 instead of "
+                        "int(x.size(0)) (int() and .item() make the trace write a number), and give the exporter the "
+                        "dimension as dynamic (dynamic_axes for TorchScript, dynamic_shapes for dynamo)"),
     "shape-chains": ("info", "compare the model before and after simplification (onnxslim, fixed input shapes) "
                      f"with {param('simplify')}: if the numbers change, the shape path is a suspect"),
 }
@@ -74,8 +77,14 @@ EXPORT_RULES = frozenset(
         "nearest-fractional-scale",
         "softmax-axis",
         "unusual-epsilon",
+        "baked-dimension",
     }
 )
+# Rules whose node may sit inside a culprit's subgraph rather than be the culprit itself: a constant
+# shape that is wrong shows first in the paired op after it (a Softmax after the baked Reshape).
+SUBGRAPH_RULES = frozenset({"baked-dimension"})
+# Ops whose target shape is an input, and which input (a constant there fixes every dimension).
+_SHAPED = {"Reshape": 1, "Expand": 1}
 
 Origin = Callable[[NodeInfo], tuple["str | None", "str | None"]]
 
@@ -115,7 +124,8 @@ def find_all(context: Context) -> list[Finding]:
     for node in context.graph.nodes:
         if (info := context.resizes.get(node.name)) is not None:
             found += _coordinates(context, node, info) + _nearest(context, node, info) + _size_one(context, node, info)
-    for rule in (_softmax, _int64_data, _int64_constants, _fp16, _batchnorm, _epsilons, _groupnorm, _shapes):
+    rules = (_softmax, _int64_data, _int64_constants, _fp16, _batchnorm, _epsilons, _groupnorm, _baked, _shapes)
+    for rule in rules:
         found += rule(context)
     return sorted(found, key=lambda f: -SEVERITY_RANK[f.severity])
 
@@ -315,6 +325,48 @@ def _groupnorm(context: Context) -> list[Finding]:
     return context.grouped("groupnorm-instancenorm", nodes, message)
 
 
+def _baked(context: Context) -> list[Finding]:
+    """A Reshape/Expand to a constant shape that fixes a dimension its input has dynamic (`int(x.size(0))` traced).
+
+    The input's dimension is dynamic when shape inference from the graph's declared inputs
+    leaves it unknown; the constant writes a number there. At the exported size it is right; at
+    any other (a batch of 2 for a graph exported at 1) the tensors after it take other shapes
+    than PyTorch's, and whatever reshapes them back mixes samples.
+    """
+    graph, found = context.graph, []
+    if not dynamic_inputs(graph):  # nothing is fed at another size than exported
+        return []
+    for node in graph.nodes:
+        position = _SHAPED.get(node.op_type)
+        if position is None or len(node.inputs) <= position:
+            continue
+        target = _constant(graph, node.inputs[position])
+        before = graph.tensor_type(node.inputs[0]).shape
+        if target is None or before is None:
+            continue
+        fixed = [k for k, d in enumerate(before) if d is None and k < target.size and int(target.flat[k]) > 0]
+        if fixed:
+            k = fixed[0]
+            message = (
+                f"{node.name} ({node.op_type}) takes its shape from the constant {node.inputs[position]} = "
+                f"{target.tolist()}, which fixes dimension {k} to {int(target.flat[k])} where its input's dimension "
+                f"{k} is dynamic: fed another size there, every tensor after it has another shape than PyTorch's"
+            )
+            found.append(context.finding("baked-dimension", [node], message))
+    return found
+
+
+def _constant(graph: GraphInfo, tensor: str) -> np.ndarray | None:
+    """The value of an initializer or a Constant node's output; None for a tensor computed at run time."""
+    if tensor in graph.initializers:
+        return numpy_helper.to_array(next(i for i in graph.model.graph.initializer if i.name == tensor))
+    producer = graph.node_of(tensor)
+    if producer is None or producer.op_type != "Constant":
+        return None
+    value = attributes(graph, producer).get("value")
+    return numpy_helper.to_array(value) if value is not None else None
+
+
 def _sink(context: Context, shape: NodeInfo) -> NodeInfo | None:
     """The first Reshape/Resize/... whose shape input `shape` feeds through shape arithmetic."""
     seen, stack = set(shape.outputs), list(shape.outputs)
@@ -331,12 +383,7 @@ def _sink(context: Context, shape: NodeInfo) -> NodeInfo | None:
 def _shapes(context: Context) -> list[Finding]:
     """Shapes computed at run time (Shape chains, dynamic inputs) that a simplifier would fold."""
     chains = [(n, sink) for n in context.graph.nodes if n.op_type == "Shape" and (sink := _sink(context, n))]
-    inputs = [v for v in context.graph.model.graph.input if v.name in context.graph.graph_inputs]
-    dynamic = [
-        v.name
-        for v in inputs
-        if any(not d.HasField("dim_value") or d.dim_value < 0 for d in v.type.tensor_type.shape.dim)
-    ]
+    dynamic = dynamic_inputs(context.graph)
     if not chains and not dynamic:
         return []
     parts = [f"inputs with dynamic dimensions: {', '.join(dynamic)}"] if dynamic else []
