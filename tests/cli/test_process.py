@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import onnx
 from onnx import TensorProto, helper
@@ -81,3 +84,90 @@ def test_under_a_profiler_the_interpreter_exits_normally_and_the_profile_is_writ
     done = _trtdiff("--help", cwd=tmp_path, prefix=("-m", "cProfile", "-o", "p.out", "-m", "trtdiff"))
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "p.out").stat().st_size > 0
+
+
+# Exits that never lie: a reader that leaves early, closed descriptors and Ctrl-C change no verdict and leave no file.
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _nan(path: Path) -> Path:
+    """sqrt(-|x|): NaN in every backend, so the finite-outputs check fails (exit 1)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"], name="abs"),
+        helper.make_node("Neg", ["a"], ["b"], name="neg"),
+        helper.make_node("Sqrt", ["b"], ["y"], name="sqrt"),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
+    return path
+
+
+def _env(scratch: Path | None = None) -> dict[str, str]:
+    """This checkout first on the path (the factories below are imported by the process), TMPDIR where asked."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if scratch is not None:
+        env["TMPDIR"] = str(scratch)
+    return env
+
+
+def _shell(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`line` in bash, with `trtdiff` standing for this Python's `python -m trtdiff`."""
+    line = line.replace("trtdiff ", f"{shlex.quote(sys.executable)} -m trtdiff ", 1)
+    return subprocess.run(
+        ["bash", "-c", line], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=180, check=False
+    )
+
+
+def small_cnn() -> Any:
+    """A factory for the processes below: a convolution, exported by the TorchScript exporter."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+
+
+def test_a_reader_that_leaves_after_one_line_costs_no_report_and_no_verdict(tmp_path: Path) -> None:
+    _relu(tmp_path / "m.onnx")
+    _nan(tmp_path / "nan.onnx")
+    backends = "--backends onnxruntime,onnx-reference"
+    for model, status in (("m.onnx", 0), ("nan.onnx", 1)):
+        for name in ("a.json", "a.xml"):
+            (tmp_path / name).unlink(missing_ok=True)
+        done = _shell(
+            f"trtdiff compare {model} {backends} --json a.json --junit a.xml | head -1; echo status ${{PIPESTATUS[0]}}",
+            cwd=tmp_path,
+        )
+        first, last = done.stdout.splitlines()
+        assert first == f"trtdiff {model}  (inputs: x 1x4)" and last == f"status {status}", done.stderr
+        assert json.loads((tmp_path / "a.json").read_text())["passed"] is (status == 0)
+        assert (tmp_path / "a.xml").read_text().rstrip().endswith("</testsuites>")
+        assert "Error" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_closed_stderr_or_stdout_change_neither_the_output_nor_the_verdict(tmp_path: Path) -> None:
+    model = "tests.cli.test_process:small_cnn"
+    done = _shell(f"trtdiff compare {model} --input-shape 1x3x8x8 --json a.json 2>&-", cwd=tmp_path)
+    assert done.returncode == 0 and "PASS: all" in done.stdout  # the exporter's silencing kept stdout whole
+    assert json.loads((tmp_path / "a.json").read_text())["passed"] is True
+    (tmp_path / "a.json").unlink()
+    done = _shell(f"trtdiff compare {model} --input-shape 1x3x8x8 --json a.json >&-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "a.json").read_text())["passed"] is True
+    _nan(tmp_path / "nan.onnx")
+    done = _shell("trtdiff compare nan.onnx --backends onnxruntime,onnx-reference 2>&- >&-", cwd=tmp_path)
+    assert done.returncode == 1
+
+
+def test_the_library_with_stderr_closed_keeps_stdout_where_it_was(tmp_path: Path) -> None:
+    script = (
+        "import os, trtdiff; os.close(2);"
+        "report = trtdiff.compare('tests.cli.test_process:small_cnn', input_shapes=['1x3x8x8']);"
+        "print('passed', report.passed, flush=True)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180
+    )
+    assert done.stdout == "passed True\n", done.stderr

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
+from trtdiff.cli.interrupt import at_interrupt
 from trtdiff.pipeline.progress import Step, as_step
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def progress_display(quiet: bool, console: Console | None = None) -> Iterator[Ca
         lines.finish()
         return
     bars = StepBars(console)
-    with bars.progress:
+    with bars.progress, at_interrupt(bars.progress.stop):  # a Ctrl-C leaves the terminal as it found it
         try:
             yield bars
         finally:
