@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 TEARDOWN_PROBE = """
@@ -171,3 +172,124 @@ def test_the_library_with_stderr_closed_keeps_stdout_where_it_was(tmp_path: Path
         [sys.executable, "-c", script], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180
     )
     assert done.stdout == "passed True\n", done.stderr
+
+
+def heavy() -> Any:
+    """A factory for the Ctrl-C test: 120 convolutions, seconds of recording, export and ONNX Runtime on 2 cores."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*[torch.nn.Conv2d(16, 16, 3, padding=1) for _ in range(120)]).eval()
+
+
+INTERRUPT_PROBE = """
+import ctypes, os, signal, sys, tempfile, threading
+from pathlib import Path
+from trtdiff.cli.interrupt import ending_on_interrupt, unfinished, writing
+
+with ending_on_interrupt():
+    Path(tempfile.gettempdir(), "spilled.npy").write_bytes(b"x")
+    case = sys.argv[1]
+    if case == "writing":  # the report is finished before the process ends
+        with writing():
+            os.kill(os.getpid(), signal.SIGINT)
+            with open("report.txt", "w") as report:
+                report.writelines(f"{i}\\n" for i in range(10000))
+    elif case == "unfinished":  # a file written as the run goes is removed, one it did not touch is kept
+        with unfinished("kept.npz"), unfinished("partial.npz"):
+            Path("partial.npz").write_bytes(b"PK")
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(10**6))
+    else:  # stuck in native code: Python cannot run a handler in the main thread
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        sleep = ctypes.CDLL(None).sleep
+        threading.Timer(0.3, print, ["stuck"], {"flush": True}).start()  # said from inside the sleep
+        sleep(60)
+    print("not interrupted")
+"""
+
+
+def _probe(case: str, cwd: Path, scratch: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", INTERRUPT_PROBE, case],
+        cwd=cwd,
+        env=_env(scratch),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_an_interrupt_while_a_report_is_written_ends_the_process_once_it_is_whole(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    stdout, stderr = _probe("writing", tmp_path, scratch).communicate(timeout=60)
+    assert stderr == "Interrupted.\n" and stdout == ""
+    assert (tmp_path / "report.txt").read_text().splitlines()[-1] == "9999"
+    assert not list(scratch.iterdir())
+
+
+def test_an_interrupt_removes_a_file_the_run_was_writing_and_keeps_one_it_had_not_touched(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    (tmp_path / "kept.npz").write_bytes(b"the user's")
+    process = _probe("unfinished", tmp_path, scratch)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130 and stderr == "Interrupted.\n" and stdout == ""
+    assert not (tmp_path / "partial.npz").exists() and (tmp_path / "kept.npz").read_bytes() == b"the user's"
+    assert not list(scratch.iterdir())
+
+
+def test_a_second_ctrl_c_ends_a_process_stuck_in_native_code(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    process = _probe("stuck", tmp_path, scratch)
+    assert process.stdout is not None and process.stdout.readline() == "stuck\n"
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    assert process.poll() is None, process.communicate()  # the first one waits for the main thread, which waits in C
+    started = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130 and stderr == "Interrupted.\n" and time.monotonic() - started < 5
+    assert not list(scratch.iterdir())
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_load_exits_130_at_every_moment_and_leaves_nothing(tmp_path: Path) -> None:
+    """SIGINT 0.5 to 9 s into a real compare, while another process loads the CPU: never an abort (134), nor a traceback."""
+    import signal
+    import time
+
+    from cli_output import without_progress
+
+    args = ["compare", "tests.cli.test_process:heavy", "--input-shape", "1x16x96x96", "--memory-limit", "1KB"]
+    loader = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        for offset in (0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 9.0):  # importing, loading, exporting, recording, comparing
+            scratch = tmp_path / f"tmp{offset}"
+            scratch.mkdir()
+            started = time.monotonic()
+            process = subprocess.Popen(
+                [sys.executable, "-m", "trtdiff", *args],
+                cwd=tmp_path,
+                env=_env(scratch),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            while not list(scratch.iterdir()) and process.poll() is None:  # its handler is in place
+                time.sleep(0.01)
+            time.sleep(max(0.0, started + offset - time.monotonic()))
+            assert process.poll() is None, (offset, process.communicate())
+            process.send_signal(signal.SIGINT)
+            stdout, stderr = process.communicate(timeout=60)
+            assert process.returncode == 130, (offset, stderr)
+            assert without_progress(stderr) == "Interrupted.\n" and not stdout, (offset, stderr)
+            assert not list(scratch.iterdir()), offset
+    finally:
+        loader.kill()
+        loader.wait()

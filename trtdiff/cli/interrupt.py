@@ -46,8 +46,9 @@ EXIT_INTERRUPTED = 130
 class _Ending:
     """The interrupt state of this process: its temporary folder, what to undo, and whether an end is deferred."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, stderr: int) -> None:
         self.root = root
+        self.stderr = stderr  # a copy of descriptor 2: the exporter's silencing points 2 at a scratch file for a while
         self.at_end: list[Callable[[], None]] = []
         self.unfinished: dict[Path, tuple[int, int, int] | None] = {}
         self.deferring = 0
@@ -98,7 +99,7 @@ class _Ending:
                     path.unlink()
         _remove(self.root)
         with contextlib.suppress(OSError):
-            os.write(2, b"Interrupted.\n")
+            os.write(self.stderr, b"Interrupted.\n")
         os._exit(EXIT_INTERRUPTED)
 
 
@@ -115,7 +116,7 @@ def ending_on_interrupt() -> Iterator[None]:
     root = Path(tempfile.mkdtemp(prefix="trtdiff-"))
     earlier = tempfile.tempdir, os.environ.get("TMPDIR")
     tempfile.tempdir = os.environ["TMPDIR"] = str(root)
-    ending = _Ending(root)
+    ending = _Ending(root, os.dup(2))
     wakeup, signalled = socket.socketpair()
     signalled.setblocking(False)
     previous_fd = signal.set_wakeup_fd(signalled.fileno(), warn_on_full_buffer=False)
@@ -130,6 +131,7 @@ def ending_on_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
         signal.set_wakeup_fd(previous_fd)
         signalled.close()
+        os.close(ending.stderr)
         tempfile.tempdir = earlier[0]
         if earlier[1] is None:
             os.environ.pop("TMPDIR", None)
