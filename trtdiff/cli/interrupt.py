@@ -113,7 +113,11 @@ def ending_on_interrupt() -> Iterator[None]:
     if _ending is not None or threading.current_thread() is not threading.main_thread():
         yield
         return
-    root = Path(tempfile.mkdtemp(prefix="trtdiff-"))
+    try:
+        root = Path(tempfile.mkdtemp(prefix="trtdiff-"))
+    except OSError:  # no temporary folder can be made: the step that needs one says so in its own line
+        yield
+        return
     earlier = tempfile.tempdir, os.environ.get("TMPDIR")
     tempfile.tempdir = os.environ["TMPDIR"] = str(root)
     ending = _Ending(root, os.dup(2))
