@@ -243,13 +243,14 @@ def test_ctrl_c_while_recording_a_torchscript_archive_exits_130_and_leaves_nothi
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch)}
-    # A store of 1 KB spills the first recorded op to a trtdiff-store-* folder: recording has begun.
+    # A store of 1 KB spills the first recorded op to a trtdiff-store-* folder (in the process's own
+    # temporary folder, trtdiff-*): recording has begun.
     args = ["compare", str(path), "--input-shape", "1x32x64x64", "--memory-limit", "1KB"]
     process = subprocess.Popen(
         [sys.executable, "-m", "trtdiff", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     deadline = time.monotonic() + 120
-    while not list(scratch.glob("trtdiff-store-*")) and process.poll() is None and time.monotonic() < deadline:
+    while not list(scratch.glob("*/trtdiff-store-*")) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert process.poll() is None, process.communicate()
     os.kill(process.pid, signal.SIGINT)
@@ -445,3 +446,34 @@ def test_an_opset_no_exporter_writes_is_refused_before_loading_with_the_archives
     line = _one_error_line(stderr)
     assert code == 2 and line.startswith("Error: --opset 99: no exporter writes it (TorchScript: opsets 7-20")
     assert "7-20 for a TorchScript archive" in line
+
+
+def test_a_mistyped_command_names_the_closest_command_and_every_command() -> None:
+    commands = "build, compare, demo, inspect, report, repro, run, view"
+    code, _, stderr = _run("comapre", "model.onnx")
+    assert code == 2
+    assert stderr == (
+        f"Error: no command 'comapre'. Did you mean 'compare'? The commands are {commands} "
+        "(trtdiff --help says what each does)\n"
+    )
+    code, _, stderr = _run("frobnicate")
+    assert code == 2
+    assert (
+        stderr == f"Error: no command 'frobnicate'. The commands are {commands} (trtdiff --help says what each does)\n"
+    )
+
+
+def test_an_unknown_flag_names_the_command_however_trtdiff_was_started() -> None:
+    result = CliRunner().invoke(main, ["compare", "--bogus", "m.onnx"], prog_name="python -m trtdiff")
+    assert result.exit_code == 2
+    assert result.stderr == "Error: No such option '--bogus'. (trtdiff compare --help lists the options)\n"
+
+
+def test_inspect_says_what_it_checks_in_plain_words() -> None:
+    code, stdout, _ = _run("--help")
+    assert code == 0 and "inspect  Check MODEL's ONNX file for known export pitfalls that change..." in stdout
+    code, stdout, _ = _run("inspect", "--help")
+    assert code == 0 and "thread" not in stdout and "suspects" not in stdout
+    assert "Check MODEL's ONNX file for known export pitfalls that change numbers, each with its fix." in " ".join(
+        stdout.split()
+    )

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 TEARDOWN_PROBE = """
@@ -81,3 +85,211 @@ def test_under_a_profiler_the_interpreter_exits_normally_and_the_profile_is_writ
     done = _trtdiff("--help", cwd=tmp_path, prefix=("-m", "cProfile", "-o", "p.out", "-m", "trtdiff"))
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "p.out").stat().st_size > 0
+
+
+# Exits that never lie: a reader that leaves early, closed descriptors and Ctrl-C change no verdict and leave no file.
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _nan(path: Path) -> Path:
+    """sqrt(-|x|): NaN in every backend, so the finite-outputs check fails (exit 1)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"], name="abs"),
+        helper.make_node("Neg", ["a"], ["b"], name="neg"),
+        helper.make_node("Sqrt", ["b"], ["y"], name="sqrt"),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
+    return path
+
+
+def _env(scratch: Path | None = None) -> dict[str, str]:
+    """This checkout first on the path (the factories below are imported by the process), TMPDIR where asked."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if scratch is not None:
+        env["TMPDIR"] = str(scratch)
+    return env
+
+
+def _shell(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`line` in bash, with `trtdiff` standing for this Python's `python -m trtdiff`."""
+    line = line.replace("trtdiff ", f"{shlex.quote(sys.executable)} -m trtdiff ", 1)
+    return subprocess.run(
+        ["bash", "-c", line], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=180, check=False
+    )
+
+
+def small_cnn() -> Any:
+    """A factory for the processes below: a convolution, exported by the TorchScript exporter."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+
+
+def test_a_reader_that_leaves_after_one_line_costs_no_report_and_no_verdict(tmp_path: Path) -> None:
+    _relu(tmp_path / "m.onnx")
+    _nan(tmp_path / "nan.onnx")
+    backends = "--backends onnxruntime,onnx-reference"
+    for model, status in (("m.onnx", 0), ("nan.onnx", 1)):
+        for name in ("a.json", "a.xml"):
+            (tmp_path / name).unlink(missing_ok=True)
+        done = _shell(
+            f"trtdiff compare {model} {backends} --json a.json --junit a.xml | head -1; echo status ${{PIPESTATUS[0]}}",
+            cwd=tmp_path,
+        )
+        first, last = done.stdout.splitlines()
+        assert first == f"trtdiff {model}  (inputs: x 1x4)" and last == f"status {status}", done.stderr
+        assert json.loads((tmp_path / "a.json").read_text())["passed"] is (status == 0)
+        assert (tmp_path / "a.xml").read_text().rstrip().endswith("</testsuites>")
+        assert "Error" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_closed_stderr_or_stdout_change_neither_the_output_nor_the_verdict(tmp_path: Path) -> None:
+    model = "tests.cli.test_process:small_cnn"
+    done = _shell(f"trtdiff compare {model} --input-shape 1x3x8x8 --json a.json 2>&-", cwd=tmp_path)
+    assert done.returncode == 0 and "PASS: all" in done.stdout  # the exporter's silencing kept stdout whole
+    assert json.loads((tmp_path / "a.json").read_text())["passed"] is True
+    (tmp_path / "a.json").unlink()
+    done = _shell(f"trtdiff compare {model} --input-shape 1x3x8x8 --json a.json >&-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "a.json").read_text())["passed"] is True
+    _nan(tmp_path / "nan.onnx")
+    done = _shell("trtdiff compare nan.onnx --backends onnxruntime,onnx-reference 2>&- >&-", cwd=tmp_path)
+    assert done.returncode == 1
+
+
+def test_the_library_with_stderr_closed_keeps_stdout_where_it_was(tmp_path: Path) -> None:
+    script = (
+        "import os, trtdiff; os.close(2);"
+        "report = trtdiff.compare('tests.cli.test_process:small_cnn', input_shapes=['1x3x8x8']);"
+        "print('passed', report.passed, flush=True)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180
+    )
+    assert done.stdout == "passed True\n", done.stderr
+
+
+def heavy() -> Any:
+    """A factory for the Ctrl-C test: 120 convolutions, seconds of recording, export and ONNX Runtime on 2 cores."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*[torch.nn.Conv2d(16, 16, 3, padding=1) for _ in range(120)]).eval()
+
+
+INTERRUPT_PROBE = """
+import ctypes, os, signal, sys, tempfile, threading
+from pathlib import Path
+from trtdiff.cli.interrupt import ending_on_interrupt, unfinished, writing
+
+with ending_on_interrupt():
+    Path(tempfile.gettempdir(), "spilled.npy").write_bytes(b"x")
+    case = sys.argv[1]
+    if case == "writing":  # the report is finished before the process ends
+        with writing():
+            os.kill(os.getpid(), signal.SIGINT)
+            with open("report.txt", "w") as report:
+                report.writelines(f"{i}\\n" for i in range(10000))
+    elif case == "unfinished":  # a file written as the run goes is removed, one it did not touch is kept
+        with unfinished("kept.npz"), unfinished("partial.npz"):
+            Path("partial.npz").write_bytes(b"PK")
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(10**6))
+    else:  # stuck in native code: Python cannot run a handler in the main thread
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        sleep = ctypes.CDLL(None).sleep
+        threading.Timer(0.3, print, ["stuck"], {"flush": True}).start()  # said from inside the sleep
+        sleep(60)
+    print("not interrupted")
+"""
+
+
+def _probe(case: str, cwd: Path, scratch: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", INTERRUPT_PROBE, case],
+        cwd=cwd,
+        env=_env(scratch),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_an_interrupt_while_a_report_is_written_ends_the_process_once_it_is_whole(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    stdout, stderr = _probe("writing", tmp_path, scratch).communicate(timeout=60)
+    assert stderr == "Interrupted.\n" and stdout == ""
+    assert (tmp_path / "report.txt").read_text().splitlines()[-1] == "9999"
+    assert not list(scratch.iterdir())
+
+
+def test_an_interrupt_removes_a_file_the_run_was_writing_and_keeps_one_it_had_not_touched(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    (tmp_path / "kept.npz").write_bytes(b"the user's")
+    process = _probe("unfinished", tmp_path, scratch)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130 and stderr == "Interrupted.\n" and stdout == ""
+    assert not (tmp_path / "partial.npz").exists() and (tmp_path / "kept.npz").read_bytes() == b"the user's"
+    assert not list(scratch.iterdir())
+
+
+def test_a_second_ctrl_c_ends_a_process_stuck_in_native_code(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    process = _probe("stuck", tmp_path, scratch)
+    assert process.stdout is not None and process.stdout.readline() == "stuck\n"
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    assert process.poll() is None, process.communicate()  # the first one waits for the main thread, which waits in C
+    started = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130 and stderr == "Interrupted.\n" and time.monotonic() - started < 5
+    assert not list(scratch.iterdir())
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_load_exits_130_at_every_moment_and_leaves_nothing(tmp_path: Path) -> None:
+    """SIGINT 0.5 to 9 s into a real compare, while another process loads the CPU: never an abort (134), nor a traceback."""
+    import signal
+    import time
+
+    from cli_output import without_progress
+
+    args = ["compare", "tests.cli.test_process:heavy", "--input-shape", "1x16x96x96", "--memory-limit", "1KB"]
+    loader = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        for offset in (0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 9.0):  # importing, loading, exporting, recording, comparing
+            scratch = tmp_path / f"tmp{offset}"
+            scratch.mkdir()
+            started = time.monotonic()
+            process = subprocess.Popen(
+                [sys.executable, "-m", "trtdiff", *args],
+                cwd=tmp_path,
+                env=_env(scratch),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            while not list(scratch.iterdir()) and process.poll() is None:  # its handler is in place
+                time.sleep(0.01)
+            time.sleep(max(0.0, started + offset - time.monotonic()))
+            assert process.poll() is None, (offset, process.communicate())
+            process.send_signal(signal.SIGINT)
+            stdout, stderr = process.communicate(timeout=60)
+            assert process.returncode == 130, (offset, stderr)
+            assert without_progress(stderr) == "Interrupted.\n" and not stdout, (offset, stderr)
+            assert not list(scratch.iterdir()), offset
+    finally:
+        loader.kill()
+        loader.wait()

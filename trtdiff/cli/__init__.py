@@ -7,6 +7,7 @@ group it runs is `trtdiff.cli.app.main`, which tests and other programs call in 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 from typing import NoReturn
@@ -22,25 +23,29 @@ def main() -> NoReturn:
     is flushed, as mypy's `hard_exit` does. Under a profiler or tracer (cProfile, coverage) the
     interpreter exits normally, so they write their results.
     """
+    from trtdiff.cli.streams import hold_standard_streams
+
+    hold_standard_streams()  # before anything opens a descriptor: none takes number 1 or 2
     from trtdiff.cli.app import main as command
+    from trtdiff.cli.interrupt import ending_on_interrupt
 
     code: str | int | None = 0
-    try:
-        command()  # click's standalone mode: ends in SystemExit
-    except SystemExit as stop:
-        code = stop.code
+    with ending_on_interrupt():  # Ctrl-C: exit 130, nothing left behind (trtdiff.cli.interrupt)
+        try:
+            command()  # click's standalone mode: ends in SystemExit
+        except SystemExit as stop:
+            code = stop.code
+        if code is not None and not isinstance(code, int):  # sys.exit("message"): printed, status 1, as Python does
+            print(code, file=sys.stderr)
+            code = 1
+        if not _observed():
+            atexit._run_exitfuncs()
     if _observed():
         sys.exit(code)
-    if code is not None and not isinstance(code, int):  # sys.exit("message"): printed, status 1, as Python does
-        print(code, file=sys.stderr)
-        code = 1
-    atexit._run_exitfuncs()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:  # a reader such as `head` has gone: nothing left to say, as after a normal exit
-        code = code or 120
-    os._exit(code if isinstance(code, int) else 0)
+    for stream in (sys.stdout, sys.stderr):  # a reader that has gone is no failure: the status stays the command's
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code or 0)
 
 
 def _observed() -> bool:

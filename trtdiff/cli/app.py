@@ -9,6 +9,7 @@ The flags themselves are generated from the option declarations (`trtdiff.cli.fl
 
 from __future__ import annotations
 
+import difflib
 import sys
 import traceback
 from typing import Any
@@ -25,8 +26,23 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 3
 
 
+class _UnknownCommand(click.UsageError):
+    """A command name that is none of trtdiff's: the closest one, and the commands."""
+
+
 class _Cli(cloup.Group):
     """A click group that turns library errors into one clear line, naming flags."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as error:
+            name = args[0] if args else ""
+            if not name or name.startswith("-") or self.get_command(ctx, name) is not None:
+                raise
+            raise _UnknownCommand(unknown_command(name, sorted(self.commands)), ctx=ctx) from error
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -36,10 +52,11 @@ class _Cli(cloup.Group):
                 traceback.print_exc()
             click.echo(f"Error: {printable(error.render(flag_of))}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
+        except _UnknownCommand as error:
+            click.echo(f"Error: {error.format_message()}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
         except click.UsageError as error:  # a flag click itself refuses (unknown, missing value): one line too
-            where = (
-                f"trtdiff {error.ctx.command_path.split(' ', 1)[-1]}" if error.ctx and error.ctx.parent else "trtdiff"
-            )
+            where = f"trtdiff {error.ctx.info_name}" if error.ctx and error.ctx.parent else "trtdiff"
             click.echo(f"Error: {error.format_message()} ({where} --help lists the options)", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
@@ -65,6 +82,16 @@ class _Cli(cloup.Group):
                 err=True,
             )
             ctx.exit(EXIT_INTERNAL)
+
+
+def unknown_command(name: str, commands: list[str]) -> str:
+    """The line for a mistyped command: what was given, the closest command if one is close, every command."""
+    close = difflib.get_close_matches(name, commands, n=1)
+    guess = f" Did you mean '{close[0]}'?" if close else ""
+    return (
+        f"no command '{printable(name)}'.{guess} The commands are {', '.join(commands)} "
+        "(trtdiff --help says what each does)"
+    )
 
 
 def printable(text: str) -> str:
@@ -188,9 +215,10 @@ def build(model: str, **values: Any) -> None:
 @flags("inspect")
 @debug_option
 def inspect(model: str, **values: Any) -> None:
-    """List every Resize with its modes and PyTorch origin, and the thread's usual suspects, with advice.
+    """Check MODEL's ONNX file for known export pitfalls that change numbers, each with its fix.
 
-    No comparison runs: the model is exported (or the ONNX file read) and checked for Resize
+    No comparison runs: the model is exported (or the ONNX file read), every Resize is listed
+    with its modes and the PyTorch code it came from, and the file is checked for Resize
     coordinate modes the opset cannot express, align_corners, nearest rounding, Softmax axes
     before opset 13, FP16 overflow, unfolded BatchNorm, unusual epsilons, GroupNorm patterns
     and Shape chains a simplifier would fold. Exit code 0: nothing above info; 1: findings.

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trtdiff.cli.flags import Given, given
+from trtdiff.cli.interrupt import raising_interrupts, unfinished, writing
 from trtdiff.cli.progress import progress_display
 from trtdiff.cli.sources import read_options, set_by_file_only
 from trtdiff.errors import OptionError
@@ -27,7 +28,11 @@ __all__ = ["progress_display"]  # the display lives in trtdiff.cli.progress; kep
 
 
 def compare_command(model: str, values: Mapping[str, Any]) -> bool:
-    """Compare (or sweep), print the table (or the verdict alone when quiet), write the reports; True when it passed."""
+    """Compare (or sweep), write the reports, then print the table (or the verdict alone); True when it passed.
+
+    Files first, the terminal last: a reader that leaves early (`| head -1`) or a Ctrl-C while
+    the table is printed costs no report.
+    """
     from rich.console import Console
 
     from trtdiff.api import compare
@@ -45,12 +50,13 @@ def compare_command(model: str, values: Mapping[str, Any]) -> bool:
     with progress_display(read.reports.quiet) as progress:
         report = compare(model, options, progress=progress, name_of=flag_of, origins=sources.origins)
     report = dataclasses.replace(report, options={**report.options, **set_by_file_only(sources, report.options)})
+    with writing():
+        files.write(report)
     console = Console(highlight=False)
     if read.reports.quiet:
         render_verdict(report, console)
     else:
         render_terminal(report, console, show_all=read.reports.show_all)
-    files.write(report)
     _annotate(report=report)
     return report.passed
 
@@ -107,8 +113,9 @@ def _sweep_command(
             name_of=flag_of,
             origins=origins,
         )
+    with writing():
+        files.write_sweep(result)
     render_sweep(result, Console(highlight=False))
-    files.write_sweep(result)
     _annotate(sweep=result)
     return result.passed
 
@@ -131,7 +138,8 @@ def run_command(model: str, values: Mapping[str, Any]) -> Recording:
     options = _options(read)
     options.validate()
     assert read.run.backend is not None and read.run.save is not None  # click requires both
-    return run(model, options, backend=read.run.backend, save=read.run.save)
+    with unfinished(read.run.save):  # written as the backend runs: an interrupted recording is removed
+        return run(model, options, backend=read.run.backend, save=read.run.save)
 
 
 def build_command(model: str, values: Mapping[str, Any]) -> None:
@@ -153,9 +161,10 @@ def build_command(model: str, values: Mapping[str, Any]) -> None:
         if progress is not None:
             progress("exporting and building the TensorRT engine (this can take minutes)")
         report = build(model, options)
-    render_build(report, Console(highlight=False))
     if json_path:
-        Path(json_path).write_text(report.to_json() + "\n")
+        with writing():
+            Path(json_path).write_text(report.to_json() + "\n")
+    render_build(report, Console(highlight=False))
 
 
 def inspect_command(model: str, values: Mapping[str, Any]) -> bool:
@@ -172,9 +181,10 @@ def inspect_command(model: str, values: Mapping[str, Any]) -> bool:
     json_path = read.reports.json
     check_json_path(json_path, kind="inspection")
     inspection = inspect_model(model, _options(read), name_of=flag_of)
-    render_inspection(inspection, Console(highlight=False))
     if json_path:
-        Path(json_path).write_text(inspection.to_json() + "\n")
+        with writing():
+            Path(json_path).write_text(inspection.to_json() + "\n")
+    render_inspection(inspection, Console(highlight=False))
     return inspection.clean
 
 
@@ -248,10 +258,12 @@ def report_command(path: str, values: Mapping[str, Any]) -> bool:
     saved = read_saved(path)
     console = Console(highlight=False)
     if not isinstance(saved, Report):  # a sweep (its module imports torch: not for a plain report)
-        files.write_sweep(saved)
+        with writing():
+            files.write_sweep(saved)
         render_sweep(saved, console)
         return saved.passed
-    files.write(saved, report_path=path)
+    with writing():
+        files.write(saved, report_path=path)
     render_verdict(saved, console)
     return saved.passed
 
@@ -261,7 +273,8 @@ def view_command(path: str, values: Mapping[str, Any]) -> None:
     from trtdiff.cli.view import view
 
     read = given(values)
-    view(path, read.view)
+    with raising_interrupts():  # Model Explorer's server stops on KeyboardInterrupt and returns
+        view(path, read.view)
 
 
 def repro_command(folder: str) -> bool:

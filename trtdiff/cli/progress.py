@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
+from trtdiff.cli.interrupt import at_interrupt
 from trtdiff.pipeline.progress import Step, as_step
 from trtdiff.report.text import plain
 
@@ -37,7 +38,7 @@ def progress_display(quiet: bool, console: Console | None = None) -> Iterator[Ca
         lines.finish()
         return
     bars = StepBars(console)
-    with bars.progress:
+    with bars.progress, at_interrupt(bars.progress.stop):  # a Ctrl-C leaves the terminal as it found it
         try:
             yield bars
         finally:

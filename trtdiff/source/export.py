@@ -324,12 +324,16 @@ def _quiet_output() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _quiet_descriptors() -> Iterator[None]:
-    """File descriptors 1 and 2 point to a scratch file for the block (where they can be duplicated)."""
+    """File descriptors 1 and 2 point to a scratch file for the block (where both are open).
+
+    With one of them closed (`2>&-`), the copies below would take its number and be written over.
+    """
     try:
-        saved = [os.dup(1), os.dup(2)]
-    except OSError:  # no descriptor 1 or 2 to redirect (a detached process): nothing can leak to them
+        os.fstat(1), os.fstat(2)
+    except OSError:  # no descriptor 1 or 2 to redirect (a detached process, `2>&-`): leave both alone
         yield
         return
+    saved = [os.dup(1), os.dup(2)]
     with tempfile.TemporaryFile() as sink:
         try:
             os.dup2(sink.fileno(), 1)

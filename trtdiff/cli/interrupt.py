@@ -1,0 +1,218 @@
+"""Ctrl-C in the `trtdiff` process: exit 130, one line "Interrupted.", and no temporary file left.
+
+Why the process never raises KeyboardInterrupt: Python raises it in whatever Python code runs
+when SIGINT arrives, and much of a comparison's Python code is called back from native code
+(PyTorch's dispatch and hooks, the exporters' symbolic functions, a finalizer run by a C++
+destructor). Where the C++ caller cannot pass the exception on, the process ends in
+std::terminate: "terminate called after throwing an instance of 'pybind11::error_already_set'",
+exit 134 and a core dump, one interrupt in several under load. So `ending_on_interrupt`
+installs a handler that raises nothing and ends the process itself:
+
+- Python runs the handler in the main thread between two bytecodes, wherever they are. It
+  stops the progress display (`at_interrupt`), removes what an interrupted run leaves (below),
+  writes "Interrupted." and ends the process with os._exit(130). Nothing else of trtdiff's runs
+  in the main thread meanwhile, so nothing is written into what it removes.
+- Every temporary file of the process lies in one folder of its own: tempfile's (spill stores,
+  exports, ONNX Runtime's and TensorRT's scratch folders) and TMPDIR's (native code). Removing
+  that folder removes them all, whichever step was running; a normal end removes it too.
+- A report is written whole: inside `writing()` the handler only notes the interrupt, and the
+  block ends the process when it has finished. A file written as the run goes (`run --save`)
+  is `unfinished`: removed if the run is interrupted after it changed.
+- While the main thread waits in a long native call, Python cannot run the handler. A second
+  Ctrl-C is then seen by a watcher thread, woken through signal.set_wakeup_fd, which ends the
+  process the same way: a stuck run still ends at once.
+
+In process (the click group called by tests or other programs) nothing is installed: Ctrl-C
+is Python's KeyboardInterrupt, which the group turns into one line and exit 130.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+
+EXIT_INTERRUPTED = 130
+
+
+class _Ending:
+    """The interrupt state of this process: its temporary folder, what to undo, and whether an end is deferred."""
+
+    def __init__(self, root: Path, stderr: int) -> None:
+        self.root = root
+        self.stderr = stderr  # a copy of descriptor 2: the exporter's silencing points 2 at a scratch file for a while
+        self.at_end: list[Callable[[], None]] = []
+        self.unfinished: dict[Path, tuple[int, int, int] | None] = {}
+        self.deferring = 0
+        self.pending = False
+        self._once = threading.Lock()
+
+    def handle(self, _signum: int, _frame: FrameType | None) -> None:
+        """SIGINT, in the main thread: end now, or when the file being written is whole. Never raises."""
+        try:
+            if self.deferring and not self.pending:
+                self.pending = True
+                return
+            self.end(in_main=True)
+        except BaseException:  # noqa: BLE001 - whatever failed, the process still ends as interrupted
+            os._exit(EXIT_INTERRUPTED)
+
+    def watch(self, wakeup: socket.socket) -> None:
+        """The watcher thread: a second SIGINT ends the process even while the main thread is in native code."""
+        seen = 0
+        with wakeup:
+            while True:
+                try:
+                    data = wakeup.recv(64)
+                except OSError:
+                    return
+                if not data:  # the process ends normally
+                    return
+                seen += data.count(signal.SIGINT)
+                if seen >= 2:
+                    self.end(in_main=False)
+
+    def end(self, in_main: bool) -> None:
+        """Stop the display (main thread), remove what the run leaves, say so, exit 130."""
+        if not self._once.acquire(blocking=False):
+            if in_main:  # the watcher is ending the process
+                self._once.acquire()
+            return
+        if in_main:
+            for undo in reversed(self.at_end):
+                with contextlib.suppress(BaseException):
+                    undo()
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(BaseException):
+                    stream.flush()
+        for path, before in self.unfinished.items():
+            with contextlib.suppress(OSError):
+                if _identity(path) not in (None, before):
+                    path.unlink()
+        _remove(self.root)
+        with contextlib.suppress(OSError):
+            os.write(self.stderr, b"Interrupted.\n")
+        os._exit(EXIT_INTERRUPTED)
+
+
+_ending: _Ending | None = None
+
+
+@contextlib.contextmanager
+def ending_on_interrupt() -> Iterator[None]:
+    """For the block: SIGINT ends the process (see the module), temporary files go to a folder of the process's own."""
+    global _ending
+    if _ending is not None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    try:
+        root = Path(tempfile.mkdtemp(prefix="trtdiff-"))
+    except OSError:  # no temporary folder can be made: the step that needs one says so in its own line
+        yield
+        return
+    earlier = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = os.environ["TMPDIR"] = str(root)
+    ending = _Ending(root, os.dup(2))
+    wakeup, signalled = socket.socketpair()
+    signalled.setblocking(False)
+    previous_fd = signal.set_wakeup_fd(signalled.fileno(), warn_on_full_buffer=False)
+    previous = signal.signal(signal.SIGINT, ending.handle)
+    threading.Thread(target=ending.watch, args=(wakeup,), name="trtdiff-interrupt", daemon=True).start()
+    _ending = ending
+    try:
+        yield
+    finally:
+        _remove(root)  # the handler still ends the process on SIGINT here
+        _ending = None
+        signal.signal(signal.SIGINT, previous)
+        signal.set_wakeup_fd(previous_fd)
+        signalled.close()
+        os.close(ending.stderr)
+        tempfile.tempdir = earlier[0]
+        if earlier[1] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = earlier[1]
+
+
+@contextlib.contextmanager
+def writing() -> Iterator[None]:
+    """Files written whole: an interrupt in the block ends the process when the block ends (a second one at once)."""
+    ending = _ending
+    if ending is None:
+        yield
+        return
+    ending.deferring += 1
+    try:
+        yield
+    finally:
+        ending.deferring -= 1
+        if ending.pending and not ending.deferring:
+            ending.end(in_main=True)
+
+
+@contextlib.contextmanager
+def unfinished(path: str | Path) -> Iterator[None]:
+    """`path` is removed if the process is interrupted in the block after the file changed (written as the run goes)."""
+    ending = _ending
+    if ending is None:
+        yield
+        return
+    target = Path(path)
+    ending.unfinished[target] = _identity(target)
+    try:
+        yield
+    finally:
+        ending.unfinished.pop(target, None)
+
+
+@contextlib.contextmanager
+def at_interrupt(undo: Callable[[], None]) -> Iterator[None]:
+    """Call `undo` before the process ends on an interrupt during the block (e.g. stop a live display)."""
+    ending = _ending
+    if ending is None:
+        yield
+        return
+    ending.at_end.append(undo)
+    try:
+        yield
+    finally:
+        ending.at_end.remove(undo)
+
+
+@contextlib.contextmanager
+def raising_interrupts() -> Iterator[None]:
+    """Python's KeyboardInterrupt for the block (a server that stops on Ctrl-C and returns, in pure Python)."""
+    if _ending is None:
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """The file's inode, size and time of change; None when there is none."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return found.st_ino, found.st_size, found.st_mtime_ns
+
+
+def _remove(root: Path) -> None:
+    """Remove the process's temporary folder (again if a file appeared in it meanwhile)."""
+    for _ in range(5):
+        shutil.rmtree(root, ignore_errors=True)
+        if not os.path.lexists(root):
+            return
