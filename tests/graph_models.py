@@ -253,12 +253,4 @@ def export_case(case: Case, folder: Path, dynamic_batch: bool = False) -> Path:
     return path
 
 
-def edited_copy(source: Path, path: Path, edit: Callable[[onnx.ModelProto], str]) -> tuple[Path, str]:
-    model = onnx.load(str(source))
-    name = edit(model)
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path, name
-
-
-__all__ = ["CASES", "BakedBatch", "Case", "edited_copy", "export_case", "helper"]
+__all__ = ["CASES", "BakedBatch", "Case", "export_case", "helper"]

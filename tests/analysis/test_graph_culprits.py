@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from graph_models import CASES, Case, edited_copy, export_case
+from culprit_models import edited as edited_copy
+from graph_models import CASES, Case, export_case
 
 import trtdiff
 from trtdiff.render.terminal import pairing_line

@@ -14,7 +14,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from graph_models import CASES, Case, edited_copy, export_case
+from culprit_models import edited as edited_copy
+from graph_models import CASES, Case, export_case
 from onnx import TensorProto, helper, numpy_helper
 
 import trtdiff

@@ -345,26 +345,11 @@ def _readme(
         "",
     ]
     if reference is not None:
-        lines += ["| output | cosine | max-abs | rel-err | diverged |", "| --- | --- | --- | --- | --- |"]
-        for name, value in outputs.items():
-            m = compare_tensors(reference, value, thresholds)
-            diverged = "yes" if m.diverged else "no"
-            cell = markdown(name).replace("|", "\\|")
-            figures = [_figure(m.cosine, ".6f"), _figure(m.max_abs, ".2e"), _figure(m.rel_err, ".2e")]
-            lines.append(f"| {cell} | {' | '.join(figures)} | {diverged} |")
-        lines.append("")
+        lines += _figures_table(reference, outputs, thresholds)
     lines += ["Show it with trtdiff (exit 1 when the subgraph alone still diverges):", ""]
     lines += [f"    trtdiff repro {here}", ""]
     if polygraphy and reference is not None:
-        atol = thresholds.rtol * float(np.max(np.abs(reference))) if reference.size else 0.0
-        lines += [
-            "With Polygraphy (ONNX Runtime against the saved reference output; the tolerance is trtdiff's rtol "
-            "times the reference's largest magnitude):",
-            "",
-            f"    cd {here} && polygraphy run {SUBGRAPH} --onnxrt --load-inputs polygraphy_inputs.json "
-            f"--load-outputs polygraphy_reference.json --atol {atol:.3g} --rtol 0",
-            "",
-        ]
+        lines += _polygraphy_lines(here, reference, thresholds)
     lines += [
         "With ONNX Runtime and numpy alone:",
         "",
@@ -379,6 +364,32 @@ def _readme(
         "",
     ]
     return "\n".join(lines)
+
+
+def _figures_table(reference: np.ndarray, outputs: Mapping[str, np.ndarray], thresholds: Thresholds) -> list[str]:
+    """The README's table: each backend's output of the subgraph against the reference (names Markdown-safe)."""
+    from trtdiff.report.text import markdown
+
+    lines = ["| output | cosine | max-abs | rel-err | diverged |", "| --- | --- | --- | --- | --- |"]
+    for name, value in outputs.items():
+        m = compare_tensors(reference, value, thresholds)
+        cell = markdown(name).replace("|", "\\|")
+        figures = [_figure(m.cosine, ".6f"), _figure(m.max_abs, ".2e"), _figure(m.rel_err, ".2e")]
+        lines.append(f"| {cell} | {' | '.join(figures)} | {'yes' if m.diverged else 'no'} |")
+    return [*lines, ""]
+
+
+def _polygraphy_lines(here: str, reference: np.ndarray, thresholds: Thresholds) -> list[str]:
+    """Polygraphy's command, its tolerance trtdiff's rtol times the reference's largest magnitude."""
+    atol = thresholds.rtol * float(np.max(np.abs(reference))) if reference.size else 0.0
+    return [
+        "With Polygraphy (ONNX Runtime against the saved reference output; the tolerance is trtdiff's rtol "
+        "times the reference's largest magnitude):",
+        "",
+        f"    cd {here} && polygraphy run {SUBGRAPH} --onnxrt --load-inputs polygraphy_inputs.json "
+        f"--load-outputs polygraphy_reference.json --atol {atol:.3g} --rtol 0",
+        "",
+    ]
 
 
 def _top_readme(context: ReproContext, culprits: Sequence[Culprit], folders: Sequence[Path]) -> str:

@@ -118,20 +118,15 @@ def prepare(
     say = say or (lambda _text: None)
     save_path = check_new_file(options.export.save_onnx, options.force, "save_onnx")
     engine_path = check_new_file(options.runtime.save_engine, options.force, "save_engine")
-    say("loading the model")
-    with timed(timings, "load"):
-        source = load_source(model, options.load, options.export.onnx, first_feeds)
-    _check_exportable(source, options.export)
-    chosen_notes: tuple[str, ...] = ()
-    if backends is None:
-        backends, chosen_notes = choose_backends(options.runtime, source.loaded.kind != "onnx")
-    notes: list[str] = [*source.notes, *chosen_notes]
+    source, backends, notes = _loaded(model, options, backends, first_feeds, timings, say)
     reference = _reference(source, options, backends)
     if record is None and capture is not None:
         record = functools.partial(_module_only, capture)
-    recording: Callable[[], TorchCapture] | None = None
-    if record is not None and reference is not None:
-        recording = functools.partial(_recorded, record, reference, source, say, timings)
+    recording = (
+        None
+        if record is None or reference is None
+        else functools.partial(_recorded, record, reference, source, say, timings)
+    )
     with ExitStack() as stack:  # closed last in, first out: the backends, then the folder they read
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-")))
         graph, exporter, recorded = _export_then_record(
@@ -164,6 +159,25 @@ def prepare(
             reference=reference,
             engine=engine,
         )
+
+
+def _loaded(
+    model: str | Path | torch.nn.Module,
+    options: CompareOptions,
+    backends: Sequence[str] | None,
+    first_feeds: Mapping[str, np.ndarray] | None,
+    timings: dict[str, float],
+    say: Progress,
+) -> tuple[Source, Sequence[str], list[str]]:
+    """The model loaded with its inputs, the backends to open (the options' choice unless given), the notes."""
+    say("loading the model")
+    with timed(timings, "load"):
+        source = load_source(model, options.load, options.export.onnx, first_feeds)
+    _check_exportable(source, options.export)
+    if backends is not None:
+        return source, backends, [*source.notes]
+    chosen, chosen_notes = choose_backends(options.runtime, source.loaded.kind != "onnx")
+    return source, chosen, [*source.notes, *chosen_notes]
 
 
 def _reference(source: Source, options: CompareOptions, backends: Sequence[str]) -> TorchReference | None:
