@@ -242,8 +242,12 @@ def _verdict(
     except Exception:  # noqa: BLE001 -- a third opinion only; an op the evaluator lacks leaves the verdict open
         return "unknown", None
     quantized = quantizations(graph)
-    versus_reference = in_steps(reference, spec, compare_tensors(reference, spec, thresholds), tensor, quantized, thresholds)
-    versus_candidate = in_steps(candidate, spec, compare_tensors(candidate, spec, thresholds), tensor, quantized, thresholds)
+    versus_reference = in_steps(
+        reference, spec, compare_tensors(reference, spec, thresholds), tensor, quantized, thresholds
+    )
+    versus_candidate = in_steps(
+        candidate, spec, compare_tensors(candidate, spec, thresholds), tensor, quantized, thresholds
+    )
     figures = ErrorFigures.of(versus_reference)
     if not versus_reference.diverged:
         return "runtime", figures

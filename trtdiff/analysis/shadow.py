@@ -175,7 +175,7 @@ class _Builder:
             _add(self.reference, tensor)
             return tensor, ()
         quantized = producer is not None and graph.nodes[producer].op_type == "QuantizeLinear"
-        if not quantized and (not is_data or not graph.tensor_type(tensor).is_float or producer is None):
+        if producer is None or (not quantized and (not is_data or not graph.tensor_type(tensor).is_float)):
             _add(self.exact, tensor)  # shape arithmetic and integer tensors: the same on every backend
             return tensor, ()
         return local_name(tensor), self.shadow(producer)

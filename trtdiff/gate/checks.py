@@ -71,7 +71,9 @@ def output_checks(
             limit = thresholds.max_quant_steps
             failing = tuple(dict.fromkeys(name for name, v in quantized if _breaks(v, limit, False)))
             worst = _worst(quantized, max)
-            checks.append(_check("outputs", "max_quant_steps", "quant_steps", pair, limit, worst, failing, len(samples)))
+            checks.append(
+                _check("outputs", "max_quant_steps", "quant_steps", pair, limit, worst, failing, len(samples))
+            )
         checks.append(_finite_check(samples, figures, thresholds.allow_nonfinite, pair))
     return checks
 

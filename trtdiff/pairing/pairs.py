@@ -48,8 +48,8 @@ from trtdiff.backends.pytorch.align import certain_pairs, segments
 from trtdiff.backends.pytorch.records import RECORD_PREFIX, TorchCapture, TorchRecord
 from trtdiff.pairing.composite import pair_composites
 from trtdiff.pairing.derive import Derivation, derive, evaluate
-from trtdiff.pairing.qdq import dequantized_keys
 from trtdiff.pairing.kinds import computed_from_inputs, onnx_kinds, record_kind
+from trtdiff.pairing.qdq import dequantized_keys
 from trtdiff.pairing.views import view_compatible
 from trtdiff.report import PairingMethod
 from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, TensorType, node_module

@@ -204,7 +204,9 @@ class _Run:
         sizes = {t: n for t in tensors if (n := graph.tensor_type(t).nbytes()) is not None}
         runtime = self.options.runtime
         chunk = min(runtime.chunk_bytes, runtime.memory_bytes)  # what a backend returns at once stays under the limit
-        return Engine(self.pairs, self.options.thresholds, tuple(graph.graph_outputs), sizes, chunk, quantizations(graph))
+        return Engine(
+            self.pairs, self.options.thresholds, tuple(graph.graph_outputs), sizes, chunk, quantizations(graph)
+        )
 
     @cached_property
     def streams(self) -> bool:

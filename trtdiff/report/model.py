@@ -46,9 +46,7 @@ CheckMetric = Literal[
     "non_finite_mismatches",
     "quant_steps",
 ]
-Threshold = Literal[
-    "min_cosine", "rtol", "max_abs", "layers", "min_miou", "max_miou_drop", "finite", "max_quant_steps"
-]
+Threshold = Literal["min_cosine", "rtol", "max_abs", "layers", "min_miou", "max_miou_drop", "finite", "max_quant_steps"]
 PairingMethod = Literal["op", "scope", "folded", "module", "output", "composite", "derived", "quantized"]
 Verdict = Literal["export", "runtime", "unknown"]
 
@@ -194,9 +192,7 @@ class ErrorFigures:
 
     @classmethod
     def of(cls, metrics: PairMetrics) -> ErrorFigures:
-        return cls(
-            metrics.cosine, metrics.max_abs, metrics.rel_err, metrics.non_finite_mismatches, metrics.quant_steps
-        )
+        return cls(metrics.cosine, metrics.max_abs, metrics.rel_err, metrics.non_finite_mismatches, metrics.quant_steps)
 
 
 @dataclass(frozen=True)
