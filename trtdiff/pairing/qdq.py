@@ -10,7 +10,8 @@ tensors, so the QuantizeLinear reads the Conv's output while the DequantizeLinea
 PyTorch's `relu`: the recorded op that reads only that value and clips it is taken instead.
 
 Weight DequantizeLinears (their input a constant) compute constants; they are listed, not
-compared. Only what the graph says is read: no value is computed to decide a pair.
+compared. FP8 Q/DQ (a float8 zero point) has no uniform step: its tensors are paired but keep
+the float figures (no noise level is defined for them yet). Only what the graph says is read: no value is computed to decide a pair.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class Quantization:
 
     node: str
     scale: float
-    zero_point: int | float
+    zero_point: int
     dtype: str
 
     def describe(self) -> str:
@@ -124,10 +125,12 @@ def _quantization(node: NodeInfo, constants: dict[str, np.ndarray]) -> Quantizat
     if scale is None or scale.size == 0:
         return None
     zero = constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-    zero_point: int | float = 0
+    zero_point = 0
     dtype = "int8"
     if zero is not None and zero.size:
+        if zero.dtype.kind not in "iu":
+            return None  # FP8 (E4M3, E5M2): a floating grid, no uniform step; judged by the float figures
         flat = zero.reshape(-1)
-        zero_point = flat[0].item() if zero.dtype.kind in "iu" else float(flat[0])
+        zero_point = int(flat[0])
         dtype = str(zero.dtype)
     return Quantization(node.name, float(np.max(np.abs(scale.astype(np.float64)))), zero_point, dtype)
