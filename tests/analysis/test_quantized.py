@@ -18,7 +18,7 @@ import trtdiff
 from tests.quant_models import quantized, scale_dequantize, small_cnn
 from trtdiff.analysis.noise import is_noise, quant_steps
 from trtdiff.cli.app import main
-from trtdiff.errors import OptionError
+from trtdiff.errors import ConfigError, OptionError
 from trtdiff.options import CompareOptions
 from trtdiff.options.config import load_config
 from trtdiff.pairing.qdq import quantizations, weight_dequantizers
@@ -61,8 +61,9 @@ def test_a_clean_quantized_model_passes_at_the_defaults(qdq_files: dict[str, Pat
 def test_a_doubled_dequantize_scale_is_the_culprit_at_that_dequantize(
     qdq_files: dict[str, Path], tmp_path: Path
 ) -> None:
-    out = tmp_path / "r.json"
+    out, excluded = tmp_path / "r.json", tmp_path / "exclude.txt"
     args = ["compare", "tests.quant_models:small_cnn", "--onnx", str(qdq_files["doubled"]), "--input-shape", SHAPE[0]]
+    args += ["--exclude-list", str(excluded)]
     result = CliRunner().invoke(main, [*args, "--backends", "torch,onnxruntime", "--json", str(out)])
     assert result.exit_code == 1, result.stdout
     report = Report.from_json(out.read_text())
@@ -73,9 +74,13 @@ def test_a_doubled_dequantize_scale_is_the_culprit_at_that_dequantize(
     text = " ".join(result.stdout.split())
     assert f"CULPRIT: {DOUBLED}" in text and "quantization steps vs accumulated" in text
     assert "max-quant-steps 8 on final outputs" in text
+    # the node reading that DequantizeLinear's output, as ModelOpt's nodes_to_exclude takes it
+    assert culprit.exclude == ("^/Add$",) and excluded.read_text() == "^/Add$\n"
+    assert "keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): ^/Add$" in text
     older = json.loads(out.read_text())  # a report written before the fields reads them as absent
     for entry in older["culprits"]:
         del entry["quantization"]
+        del entry["exclude"]
         del entry["local"]["quant_steps"]
     assert Report.from_json(json.dumps(older)).culprits[0].quantization == ""
 
@@ -94,6 +99,12 @@ def test_the_step_figure_and_its_noise_level() -> None:
     assert is_noise(ErrorFigures(0.9, 0.1, 0.5, quant_steps=0.9), "float32")  # within a step: quantization noise
     assert not is_noise(ErrorFigures(1.0, 0.1, 0.0, quant_steps=3.0), "float32")
     assert is_noise(ErrorFigures(1.0, 4.0e-7, 4 * 2.0**-23), "float32")  # float figures unchanged
+
+
+def test_a_config_file_cannot_name_the_exclude_list(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.trtdiff]\nexclude_list = "x.txt"\n')
+    with pytest.raises(ConfigError, match="command line only"):
+        load_config(start=tmp_path)
 
 
 def test_max_quant_steps_is_read_from_the_command_line_and_the_config_file(tmp_path: Path) -> None:

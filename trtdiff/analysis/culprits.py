@@ -26,7 +26,7 @@ from trtdiff.analysis.quant import in_steps
 from trtdiff.analysis.shadow import ShadowModel, build_shadow, embed, submodel
 from trtdiff.backends.base import fetch
 from trtdiff.errors import describe_error
-from trtdiff.pairing.qdq import quantizations
+from trtdiff.pairing.qdq import exclude_pattern, quantizations, to_exclude
 from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures, number
 from trtdiff.source.onnx_graph import graph_from_model
 
@@ -190,6 +190,7 @@ def find_culprits(
                     spec=spec,
                     noise_level=is_noise(ErrorFigures.of(local), layer.dtype),
                     quantization=q.describe() if (q := quantized.get(layer.tensor)) else "",
+                    exclude=tuple(exclude_pattern(n) for n in to_exclude(graph, layer.onnx_node)),
                 )
             )
     return culprits, (None if culprits else _drift(layers, runs))

@@ -406,6 +406,10 @@ class ReportOptions:
                                   help="Write a Markdown summary (PR comment, CI step summary).")
     html: str | None = option(None, writes=True, group=REPORTS, commands=RENDERED, metavar="PATH",
                               help="Write a self-contained HTML report with plots (the html extra).")
+    exclude_list: str | None = option(None, writes=True, group=REPORTS, commands=("compare",), metavar="PATH",
+                                      help="Write the nodes to keep in higher precision (each culprit's, in a "
+                                           "quantized graph) one a line, as regular expressions NVIDIA ModelOpt's "
+                                           "quantization takes in nodes_to_exclude (escaped and anchored).")
     model_explorer: str | None = option(None, writes=True, group=REPORTS, commands=RENDERED, metavar="PATH",
                                         help="Write node data for Google's Model Explorer (error, local error, cosine, "
                                              "status per ONNX node), the ONNX file beside it; `trtdiff view` opens "

@@ -10,8 +10,9 @@ tensors, so the QuantizeLinear reads the Conv's output while the DequantizeLinea
 PyTorch's `relu`: the recorded op that reads only that value and clips it is taken instead.
 
 Weight DequantizeLinears (their input a constant) compute constants; they are listed, not
-compared. FP8 Q/DQ (a float8 zero point) has no uniform step: its tensors are paired but keep
-the float figures (no noise level is defined for them yet). Only what the graph says is read: no value is computed to decide a pair.
+compared. FP8 Q/DQ (a float8 zero point) has no uniform step: its DequantizeLinears are not
+paired, and the tensors around them keep the float figures (no noise level is defined for
+them yet). Only what the graph says is read: no value is computed to decide a pair.
 """
 
 from __future__ import annotations
@@ -134,3 +135,30 @@ def _quantization(node: NodeInfo, constants: dict[str, np.ndarray]) -> Quantizat
         zero_point = int(flat[0])
         dtype = str(zero.dtype)
     return Quantization(node.name, float(np.max(np.abs(scale.astype(np.float64)))), zero_point, dtype)
+
+
+def to_exclude(graph: GraphInfo, node_name: str) -> tuple[str, ...]:
+    """The nodes to keep in higher precision for a culprit `node_name` of a quantized graph, as NVIDIA
+    ModelOpt's quantization names them in `nodes_to_exclude`: for a DequantizeLinear, the nodes that
+    read its output (not quantizing their input removes that Q/DQ); for a node that reads or feeds a
+    Q/DQ, the node itself. Empty for a graph with no Q/DQ."""
+    if not has_qdq(graph):
+        return ()
+    node = next((n for n in graph.nodes if n.name == node_name), None)
+    if node is None:
+        return ()
+    if node.op_type == "DequantizeLinear":
+        readers = [n.name for n in graph.nodes if node.outputs and node.outputs[0] in n.inputs]
+        return tuple(n for n in readers if n)
+    if node.op_type == "QuantizeLinear":
+        return ()
+    near = [graph.node_of(t) for t in node.inputs] + [n for n in graph.nodes if set(node.outputs) & set(n.inputs)]
+    return (node.name,) if any(n is not None and n.op_type in _QDQ for n in near) else ()
+
+
+def exclude_pattern(node_name: str) -> str:
+    """A node name as a regular expression that matches it alone (escaped and anchored), as
+    ModelOpt's `nodes_to_exclude` reads its entries."""
+    import re
+
+    return f"^{re.escape(node_name)}$"

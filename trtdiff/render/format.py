@@ -335,11 +335,14 @@ def quant_text(culprit: Culprit) -> str:
     """ "local error 99.7 quantization steps vs accumulated 97.0 (99.9th percentile of |delta| over the scale of
     /x_DequantizeLinear (scale 0.00764, zero point -128, int8)), max-abs 7.92e-01" """
     accumulated = culprit.accumulated.quant_steps
-    return (
+    text = (
         f"local error {_steps(culprit.local.quant_steps)} quantization steps vs accumulated {_steps(accumulated)} "
         f"(99.9th percentile of |delta| over the scale of {culprit.quantization or '?'}), "
         f"max-abs {sci(culprit.local.max_abs)}"
     )
+    if culprit.exclude:
+        text += f"; keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): {' '.join(culprit.exclude)}"
+    return text
 
 
 def _steps(figure: float | None) -> str:

@@ -230,6 +230,9 @@ class Culprit:
     quantization: str = ""
     """For a quantized tensor, the DequantizeLinear that judges it, with its scale and zero point
     ("/x_DequantizeLinear (scale 0.0094, zero point -128, int8)"); "" otherwise and in older reports."""
+    exclude: tuple[str, ...] = ()
+    """In a quantized graph, the nodes to keep in higher precision, as ModelOpt's `nodes_to_exclude`
+    regular expressions (escaped, anchored: "^/conv2/Conv$"); --exclude-list writes them, one a line."""
 
 
 @dataclass(frozen=True)
