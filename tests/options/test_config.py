@@ -89,7 +89,7 @@ def test_options_that_run_code_are_taken_from_the_command_line_only(tmp_path: Pa
 
 
 WRITES = ["json", "junit", "markdown", "html", "model_explorer", "save_onnx", "save_engine", "engine_cache", "save_repro",
-          "save", "force"]  # fmt: skip
+          "save", "force", "exclude_list"]  # fmt: skip
 
 
 def test_every_option_that_names_a_path_trtdiff_writes_is_declared_so() -> None:

@@ -22,9 +22,11 @@ import numpy as np
 
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.noise import is_noise
+from trtdiff.analysis.quant import in_steps
 from trtdiff.analysis.shadow import ShadowModel, build_shadow, embed, submodel, typed_inputs
 from trtdiff.backends.base import fetch
 from trtdiff.errors import describe_error
+from trtdiff.pairing.qdq import exclude_pattern, quantizations, to_exclude
 from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures, number
 from trtdiff.source.onnx_graph import graph_from_model
 
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     import onnx
 
     from trtdiff.backends.base import OnnxBackend
+    from trtdiff.pairing.qdq import Quantization
     from trtdiff.report import BackendPair, Layer, PairMetrics, Thresholds, Verdict
     from trtdiff.source.onnx_graph import GraphInfo
 
@@ -80,6 +83,7 @@ def local_errors(
     errors; everything measured before stands.
     """
     runs: list[LocalRun] = []
+    quantized = quantizations(graph)
     for name, reference in references.items():
         candidates = [p for p in pairs if p.reference == name]
         tensors = [layer.tensor for layer in layers if any(p in layer.pairs for p in candidates)]
@@ -97,7 +101,8 @@ def local_errors(
                 if runner is None:
                     continue
                 with runner:
-                    runs.append(_run_local(pair, runner, shadow, feeds, reference, thresholds, chunk_bytes))
+                    run = _run_local(pair, runner, shadow, feeds, reference, (thresholds, quantized), chunk_bytes)
+                    runs.append(run)
             except Exception as error:
                 if pair.candidate != "tensorrt" or notes is None:
                     raise
@@ -128,9 +133,10 @@ def _run_local(
     shadow: ShadowModel,
     feeds: Mapping[str, np.ndarray],
     reference: Reference,
-    thresholds: Thresholds,
+    judged: tuple[Thresholds, Mapping[str, Quantization]],
     chunk_bytes: int,
 ) -> LocalRun:
+    thresholds, quantized = judged
     wanted = list(shadow.outputs.values())
     tensor_of = {local: tensor for tensor, local in shadow.outputs.items()}
     run = LocalRun(pair, {}, {}, shadow, dict(feeds))
@@ -142,6 +148,7 @@ def _run_local(
             if tensor not in expected:
                 continue
             metrics = compare_tensors(expected[tensor], value, thresholds)
+            metrics = in_steps(expected[tensor], value, metrics, tensor, quantized, thresholds)
             run.metrics[tensor] = metrics
             if metrics.diverged:
                 run.diverged[tensor] = (np.asarray(expected[tensor]), np.asarray(value))
@@ -163,6 +170,7 @@ def find_culprits(
 ) -> tuple[list[Culprit], Drift | None]:
     """Culprits in topological order (local and accumulated error both break the thresholds), or drift."""
     by_pair = {run.pair: run for run in runs}
+    quantized = quantizations(graph)
     culprits: list[Culprit] = []
     for layer in layers:
         for pair, run in by_pair.items():
@@ -183,6 +191,8 @@ def find_culprits(
                     subgraph=run.shadow.subgraphs.get(layer.tensor, (layer.onnx_node,)),
                     spec=spec,
                     noise_level=is_noise(ErrorFigures.of(local), layer.dtype),
+                    quantization=q.describe() if (q := quantized.get(layer.tensor)) else "",
+                    exclude=tuple(exclude_pattern(n) for n in to_exclude(graph, layer.onnx_node)),
                 )
             )
     return culprits, (None if culprits else _drift(layers, runs))
@@ -234,8 +244,13 @@ def _verdict(
         spec = _evaluate(submodel(run.shadow, tensor, graph), run.feeds, graph.path.with_suffix(".spec.onnx"))
     except Exception:  # noqa: BLE001 -- a third opinion only; an op the evaluator lacks leaves the verdict open
         return "unknown", None
-    versus_reference = compare_tensors(reference, spec, thresholds)
-    versus_candidate = compare_tensors(candidate, spec, thresholds)
+    quantized = quantizations(graph)
+    versus_reference = in_steps(
+        reference, spec, compare_tensors(reference, spec, thresholds), tensor, quantized, thresholds
+    )
+    versus_candidate = in_steps(
+        candidate, spec, compare_tensors(candidate, spec, thresholds), tensor, quantized, thresholds
+    )
     figures = ErrorFigures.of(versus_reference)
     if not versus_reference.diverged:
         return "runtime", figures

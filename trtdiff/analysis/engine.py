@@ -16,13 +16,14 @@ is recorded and held like any other source.
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from trtdiff.analysis.metrics import compare_tensors
+from trtdiff.analysis.quant import in_steps
 from trtdiff.backends.base import chunk_names, fetch
 from trtdiff.backends.store import to_host
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from trtdiff.backends.base import OnnxBackend
     from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.pairing.pairs import Pairing
+    from trtdiff.pairing.qdq import Quantization
     from trtdiff.report import BackendPair, PairMetrics, Thresholds
     from trtdiff.source.samples import Sample
 
@@ -197,6 +199,8 @@ class Engine:
     outputs: tuple[str, ...]
     sizes: Mapping[str, int]
     chunk_bytes: int
+    quantized: Mapping[str, Quantization] = field(default_factory=dict)
+    """Tensors the graph's Q/DQ nodes quantize, judged in steps (analysis.quant); empty without Q/DQ."""
 
     def run(self, passes: Iterable[Pass]) -> Iterator[Compared]:
         """Compare each pass chunk by chunk, as the chunks arrive; one result per pass."""
@@ -241,7 +245,7 @@ class Engine:
                 theirs = values.get(other, {}).get(tensor)
                 if theirs is not None:
                     ref, cand = (value, theirs) if pair.reference == name else (theirs, value)
-                    metrics.setdefault(tensor, {})[pair] = compare_tensors(ref, cand, self.thresholds)
+                    metrics.setdefault(tensor, {})[pair] = self._judge(tensor, ref, cand)
             if tensor in self.outputs:
                 kept[name][tensor] = np.array(to_host(value), copy=True)  # the forward may still write to it
             for tensors in values.values():  # compared with the reference: no pair reads it again
@@ -260,5 +264,12 @@ class Engine:
         for pair in self.pairs:
             reference, candidate = values.get(pair.reference, {}), values.get(pair.candidate, {})
             if tensor in reference and tensor in candidate:
-                entry[pair] = compare_tensors(reference[tensor], candidate[tensor], self.thresholds)
+                entry[pair] = self._judge(tensor, reference[tensor], candidate[tensor])
         return entry
+
+    def _judge(self, tensor: str, reference: Any, candidate: Any) -> PairMetrics:
+        """The pair's metrics; a quantized tensor's judged in quantization steps (analysis.quant)."""
+        metrics = compare_tensors(reference, candidate, self.thresholds)
+        if tensor not in self.quantized:
+            return metrics
+        return in_steps(reference, candidate, metrics, tensor, self.quantized, self.thresholds)

@@ -17,9 +17,26 @@ changed rounding mode or a lower precision (FP16: 2**-10) gives, all orders of m
 above it. Local errors are measured on the reference's own inputs, so upstream error does not
 accumulate into them.
 
-Only float32 is defined here. Reduced precision (an FP16 or INT8 engine, whose tensors the
-graph still declares float32) is another question, for which `NoiseLevel` is the unit to extend:
-a level per (type, precision), chosen where the engine's precision is known.
+Only float32 is defined here as a type. Reduced precision (an FP16 or INT8 engine, whose tensors
+the graph still declares float32) is another question, for which `NoiseLevel` is the unit to
+extend: a level per (type, precision), chosen where the engine's precision is known.
+
+**Quantized tensors** (the graph's own Q/DQ nodes: an activation DequantizeLinear's output, and
+the float tensor its QuantizeLinear reads) are measured in *quantization steps*: max-abs error
+over the scale of that DequantizeLinear (`quant_steps`; the largest scale where it is per
+channel). Rounding to the grid alone is half a step; a correct model compared with its float
+model carries the steps of every layer before too: at most 2.5 steps on the tests' INT8 and
+INT16 CNNs, so the gate's default `max_quant_steps` is 8, room for deeper networks. A wrong
+scale, a wrong zero point or a Q and DQ that disagree move values by tens to hundreds of steps
+(a DequantizeLinear scale doubled: 97). The figure is the **99.9th percentile** of |delta|, not
+the max: min-max calibration clips the few values of a new input past the range it saw, and
+those few positions alone would call a correct model diverged, while every Q/DQ fault (a scale,
+a zero point, a Q and DQ that disagree, a tensor quantized twice) moves most of the tensor. The
+price: a fault confined to fewer than 0.1% of a tensor's positions is not seen in steps (its
+max-abs error is still reported). It costs one pass over the differences of quantized tensors
+only; a graph with no Q/DQ computes nothing more.
+A local error (the node alone on the reference's inputs) within `QUANT_STEP_NOISE` (one step:
+half a step of rounding on each side) is noise-level.
 """
 
 from __future__ import annotations
@@ -60,7 +77,24 @@ def noise_level(dtype: str) -> NoiseLevel | None:
     return _LEVELS.get(dtype)
 
 
+QUANT_PERCENTILE = 99.9
+"""The percentile of |delta| the step figure takes (see the module docstring)."""
+
+QUANT_STEP_NOISE = 1.0
+"""A quantized local error within one step is rounding to the grid (see the module docstring)."""
+
+
+def quant_steps(max_abs: float, scale: float) -> float:
+    """Max-abs error in quantization steps of `scale` (inf for a scale of 0 with an error)."""
+    if scale > 0:
+        return max_abs / scale
+    return 0.0 if max_abs == 0 else float("inf")
+
+
 def is_noise(figures: ErrorFigures, dtype: str) -> bool:
-    """Whether a local error of a `dtype` tensor is rounding noise (see the module docstring)."""
+    """Whether a local error of a `dtype` tensor is rounding noise (see the module docstring);
+    a quantized one (its figures hold `quant_steps`) within `QUANT_STEP_NOISE` steps."""
+    if figures.quant_steps is not None:
+        return figures.quant_steps <= QUANT_STEP_NOISE and figures.non_finite_mismatches == 0
     level = noise_level(dtype)
     return level is not None and level.holds(figures)

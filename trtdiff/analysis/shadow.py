@@ -5,7 +5,8 @@ the reference's value where the reference has one, the exact value (from the ori
 graph's run) for shape arithmetic and other non-float tensors, the initializers and
 Constant nodes as they are. Where a float input has no reference value (inside a
 decomposed op), the node that makes it is copied too, recursively: the smallest subgraph
-whose float inputs all have a reference value. Run once, the shadow model gives every
+whose float inputs all have a reference value; a DequantizeLinear's QuantizeLinear is copied with
+it the same way (its integer output is the pair's own, not the original run's). Run once, the shadow model gives every
 node's *local* output; the same rewriting injects the reference's values into the full
 graph (`inject`), for attribution.
 """
@@ -175,7 +176,8 @@ class _Builder:
         if tensor in graph.graph_inputs or (is_data and self.has_reference(tensor)):
             _add(self.reference, tensor)
             return tensor, ()
-        if not is_data or not graph.tensor_type(tensor).is_float or producer is None:
+        quantized = producer is not None and graph.nodes[producer].op_type == "QuantizeLinear"
+        if producer is None or (not quantized and (not is_data or not graph.tensor_type(tensor).is_float)):
             _add(self.exact, tensor)  # shape arithmetic and integer tensors: the same on every backend
             return tensor, ()
         return local_name(tensor), self.shadow(producer)

@@ -237,6 +237,7 @@ def _report_files(read: Given) -> ReportFiles:
         markdown=reports.markdown,
         html=reports.html,
         model_explorer=reports.model_explorer,
+        exclude_list=reports.exclude_list,
     )
     files.validate()
     return files

@@ -298,6 +298,11 @@ class Thresholds:
                          help="Diverged above this max-abs error over the reference's largest magnitude.")
     max_abs: float | None = option(None, group=THRESHOLDS, commands=COMPARE, metavar="X", default_text="off",
                                    help="Diverged above this absolute max error.")
+    max_quant_steps: float = option(8.0, group=THRESHOLDS, commands=COMPARE, metavar="N",
+                                    help="Quantized tensors (a DequantizeLinear's output, a QuantizeLinear's input) "
+                                         "are judged by their error (99.9th percentile of |delta|) in steps of "
+                                         "that DequantizeLinear's scale instead of cosine and rtol: diverged "
+                                         "above N steps.")
     allow_nonfinite: bool = option(False, group=THRESHOLDS, commands=COMPARE,
                                    help="Let final outputs hold NaN/Inf, at the same positions in every backend "
                                         "(default: any fails).")
@@ -310,6 +315,8 @@ class Thresholds:
             raise OptionError("must not be negative, e.g. 1e-3", parameter="rtol", value=self.rtol)
         if self.max_abs is not None and self.max_abs < 0:
             raise OptionError("must not be negative, e.g. 1e-4", parameter="max_abs", value=self.max_abs)
+        if not self.max_quant_steps >= 0:
+            raise OptionError("must not be negative, e.g. 4", parameter="max_quant_steps", value=self.max_quant_steps)
         if not isinstance(self.allow_nonfinite, bool):
             raise OptionError("must be True or False", parameter="allow_nonfinite", value=repr(self.allow_nonfinite))
 
@@ -399,6 +406,10 @@ class ReportOptions:
                                   help="Write a Markdown summary (PR comment, CI step summary).")
     html: str | None = option(None, writes=True, group=REPORTS, commands=RENDERED, metavar="PATH",
                               help="Write a self-contained HTML report with plots (the html extra).")
+    exclude_list: str | None = option(None, writes=True, group=REPORTS, commands=("compare",), metavar="PATH",
+                                      help="Write the nodes to keep in higher precision (each culprit's, in a "
+                                           "quantized graph) one a line, as regular expressions NVIDIA ModelOpt's "
+                                           "quantization takes in nodes_to_exclude (escaped and anchored).")
     model_explorer: str | None = option(None, writes=True, group=REPORTS, commands=RENDERED, metavar="PATH",
                                         help="Write node data for Google's Model Explorer (error, local error, cosine, "
                                              "status per ONNX node), the ONNX file beside it; `trtdiff view` opens "

@@ -14,7 +14,9 @@ Pairing goes in passes, each only over what earlier passes left:
    value the branch taken (or the loop) computed (method "module": a region's output);
 5. composite: an op the exporter decomposed (GELU, SiLU, LayerNorm below opset 17) with the
    last node of its decomposition, found by data flow from its paired input (pairing_composite);
-6. derived: each float tensor still without a value (inside SiLU, GELU, LayerNorm below
+6. quantized: an activation DequantizeLinear's output with the value its QuantizeLinear's input
+   is paired with (or the clipping op quantize_static folded into the Q/DQ; pairing_qdq);
+7. derived: each float tensor still without a value (inside SiLU, GELU, LayerNorm below
    opset 17; the reshapes, splits and transposes between ops) gets its node run in
    PyTorch on PyTorch's values, kept only where a recorded value downstream vouches for it
    (pairing_derive).
@@ -47,6 +49,7 @@ from trtdiff.backends.pytorch.records import RECORD_PREFIX, TorchCapture, TorchR
 from trtdiff.pairing.composite import pair_composites
 from trtdiff.pairing.derive import Derivation, derive, evaluate
 from trtdiff.pairing.kinds import computed_from_inputs, onnx_kinds, record_kind
+from trtdiff.pairing.qdq import dequantized_keys
 from trtdiff.pairing.views import view_compatible
 from trtdiff.report import PairingMethod
 from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, TensorType, dynamic_inputs, node_module
@@ -117,6 +120,8 @@ def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pai
         _pair_module_outputs(graph, capture, node_modules, state.pairs, state.used)
     _pair_graph_outputs(graph, capture, state.pairs)
     _pair_control_flow(graph, capture, state.pairs, state.used)
+    for tensor, (key, op) in dequantized_keys(graph, capture, {t: p.key for t, p in state.pairs.items()}).items():
+        state.pairs[tensor] = TorchPair(key, "quantized", op, state.pairs_module(tensor))
     evaluation = evaluate(graph, capture, {t: p.key for t, p in state.pairs.items()})
     composites = pair_composites(
         graph,
@@ -155,6 +160,11 @@ class _State:
         self.used: set[int] = set()
         self.partner: dict[str, int] = {}  # ONNX tensor -> index of the record it was paired with
         self.dynamic = bool(dynamic_inputs(graph))
+
+    def pairs_module(self, tensor: str) -> str | None:
+        """The module path of the node producing `tensor`."""
+        producer = self.graph.node_of(tensor)
+        return None if producer is None else self.node_modules[producer.name]
 
     def kind(self, node: NodeInfo) -> str:
         return self.kinds.get(node.name, "")

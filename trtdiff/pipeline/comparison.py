@@ -39,6 +39,7 @@ from trtdiff.backends.store import TensorStore, release_memory
 from trtdiff.errors import OptionError, param
 from trtdiff.gate.checks import layer_checks, miou_checks, output_checks
 from trtdiff.options import CompareOptions
+from trtdiff.pairing.qdq import quantizations
 from trtdiff.pipeline.prepare import Prepared, Progress, Record, onnx_feeds, prepare, timed
 from trtdiff.pipeline.progress import sample_step, sample_total
 from trtdiff.report import Report, all_pairs
@@ -203,7 +204,9 @@ class _Run:
         sizes = {t: n for t in tensors if (n := graph.tensor_type(t).nbytes()) is not None}
         runtime = self.options.runtime
         chunk = min(runtime.chunk_bytes, runtime.memory_bytes)  # what a backend returns at once stays under the limit
-        return Engine(self.pairs, self.options.thresholds, tuple(graph.graph_outputs), sizes, chunk)
+        return Engine(
+            self.pairs, self.options.thresholds, tuple(graph.graph_outputs), sizes, chunk, quantizations(graph)
+        )
 
     @cached_property
     def streams(self) -> bool:

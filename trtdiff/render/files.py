@@ -32,11 +32,12 @@ class ReportFiles:
     markdown: str | None = None
     html: str | None = None
     model_explorer: str | None = None
+    exclude_list: str | None = None
 
     def validate(self, kind: JsonKind = "report") -> None:
         """Refuse paths in missing folders, folders, and JSON files that are not earlier reports."""
         check_json_path(self.json, kind)
-        for name in ("junit", "markdown", "html", "model_explorer"):
+        for name in ("junit", "markdown", "html", "model_explorer", "exclude_list"):
             check_output_path(getattr(self, name), name)
         if self.model_explorer:
             check_overlay_paths(self.model_explorer)
@@ -68,6 +69,9 @@ class ReportFiles:
             from trtdiff.render.explorer import load_onnx, write_model_explorer
 
             write_model_explorer(report, self.model_explorer, load_onnx(report, report_path or self.json))
+        if self.exclude_list:
+            patterns = dict.fromkeys(p for culprit in report.culprits for p in culprit.exclude)
+            Path(self.exclude_list).write_text("".join(f"{p}\n" for p in patterns), encoding="utf-8")
 
     def write_sweep(self, sweep: Sweep) -> None:
         """Write every asked-for format of a sweep: one document for all combinations (node data: one set each)."""

@@ -39,7 +39,12 @@ MAX_NOISE_NAMES = 8
 NOISE_WORDS = "rounding, a few ULP"
 """What a noise-level local error is (`Culprit.noise_level`, defined in trtdiff.analysis.noise), in words."""
 _MINIMUM_METRICS = {"cosine", "miou", "divergence"}
-_THRESHOLD_WORDS = {"min_cosine": "min-cosine", "rtol": "rtol", "max_abs": "max-abs"}
+_THRESHOLD_WORDS = {
+    "min_cosine": "min-cosine",
+    "rtol": "rtol",
+    "max_abs": "max-abs",
+    "max_quant_steps": "max-quant-steps",
+}
 NOTHING = "nothing measurable"
 """A recovery below noise, in a column that says what it measures (HTML's mIoU column)."""
 _VERDICT_WORDS = {"export": "export problem", "runtime": "runtime problem", "unknown": "cause unknown"}
@@ -158,6 +163,8 @@ def reason_text(reason: Reason) -> str:
         return f"non-finite values{where}: reference {_count(limit)} NaN/Inf, candidate {_count(reason.value)} NaN/Inf"
     if reason.metric == "shape":
         return f"shape {reason.detail or '?'}"
+    if reason.metric == "quant_steps":
+        return f"{reason.value:.1f} quantization steps > {limit:g} (of {reason.detail or '?'})"
     return f"{_count(reason.value)} of {_count(limit)} elements differ"
 
 
@@ -318,8 +325,28 @@ def local_vs_accumulated(culprit: Culprit, *, with_cosine: bool = True) -> str:
             f"NaN/Inf differ at {culprit.local.non_finite_mismatches} positions here "
             f"(accumulated: {culprit.accumulated.non_finite_mismatches})"
         )
+    if culprit.local.quant_steps is not None:
+        return quant_text(culprit)
     text = f"local rel-err {sci(culprit.local.rel_err)} vs accumulated {sci(culprit.accumulated.rel_err)}"
     return f"{text}, cosine {cosine(culprit.local.cosine)}" if with_cosine else text
+
+
+def quant_text(culprit: Culprit) -> str:
+    """ "local error 99.7 quantization steps vs accumulated 97.0 (99.9th percentile of |delta| over the scale of
+    /x_DequantizeLinear (scale 0.00764, zero point -128, int8)), max-abs 7.92e-01" """
+    accumulated = culprit.accumulated.quant_steps
+    text = (
+        f"local error {_steps(culprit.local.quant_steps)} quantization steps vs accumulated {_steps(accumulated)} "
+        f"(99.9th percentile of |delta| over the scale of {culprit.quantization or '?'}), "
+        f"max-abs {sci(culprit.local.max_abs)}"
+    )
+    if culprit.exclude:
+        text += f"; keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): {' '.join(culprit.exclude)}"
+    return text
+
+
+def _steps(figure: float | None) -> str:
+    return NOT_AVAILABLE if figure is None else f"{figure:.1f}"
 
 
 def verdict_text(culprit: Culprit, *, short: bool = False) -> str:

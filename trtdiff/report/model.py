@@ -33,13 +33,21 @@ SCHEMA_VERSION = 3
 READABLE_SCHEMAS = (2, 3)
 """The layouts this trtdiff reads back: the current one and the one before (3 added `options`)."""
 
-ReasonMetric = Literal["cosine", "rel_err", "max_abs", "non_finite", "shape", "mismatches"]
+ReasonMetric = Literal["cosine", "rel_err", "max_abs", "non_finite", "shape", "mismatches", "quant_steps"]
 CheckScope = Literal["outputs", "layers", "agreement", "labels"]
 CheckMetric = Literal[
-    "cosine", "rel_err", "max_abs", "divergence", "miou", "miou_drop", "non_finite", "non_finite_mismatches"
+    "cosine",
+    "rel_err",
+    "max_abs",
+    "divergence",
+    "miou",
+    "miou_drop",
+    "non_finite",
+    "non_finite_mismatches",
+    "quant_steps",
 ]
-Threshold = Literal["min_cosine", "rtol", "max_abs", "layers", "min_miou", "max_miou_drop", "finite"]
-PairingMethod = Literal["op", "scope", "folded", "module", "output", "composite", "derived"]
+Threshold = Literal["min_cosine", "rtol", "max_abs", "layers", "min_miou", "max_miou_drop", "finite", "max_quant_steps"]
+PairingMethod = Literal["op", "scope", "folded", "module", "output", "composite", "derived", "quantized"]
 Verdict = Literal["export", "runtime", "unknown"]
 
 # The threshold names as they appear in check ids ("outputs/min-cosine/torch~onnxruntime").
@@ -50,6 +58,7 @@ _THRESHOLD_IDS: dict[str, str] = {
     "min_miou": "min-miou",
     "max_miou_drop": "max-miou-drop",
     "finite": "finite",
+    "max_quant_steps": "max-quant-steps",
 }
 
 
@@ -136,6 +145,10 @@ class PairMetrics:
     diverged: bool = False
     reasons: tuple[Reason, ...] = ()
     non_finite_mismatches: int = 0
+    quant_steps: float | None = None
+    """For a quantized tensor (an activation DequantizeLinear's output, or the float tensor a
+    QuantizeLinear reads): max-abs error in steps of that DequantizeLinear's scale, the figure it
+    is judged by (trtdiff.analysis.noise); None for every other tensor."""
 
 
 @dataclass(frozen=True)
@@ -174,10 +187,12 @@ class ErrorFigures:
     max_abs: float | None
     rel_err: float | None
     non_finite_mismatches: int = 0
+    quant_steps: float | None = None
+    """Max-abs error in quantization steps, for a quantized tensor (PairMetrics.quant_steps)."""
 
     @classmethod
     def of(cls, metrics: PairMetrics) -> ErrorFigures:
-        return cls(metrics.cosine, metrics.max_abs, metrics.rel_err, metrics.non_finite_mismatches)
+        return cls(metrics.cosine, metrics.max_abs, metrics.rel_err, metrics.non_finite_mismatches, metrics.quant_steps)
 
 
 @dataclass(frozen=True)
@@ -212,6 +227,12 @@ class Culprit:
     advice: str = ""
     advice_code: str = ""
     noise_level: bool = False
+    quantization: str = ""
+    """For a quantized tensor, the DequantizeLinear that judges it, with its scale and zero point
+    ("/x_DequantizeLinear (scale 0.0094, zero point -128, int8)"); "" otherwise and in older reports."""
+    exclude: tuple[str, ...] = ()
+    """In a quantized graph, the nodes to keep in higher precision, as ModelOpt's `nodes_to_exclude`
+    regular expressions (escaped, anchored: "^/conv2/Conv$"); --exclude-list writes them, one a line."""
 
 
 @dataclass(frozen=True)

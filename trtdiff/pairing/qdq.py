@@ -1,0 +1,164 @@
+"""Q/DQ graphs: the quantization scale of each tensor, and the float value each DequantizeLinear stands for.
+
+A QDQ file (ONNX Runtime's quantize_static, NVIDIA ModelOpt) keeps float tensors between
+`QuantizeLinear` (float -> integer, x / scale + zero point, rounded and saturated) and
+`DequantizeLinear` (integer -> float, (q - zero point) x scale) pairs. What a DequantizeLinear
+outputs approximates the float tensor its QuantizeLinear read: that tensor's PyTorch value is
+its reference. quantize_static folds an activation that the quantization range already clips
+(a Relu after a Conv: zero point at the bottom of the range) into the Q/DQ and renames the
+tensors, so the QuantizeLinear reads the Conv's output while the DequantizeLinear stands for
+PyTorch's `relu`: the recorded op that reads only that value and clips it is taken instead.
+
+Weight DequantizeLinears (their input a constant) compute constants; they are listed, not
+compared. FP8 Q/DQ (a float8 zero point) has no uniform step: its DequantizeLinears are not
+paired, and the tensors around them keep the float figures (no noise level is defined for
+them yet). Only what the graph says is read: no value is computed to decide a pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from trtdiff.backends.pytorch.records import TorchCapture
+    from trtdiff.source.onnx_graph import GraphInfo, NodeInfo
+
+_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+_CLIPS = frozenset({"relu", "relu6", "hardtanh", "clamp"})  # record kinds a Q/DQ range may absorb
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """The DequantizeLinear a tensor comes out of or flows into, with its (largest) scale and zero point."""
+
+    node: str
+    scale: float
+    zero_point: int
+    dtype: str
+
+    def describe(self) -> str:
+        """ "/relu/Relu_output_0_DequantizeLinear (scale 0.00943, zero point -128, int8)" """
+        return f"{self.node} (scale {self.scale:.3g}, zero point {self.zero_point:g}, {self.dtype})"
+
+
+def has_qdq(graph: GraphInfo) -> bool:
+    """Whether the graph holds any QuantizeLinear or DequantizeLinear node (a cheap test, no values read)."""
+    return any(node.op_type in _QDQ for node in graph.nodes)
+
+
+def quantizations(graph: GraphInfo) -> dict[str, Quantization]:
+    """Tensor -> the quantization that judges it: an activation DequantizeLinear's output, and the
+    float tensor its QuantizeLinear reads (a Conv's output before the Q/DQ), by the same DQ.
+
+    Empty for a graph with no Q/DQ (nothing read). A scale no constant holds is skipped.
+    """
+    if not has_qdq(graph):
+        return {}
+    constants = _constants(graph)
+    found: dict[str, Quantization] = {}
+    for node in graph.nodes:
+        if node.op_type != "DequantizeLinear" or not node.outputs or not node.inputs:
+            continue
+        if node.inputs[0] in constants or node.outputs[0] not in graph.data_tensors:
+            continue  # a weight: a constant
+        quantization = _quantization(node, constants)
+        if quantization is None:
+            continue
+        found[node.outputs[0]] = quantization
+        source = graph.node_of(node.inputs[0])
+        if source is not None and source.op_type == "QuantizeLinear" and source.inputs:
+            found.setdefault(source.inputs[0], quantization)
+    return found
+
+
+def weight_dequantizers(graph: GraphInfo) -> list[str]:
+    """The DequantizeLinear nodes whose input is a constant (weights, biases): listed, not compared."""
+    if not has_qdq(graph):
+        return []
+    constants = _constants(graph)
+    return [n.name for n in graph.nodes if n.op_type == "DequantizeLinear" and n.inputs and n.inputs[0] in constants]
+
+
+def dequantized_keys(graph: GraphInfo, capture: TorchCapture, keys: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Activation DequantizeLinear output -> (recorded value key, its op), from the pairs made (`keys`).
+
+    The value is the one the QuantizeLinear's input is paired with, or, where that value's only
+    reader in PyTorch clips it (`relu`) and no ONNX tensor stands for that reader (quantize_static
+    folded it), the reader's.
+    """
+    if not has_qdq(graph):
+        return {}
+    by_key = {record.key: record for record in capture.records}
+    taken = set(keys.values())
+    found: dict[str, tuple[str, str]] = {}
+    for tensor in quantizations(graph):
+        node = graph.node_of(tensor)
+        if node is None or node.op_type != "DequantizeLinear" or tensor in keys:
+            continue
+        source = graph.node_of(node.inputs[0])
+        if source is None or source.op_type != "QuantizeLinear" or source.inputs[0] not in keys:
+            continue
+        record = by_key.get(keys[source.inputs[0]])
+        if record is None:
+            continue
+        readers = [r for r in capture.records if record.index in r.sources]
+        if len(readers) == 1 and readers[0].kind in _CLIPS and readers[0].key not in taken:
+            record = readers[0]
+        found[tensor] = (record.key, record.op)
+    return found
+
+
+def _constants(graph: GraphInfo) -> dict[str, np.ndarray]:
+    from onnx import numpy_helper
+
+    values = {init.name: numpy_helper.to_array(init) for init in graph.model.graph.initializer}
+    for node in graph.model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    return values
+
+
+def _quantization(node: NodeInfo, constants: dict[str, np.ndarray]) -> Quantization | None:
+    scale = constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    if scale is None or scale.size == 0:
+        return None
+    zero = constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    zero_point = 0
+    dtype = "int8"
+    if zero is not None and zero.size:
+        if zero.dtype.kind not in "iu":
+            return None  # FP8 (E4M3, E5M2): a floating grid, no uniform step; judged by the float figures
+        flat = zero.reshape(-1)
+        zero_point = int(flat[0])
+        dtype = str(zero.dtype)
+    return Quantization(node.name, float(np.max(np.abs(scale.astype(np.float64)))), zero_point, dtype)
+
+
+def to_exclude(graph: GraphInfo, node_name: str) -> tuple[str, ...]:
+    """The nodes to keep in higher precision for a culprit `node_name` of a quantized graph, as NVIDIA
+    ModelOpt's quantization names them in `nodes_to_exclude`: for a DequantizeLinear, the nodes that
+    read its output (not quantizing their input removes that Q/DQ); for a node that reads or feeds a
+    Q/DQ, the node itself. Empty for a graph with no Q/DQ."""
+    if not has_qdq(graph):
+        return ()
+    node = next((n for n in graph.nodes if n.name == node_name), None)
+    if node is None:
+        return ()
+    if node.op_type == "DequantizeLinear":
+        readers = [n.name for n in graph.nodes if node.outputs and node.outputs[0] in n.inputs]
+        return tuple(n for n in readers if n)
+    if node.op_type == "QuantizeLinear":
+        return ()
+    near = [graph.node_of(t) for t in node.inputs] + [n for n in graph.nodes if set(node.outputs) & set(n.inputs)]
+    return (node.name,) if any(n is not None and n.op_type in _QDQ for n in near) else ()
+
+
+def exclude_pattern(node_name: str) -> str:
+    """A node name as a regular expression that matches it alone (escaped and anchored), as
+    ModelOpt's `nodes_to_exclude` reads its entries."""
+    import re
+
+    return f"^{re.escape(node_name)}$"
