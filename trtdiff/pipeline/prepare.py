@@ -120,13 +120,7 @@ def prepare(
     engine_path = check_new_file(options.runtime.save_engine, options.force, "save_engine")
     source, backends, notes = _loaded(model, options, backends, first_feeds, timings, say)
     reference = _reference(source, options, backends)
-    if record is None and capture is not None:
-        record = functools.partial(_module_only, capture)
-    recording = (
-        None
-        if record is None or reference is None
-        else functools.partial(_recorded, record, reference, source, say, timings)
-    )
+    recording = _recording(record or _capturing(capture), reference, source, say, timings)
     with ExitStack() as stack:  # closed last in, first out: the backends, then the folder they read
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-")))
         graph, exporter, recorded = _export_then_record(
@@ -159,6 +153,24 @@ def prepare(
             reference=reference,
             engine=engine,
         )
+
+
+def _capturing(capture: Capture | None) -> Record | None:
+    """`capture` (the module alone) as a recording step, for callers that give no `record`."""
+    return None if capture is None else functools.partial(_module_only, capture)
+
+
+def _recording(
+    record: Record | None,
+    reference: TorchReference | None,
+    source: Source,
+    say: Progress,
+    timings: dict[str, float],
+) -> Callable[[], TorchCapture] | None:
+    """How the PyTorch reference is recorded, when it is: `record` with the comparison's reference."""
+    if record is None or reference is None:
+        return None
+    return functools.partial(_recorded, record, reference, source, say, timings)
 
 
 def _loaded(
