@@ -149,3 +149,14 @@ def test_a_symlinked_bundle_and_a_manifest_pointing_out_are_refused(bundle: Path
     code, stderr = _repro(top)
     assert code == 2 and "holds no culprit folder" in stderr
     assert _repro(bundle)[0] == 1  # the real bundle, untouched, still shows its divergence
+
+
+def test_save_repro_with_force_writes_through_no_link_left_in_the_folder(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.md"
+    victim.write_text("keep")
+    top = tmp_path / "repro"
+    top.mkdir()
+    (top / "README.md").symlink_to(victim)  # a folder trtdiff did not write, filled with --force
+    trtdiff.compare(SmallCNN().eval(), opset=10, input_shapes=["1x3x16x16"], save_repro=str(top), force=True)
+    assert victim.read_text() == "keep"
+    assert not (top / "README.md").is_symlink() and (top / "1-Resize").is_dir()

@@ -135,6 +135,9 @@ def write_repros(context: ReproContext, culprits: Sequence[Culprit], runs: Seque
         _write_one(folder, context, culprit, run)
         folders.append(folder)
     manifest = {"kind": MARKER, "culprits": [f.name for f in folders], "model": context.model}
+    for name in (MANIFEST, "README.md"):  # written as new files: never through a link left in the folder
+        if (top / name).is_symlink():
+            (top / name).unlink()
     (top / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     (top / "README.md").write_text(_top_readme(context, culprits, folders))
     return folders
