@@ -133,22 +133,28 @@ def _seeded(model: nn.Module) -> nn.Module:
 # The hand edits; each returns the name of the node the culprit must be named at.
 
 
+def _replace_scalar(graph: onnx.GraphProto, old: float, new: float) -> bool:
+    """Replace the float scalar `old` (a Constant node or an initializer of `graph`) by `new`; whether one was."""
+    for inner in graph.node:
+        if inner.op_type == "Constant":
+            value = numpy_helper.to_array(inner.attribute[0].t)
+            if value.dtype.kind == "f" and value.size == 1 and float(value) == old:
+                inner.attribute[0].t.CopyFrom(numpy_helper.from_array(np.full_like(value, new)))
+                return True
+    for init in graph.initializer:
+        value = numpy_helper.to_array(init)
+        if value.dtype.kind == "f" and value.size == 1 and float(value) == old:
+            init.CopyFrom(numpy_helper.from_array(np.full_like(value, new), init.name))
+            return True
+    return False
+
+
 def if_then_constant(model: onnx.ModelProto) -> str:
     """The then-branch's `* 2.0` becomes `* 2.5`: a fault inside an If branch, named at the If."""
     target = node(model, "If")
     then = next(a.g for a in target.attribute if a.name == "then_branch")
-    for inner in then.node:
-        if inner.op_type == "Constant":
-            value = numpy_helper.to_array(inner.attribute[0].t)
-            if value.dtype.kind == "f" and value.size == 1 and float(value) == 2.0:
-                inner.attribute[0].t.CopyFrom(numpy_helper.from_array(np.full_like(value, 2.5)))
-                return target.name
-    for init in then.initializer:
-        value = numpy_helper.to_array(init)
-        if value.dtype.kind == "f" and value.size == 1 and float(value) == 2.0:
-            init.CopyFrom(numpy_helper.from_array(np.full_like(value, 2.5), init.name))
-            return target.name
-    raise AssertionError("no constant 2.0 in the then-branch")
+    assert _replace_scalar(then, 2.0, 2.5), "no constant 2.0 in the then-branch"
+    return target.name
 
 
 def head_scaled(model: onnx.ModelProto) -> str:
@@ -162,13 +168,8 @@ def loop_body_constant(model: onnx.ModelProto) -> str:
     """The loop body's `* 0.5` becomes `* 0.6`: a fault inside a Loop, named at the Loop as a whole."""
     target = node(model, "Loop")
     body = next(a.g for a in target.attribute if a.name == "body")
-    for inner in body.node:
-        if inner.op_type == "Constant":
-            value = numpy_helper.to_array(inner.attribute[0].t)
-            if value.dtype.kind == "f" and value.size == 1 and float(value) == 0.5:
-                inner.attribute[0].t.CopyFrom(numpy_helper.from_array(np.full_like(value, 0.6)))
-                return target.name
-    raise AssertionError("no constant 0.5 in the loop body")
+    assert _replace_scalar(body, 0.5, 0.6), "no constant 0.5 in the loop body"
+    return target.name
 
 
 def groupnorm_gamma(model: onnx.ModelProto) -> str:
