@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 import trtdiff
 from trtdiff.analysis.culprits import Reference, local_errors
+from trtdiff.analysis.judge import Judge
 from trtdiff.analysis.shadow import build_shadow, embed
 from trtdiff.backends.base import fetch
 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
@@ -225,7 +226,7 @@ def test_a_tensorrt_failure_in_the_culprit_step_is_a_note(export_example: Callab
         {"torch": reference},
         reference.values,
         open_tensorrt,
-        report.thresholds,
+        Judge(report.thresholds),
         1 << 30,
         notes,
     )
@@ -234,7 +235,7 @@ def test_a_tensorrt_failure_in_the_culprit_step_is_a_note(export_example: Callab
     assert "BackendError: no machine here can execute a TensorRT engine" in notes[0]
     with pytest.raises(BackendError):  # without a place for notes the error is not swallowed
         local_errors(
-            graph, layers, [trt_pair], {"torch": reference}, reference.values, open_tensorrt, report.thresholds, 1 << 30
+            graph, layers, [trt_pair], {"torch": reference}, reference.values, open_tensorrt, Judge(report.thresholds), 1 << 30
         )
     last = layers[-1]
     figures = ErrorFigures(cosine=0.9, max_abs=1.0, rel_err=0.5)
@@ -252,7 +253,7 @@ def test_local_errors_skip_a_candidate_that_cannot_be_reopened(export_example: C
     report = trtdiff.compare(FACTORY, onnx=export_example(10), input_shapes=["1x3x64x64"], culprit=False)
     graph = load_graph(export_example(10))
     runs = local_errors(
-        graph, report.layers, [ORT], {}, lambda names: {}, lambda *args: None, report.thresholds, 1 << 30
+        graph, report.layers, [ORT], {}, lambda names: {}, lambda *args: None, Judge(report.thresholds), 1 << 30
     )
     assert runs == []
 

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from trtdiff.analysis.engine import BackendValues, CapturedValues, Compared, Engine, ForwardValues, Pass
+from trtdiff.analysis.judge import Judge
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
 from trtdiff.backends.pytorch.capture import capture
@@ -48,7 +49,7 @@ def _tensors(seed: int, names: Sequence[str]) -> dict[str, np.ndarray]:
 
 
 def _engine(outputs: tuple[str, ...] = ("d",), sizes: Mapping[str, int] | None = None, chunk: int = 1 << 30) -> Engine:
-    return Engine(PAIRS, THRESHOLDS, outputs, sizes if sizes is not None else {}, chunk)
+    return Engine(PAIRS, Judge(THRESHOLDS), outputs, sizes if sizes is not None else {}, chunk)
 
 
 def test_only_pairs_and_tensors_both_sources_have_are_compared() -> None:
@@ -74,7 +75,7 @@ def test_every_pair_among_three_sources_in_pair_order() -> None:
 def test_pairs_follow_reference_and_candidate_roles() -> None:
     torch_values = {"a": np.array([1.0, 2.0], np.float32)}
     ort_values = {"a": np.array([1.0, 3.0], np.float32)}
-    engine = Engine((BackendPair("onnxruntime", "torch"),), THRESHOLDS, (), {}, 1 << 30)
+    engine = Engine((BackendPair("onnxruntime", "torch"),), Judge(THRESHOLDS), (), {}, 1 << 30)
     sources = (DictSource("torch", torch_values), DictSource("onnxruntime", ort_values))
     (result,) = engine.run([Pass(SAMPLE, sources, ("a",))])
     metrics = result.metrics["a"][BackendPair("onnxruntime", "torch")]
@@ -222,7 +223,7 @@ def test_capture_against_onnxruntime_through_the_engine(ort: OnnxRuntimeBackend,
     pairing = Pairing(
         {"fc": TorchPair("torch:0", "scoped", None, "fc"), "y": TorchPair("torch:1", "scoped", None, "relu")}, {}
     )
-    engine = Engine((TORCH_ORT,), THRESHOLDS, ("y",), {}, 4)
+    engine = Engine((TORCH_ORT,), Judge(THRESHOLDS), ("y",), {}, 4)
     sources = (CapturedValues(captured, pairing, ("y",)), BackendValues(ort, {"x": X}))
     (result,) = engine.run([Pass(SAMPLE, sources, ("fc", "y"))])
     assert set(result.metrics) == {"fc", "y"}

@@ -14,7 +14,7 @@ Resize or Upsample, with one forward pass; without them the graph alone is read.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from trtdiff.errors import TrtdiffError, render_names
@@ -35,18 +35,20 @@ def advise(
     graph: GraphInfo,
     interpolations: Interpolations = lambda: (),
     name_of: Callable[[str], str] = str,
+    magnitudes: Mapping[str, float] | None = None,
 ) -> tuple[Culprit, ...]:
     """The culprits with the advice of the rule that explains each node ("" where none does).
 
     Parameters in the advice are written as `name_of` writes them (the parameter itself; the
-    CLI passes its flags).
+    CLI passes its flags). `magnitudes`: the reference's largest |value| per tensor, given in a
+    reduced-precision comparison, where a value past float16's range explains a culprit.
     """
     if not culprits:
         return ()
     from trtdiff.source.pitfalls import inspect_graph
 
     calls = _recorded(interpolations) if any(c.op_type in _RESIZES for c in culprits) else ()
-    _, findings = inspect_graph(graph, calls=calls)
+    _, findings = inspect_graph(graph, calls=calls, magnitudes=magnitudes)
     advised = []
     for culprit in culprits:
         finding = explaining(culprit, findings)

@@ -38,7 +38,7 @@ import numpy as np
 
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.segmentation import SegmentationTally, segmentation_output
-from trtdiff.analysis.shadow import inject
+from trtdiff.analysis.shadow import as_onnx, inject
 from trtdiff.backends.base import fetch
 from trtdiff.backends.store import TensorStore
 from trtdiff.errors import describe_error
@@ -285,7 +285,8 @@ class _Injection:
         """Run the injected graph on one sample and compare its outputs with the reference's."""
         if self.unavailable:
             return
-        fed = {**feeds, **_pick(values, self.tensors)}
+        graph = self.inputs.graph
+        fed = {**feeds, **{t: as_onnx(graph, t, v) for t, v in _pick(values, self.tensors).items()}}
         if self.runner is None:
             self.runner = self.inputs.open_like(self.pair.candidate, self.graph, fed)
             if self.runner is None:

@@ -20,22 +20,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.noise import is_noise
-from trtdiff.analysis.quant import in_steps
-from trtdiff.analysis.shadow import ShadowModel, build_shadow, embed, submodel, typed_inputs
+from trtdiff.analysis.shadow import ShadowModel, as_onnx, build_shadow, embed, submodel, typed_inputs
 from trtdiff.backends.base import fetch
 from trtdiff.errors import describe_error
-from trtdiff.pairing.qdq import exclude_pattern, quantizations, to_exclude
+from trtdiff.pairing.qdq import exclude_pattern, to_exclude
 from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures, number
 from trtdiff.source.onnx_graph import graph_from_model
 
 if TYPE_CHECKING:
     import onnx
 
+    from trtdiff.analysis.judge import Judge
     from trtdiff.backends.base import OnnxBackend
-    from trtdiff.pairing.qdq import Quantization
-    from trtdiff.report import BackendPair, Layer, PairMetrics, Thresholds, Verdict
+    from trtdiff.report import BackendPair, Layer, PairMetrics, Verdict
     from trtdiff.source.onnx_graph import GraphInfo
 
 MAX_CONTRIBUTORS = 5
@@ -72,7 +70,7 @@ def local_errors(
     references: Mapping[str, Reference],
     exact: ValuesOf,
     open_like: OpenLike,
-    thresholds: Thresholds,
+    judge: Judge,
     chunk_bytes: int,
     notes: list[str] | None = None,
 ) -> list[LocalRun]:
@@ -83,15 +81,16 @@ def local_errors(
     errors; everything measured before stands.
     """
     runs: list[LocalRun] = []
-    quantized = quantizations(graph)
     for name, reference in references.items():
         candidates = [p for p in pairs if p.reference == name]
         tensors = [layer.tensor for layer in layers if any(p in layer.pairs for p in candidates)]
         if not candidates or not tensors:
             continue
         shadow = build_shadow(graph, tensors, reference.has)
-        shadow = embed(shadow, {t: _as_onnx(graph, t, v) for t, v in exact(shadow.exact_inputs).items()})
-        feeds = {t: _as_onnx(graph, t, v) for t, v in reference.values(shadow.reference_inputs).items()}
+        shadow = embed(shadow, {t: as_onnx(graph, t, v) for t, v in exact(shadow.exact_inputs).items()})
+        values = reference.values(shadow.reference_inputs)
+        feeds = {t: as_onnx(graph, t, v) for t, v in values.items()}
+        shadow = _without_unfit(graph, shadow, values, feeds, notes)
         # the inputs as fed: a reference value may have another shape than the graph wrote (a baked dimension)
         shadow = dataclasses.replace(shadow, model=typed_inputs(shadow.model, feeds))
         shadow_graph = graph_from_model(shadow.model, graph.path.with_suffix(".shadow.onnx"))
@@ -101,7 +100,7 @@ def local_errors(
                 if runner is None:
                     continue
                 with runner:
-                    run = _run_local(pair, runner, shadow, feeds, reference, (thresholds, quantized), chunk_bytes)
+                    run = _run_local(pair, runner, shadow, feeds, reference, judge, chunk_bytes)
                     runs.append(run)
             except Exception as error:
                 if pair.candidate != "tensorrt" or notes is None:
@@ -113,18 +112,45 @@ def local_errors(
     return runs
 
 
-def _as_onnx(graph: GraphInfo, tensor: str, value: np.ndarray) -> np.ndarray:
-    """`value` in the ONNX tensor's dtype and static shape (PyTorch may hold a squeezed view)."""
-    tensor_type = graph.tensor_type(tensor)
-    value = np.asarray(value)
-    if tensor_type.dtype is not None and value.dtype != tensor_type.dtype:
-        value = value.astype(tensor_type.dtype)
-    shape = tensor_type.shape
-    if shape is not None and None not in shape and tuple(shape) != value.shape:
-        static = tuple(d for d in shape if d is not None)
-        if int(np.prod(static, dtype=np.int64)) == value.size:
-            value = value.reshape(static)
-    return value
+def _without_unfit(
+    graph: GraphInfo,
+    shadow: ShadowModel,
+    values: Mapping[str, np.ndarray],
+    feeds: Mapping[str, np.ndarray],
+    notes: list[str] | None,
+) -> ShadowModel:
+    """`shadow` without the outputs whose nodes read a reference value that does not fit the graph's type.
+
+    In a reduced-precision graph a reference value past float16's range is inf once fed (an
+    overflow upstream, the culprit there): every node after it would show NaN/Inf of its own,
+    which is not its own error. Those nodes get no local error, and `notes` says why.
+    """
+    unfit = {t for t, fed in feeds.items() if _overflows(values[t], fed)}
+    if not unfit:
+        return shadow
+    nodes = {node.name: node for node in graph.nodes}
+    skipped = [
+        t
+        for t, names in shadow.subgraphs.items()
+        if any(unfit & set(nodes[name].inputs) for name in names if name in nodes)
+    ]
+    if notes is not None and skipped:
+        first, node = sorted(unfit)[0], graph.node_of(skipped[0])
+        largest = float(np.nanmax(np.abs(np.asarray(values[first], dtype=np.float64))))
+        notes.append(
+            f"culprits: {len(skipped)} node(s) after an overflow have no local error (e.g. "
+            f"{node.name if node is not None else skipped[0]}): the reference's values at their inputs (e.g. "
+            f"{first}, up to {largest:.3g}) do not fit {feeds[first].dtype}"
+        )
+    outputs = {t: local for t, local in shadow.outputs.items() if t not in skipped}
+    return dataclasses.replace(shadow, outputs=outputs)
+
+
+def _overflows(value: np.ndarray, fed: np.ndarray) -> bool:
+    """Whether feeding `value` as `fed` (cast to the graph's type) made a finite value inf."""
+    if fed.dtype.kind != "f" or np.asarray(value).dtype == fed.dtype:
+        return False
+    return bool(np.count_nonzero(~np.isfinite(fed)) > np.count_nonzero(~np.isfinite(np.asarray(value))))
 
 
 def _run_local(
@@ -133,10 +159,9 @@ def _run_local(
     shadow: ShadowModel,
     feeds: Mapping[str, np.ndarray],
     reference: Reference,
-    judged: tuple[Thresholds, Mapping[str, Quantization]],
+    judge: Judge,
     chunk_bytes: int,
 ) -> LocalRun:
-    thresholds, quantized = judged
     wanted = list(shadow.outputs.values())
     tensor_of = {local: tensor for tensor, local in shadow.outputs.items()}
     run = LocalRun(pair, {}, {}, shadow, dict(feeds))
@@ -147,8 +172,7 @@ def _run_local(
             tensor = tensor_of[local]
             if tensor not in expected:
                 continue
-            metrics = compare_tensors(expected[tensor], value, thresholds)
-            metrics = in_steps(expected[tensor], value, metrics, tensor, quantized, thresholds)
+            metrics = judge(tensor, expected[tensor], value, pair)
             run.metrics[tensor] = metrics
             if metrics.diverged:
                 run.diverged[tensor] = (np.asarray(expected[tensor]), np.asarray(value))
@@ -166,18 +190,18 @@ def find_culprits(
     layers: Sequence[Layer],
     runs: Sequence[LocalRun],
     graph: GraphInfo,
-    thresholds: Thresholds,
+    judge: Judge,
 ) -> tuple[list[Culprit], Drift | None]:
     """Culprits in topological order (local and accumulated error both break the thresholds), or drift."""
     by_pair = {run.pair: run for run in runs}
-    quantized = quantizations(graph)
+    quantized = judge.quantized
     culprits: list[Culprit] = []
     for layer in layers:
         for pair, run in by_pair.items():
             local, accumulated = run.metrics.get(layer.tensor), layer.pairs.get(pair)
             if local is None or accumulated is None or not (local.diverged and accumulated.diverged):
                 continue
-            verdict, spec = _verdict(run, layer.tensor, graph, thresholds)
+            verdict, spec = _verdict(run, layer.tensor, graph, judge)
             culprits.append(
                 Culprit(
                     tensor=layer.tensor,
@@ -192,7 +216,7 @@ def find_culprits(
                     spec=spec,
                     noise_level=is_noise(ErrorFigures.of(local), layer.dtype),
                     quantization=q.describe() if (q := quantized.get(layer.tensor)) else "",
-                    exclude=tuple(exclude_pattern(n) for n in to_exclude(graph, layer.onnx_node)),
+                    exclude=tuple(exclude_pattern(n) for n in _to_exclude(graph, layer.onnx_node, judge)),
                 )
             )
     return culprits, (None if culprits else _drift(layers, runs))
@@ -233,9 +257,7 @@ def _size(metrics: PairMetrics) -> float:
     return rel + (1.0 - cosine if np.isfinite(cosine) else 1.0) * 1e-6
 
 
-def _verdict(
-    run: LocalRun, tensor: str, graph: GraphInfo, thresholds: Thresholds
-) -> tuple[Verdict, ErrorFigures | None]:
+def _verdict(run: LocalRun, tensor: str, graph: GraphInfo, judge: Judge) -> tuple[Verdict, ErrorFigures | None]:
     """Export or runtime: does the ONNX spec evaluator agree with the candidate or with the reference?"""
     if tensor not in run.diverged:
         return "unknown", None
@@ -244,19 +266,19 @@ def _verdict(
         spec = _evaluate(submodel(run.shadow, tensor, graph), run.feeds, graph.path.with_suffix(".spec.onnx"))
     except Exception:  # noqa: BLE001 -- a third opinion only; an op the evaluator lacks leaves the verdict open
         return "unknown", None
-    quantized = quantizations(graph)
-    versus_reference = in_steps(
-        reference, spec, compare_tensors(reference, spec, thresholds), tensor, quantized, thresholds
-    )
-    versus_candidate = in_steps(
-        candidate, spec, compare_tensors(candidate, spec, thresholds), tensor, quantized, thresholds
-    )
+    versus_reference, versus_candidate = judge(tensor, reference, spec), judge(tensor, candidate, spec)
     figures = ErrorFigures.of(versus_reference)
     if not versus_reference.diverged:
         return "runtime", figures
     if not versus_candidate.diverged:
         return "export", figures
     return "unknown", figures
+
+
+def _to_exclude(graph: GraphInfo, node: str, judge: Judge) -> tuple[str, ...]:
+    """The nodes to keep in higher precision for a culprit `node`: around its Q/DQ in a quantized graph
+    (pairing.qdq.to_exclude), the node itself in a reduced-precision comparison, else none."""
+    return to_exclude(graph, node) or ((node,) if judge.reduced is not None and node else ())
 
 
 def _evaluate(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], path: Path) -> np.ndarray:

@@ -13,17 +13,19 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from trtdiff.analysis.advice import Interpolations, advise
 from trtdiff.analysis.attribution import AttributionInputs, attribute
 from trtdiff.analysis.control_flow import subgraph_notes
-from trtdiff.analysis.culprits import OpenLike, Reference, ValuesOf, find_culprits, local_errors, with_local
+from trtdiff.analysis.culprits import LocalRun, OpenLike, Reference, ValuesOf, find_culprits, local_errors, with_local
 from trtdiff.backends.base import fetch
 
 if TYPE_CHECKING:
-    import numpy as np
     import onnx
 
     from trtdiff.analysis.engine import CapturedValues
+    from trtdiff.analysis.judge import Judge
     from trtdiff.analysis.repro import OnCulprits
     from trtdiff.backends.base import OnnxBackend
     from trtdiff.options import BackendOptions, BuildSettings
@@ -35,7 +37,6 @@ if TYPE_CHECKING:
         Layer,
         SampleResult,
         SegmentationSummary,
-        Thresholds,
     )
     from trtdiff.source.onnx_graph import GraphInfo
     from trtdiff.source.samples import Sample
@@ -68,14 +69,20 @@ class Inputs:
     captured: CapturedValues | None
     runtime: BackendOptions
     engine: BuildSettings
-    thresholds: Thresholds
+    judge: Judge
     interpolations: Interpolations = lambda: ()
     name_of: Callable[[str], str] = str
     on_culprits: OnCulprits | None = None  # given the culprits and their local runs while those are at hand (repro)
 
 
 def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair]) -> Findings:
-    """Local error of every compared node, then the culprits in topological order (each with its fix), or drift."""
+    """Local error of every compared node, then the culprits in topological order (each with its fix), or drift.
+
+    In a reduced-precision comparison a backend that only emulates the precision is no reference
+    for another's local errors (an overflow inside its float32 runs vanishes)."""
+    reduced = inputs.judge.reduced
+    if reduced is not None:
+        pairs = [p for p in pairs if p.reference not in reduced.emulated]
     references = _references(inputs, pairs)
     notes: list[str] = []
     runs = local_errors(
@@ -85,19 +92,32 @@ def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair
         references,
         _exact_values(inputs),
         _opener(inputs),
-        inputs.thresholds,
+        inputs.judge,
         inputs.runtime.chunk_bytes,
         notes,
     )
     updated = with_local(layers, runs)
-    culprits, drift = find_culprits(updated, runs, inputs.graph, inputs.thresholds)
-    advised = advise(culprits, inputs.graph, inputs.interpolations, inputs.name_of)
+    culprits, drift = find_culprits(updated, runs, inputs.graph, inputs.judge)
+    advised = advise(culprits, inputs.graph, inputs.interpolations, inputs.name_of, _magnitudes(inputs, runs))
     notes += subgraph_notes(
-        inputs.graph, advised, runs, inputs.captured, _exact_values(inputs), _opener(inputs), inputs.thresholds
+        inputs.graph, advised, runs, inputs.captured, _exact_values(inputs), _opener(inputs), inputs.judge.thresholds
     )
     if inputs.on_culprits is not None:
         inputs.on_culprits(advised, runs)
     return Findings(tuple(updated), advised, drift, notes=tuple(notes))
+
+
+def _magnitudes(inputs: Inputs, runs: Sequence[LocalRun]) -> dict[str, float] | None:
+    """In a reduced-precision comparison, the reference's largest |value| at each diverged tensor (an overflow
+    past float16's range is then what explains it); None at FP32."""
+    if inputs.judge.reduced is None:
+        return None
+    return {
+        tensor: float(np.nanmax(np.abs(reference.astype(np.float64)), initial=0.0))
+        for run in runs
+        for tensor, (reference, _) in run.diverged.items()
+        if reference.dtype.kind == "f"
+    }
 
 
 def attribute_culprits(
@@ -118,7 +138,7 @@ def attribute_culprits(
             yield sample, feeds, _sample_reference(index, sample, feeds, torch_values, live, inputs)
 
     attribution_inputs = AttributionInputs(
-        inputs.graph, with_reference, _opener(inputs), results, segmentation, inputs.thresholds
+        inputs.graph, with_reference, _opener(inputs), results, segmentation, inputs.judge.thresholds
     )
     notes: list[str] = []
     attribution = attribute(attribution_inputs, findings.culprits, notes)

@@ -16,14 +16,13 @@ is recorded and held like any other source.
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from trtdiff.analysis.metrics import compare_tensors
-from trtdiff.analysis.quant import in_steps
+from trtdiff.analysis.judge import Judge
 from trtdiff.backends.base import chunk_names, fetch
 from trtdiff.backends.store import to_host
 
@@ -33,8 +32,7 @@ if TYPE_CHECKING:
     from trtdiff.backends.base import OnnxBackend
     from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.pairing.pairs import Pairing
-    from trtdiff.pairing.qdq import Quantization
-    from trtdiff.report import BackendPair, PairMetrics, Thresholds
+    from trtdiff.report import BackendPair, PairMetrics
     from trtdiff.source.samples import Sample
 
 
@@ -192,15 +190,13 @@ class Compared:
 
 @dataclass(frozen=True)
 class Engine:
-    """How passes are compared: the pairs, the thresholds, expected sizes, the chunk budget."""
+    """How passes are compared: the pairs, how a pair of values is judged, expected sizes, the chunk budget."""
 
     pairs: tuple[BackendPair, ...]
-    thresholds: Thresholds
+    judge: Judge
     outputs: tuple[str, ...]
     sizes: Mapping[str, int]
     chunk_bytes: int
-    quantized: Mapping[str, Quantization] = field(default_factory=dict)
-    """Tensors the graph's Q/DQ nodes quantize, judged in steps (analysis.quant); empty without Q/DQ."""
 
     def run(self, passes: Iterable[Pass]) -> Iterator[Compared]:
         """Compare each pass chunk by chunk, as the chunks arrive; one result per pass."""
@@ -245,7 +241,7 @@ class Engine:
                 theirs = values.get(other, {}).get(tensor)
                 if theirs is not None:
                     ref, cand = (value, theirs) if pair.reference == name else (theirs, value)
-                    metrics.setdefault(tensor, {})[pair] = self._judge(tensor, ref, cand)
+                    metrics.setdefault(tensor, {})[pair] = self._judge(tensor, ref, cand, pair)
             if tensor in self.outputs:
                 kept[name][tensor] = np.array(to_host(value), copy=True)  # the forward may still write to it
             for tensors in values.values():  # compared with the reference: no pair reads it again
@@ -264,12 +260,9 @@ class Engine:
         for pair in self.pairs:
             reference, candidate = values.get(pair.reference, {}), values.get(pair.candidate, {})
             if tensor in reference and tensor in candidate:
-                entry[pair] = self._judge(tensor, reference[tensor], candidate[tensor])
+                entry[pair] = self._judge(tensor, reference[tensor], candidate[tensor], pair)
         return entry
 
-    def _judge(self, tensor: str, reference: Any, candidate: Any) -> PairMetrics:
-        """The pair's metrics; a quantized tensor's judged in quantization steps (analysis.quant)."""
-        metrics = compare_tensors(reference, candidate, self.thresholds)
-        if tensor not in self.quantized:
-            return metrics
-        return in_steps(reference, candidate, metrics, tensor, self.quantized, self.thresholds)
+    def _judge(self, tensor: str, reference: Any, candidate: Any, pair: BackendPair) -> PairMetrics:
+        """The pair's metrics, judged in the tensor's units (analysis.judge)."""
+        return self.judge(tensor, reference, candidate, pair)

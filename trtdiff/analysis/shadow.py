@@ -102,6 +102,26 @@ def submodel(shadow: ShadowModel, tensor: str, graph: GraphInfo) -> onnx.ModelPr
     return model
 
 
+def as_onnx(graph: GraphInfo, tensor: str, value: np.ndarray) -> np.ndarray:
+    """`value` in the ONNX tensor's dtype and static shape, to feed where the graph computes `tensor`.
+
+    PyTorch may hold a squeezed view, and a reduced-precision graph's tensors are float16 where
+    the reference's are float32 or float64 (a value past float16's range becomes inf there, as
+    it would in the graph: no warning).
+    """
+    tensor_type = graph.tensor_type(tensor)
+    value = np.asarray(value)
+    if tensor_type.dtype is not None and value.dtype != tensor_type.dtype:
+        with np.errstate(over="ignore"):
+            value = value.astype(tensor_type.dtype)
+    shape = tensor_type.shape
+    if shape is not None and None not in shape and tuple(shape) != value.shape:
+        static = tuple(d for d in shape if d is not None)
+        if int(np.prod(static, dtype=np.int64)) == value.size:
+            value = value.reshape(static)
+    return value
+
+
 def inject(graph: GraphInfo, tensors: Sequence[str]) -> onnx.ModelProto:
     """The full model with `tensors` fed from outside (as graph inputs) instead of computed."""
     model = onnx.ModelProto()

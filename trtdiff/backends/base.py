@@ -79,6 +79,11 @@ class OnnxBackend(ABC):
     def describe(self) -> str:
         """One line naming the runtime, its version and the device it runs on."""
 
+    def emulates(self, precision: str) -> str | None:
+        """Why this backend does not really compute in a reduced `precision` ("fp16", "bf16") the graph's types
+        ask for (its figures then understate the precision's own error), or None where it does."""
+        return None
+
     @abstractmethod
     def available(self) -> set[str]:
         """ONNX tensor names this backend can return (every node output it could expose)."""

@@ -96,6 +96,17 @@ class OnnxRuntimeBackend(OnnxBackend):
         settings = ", ".join(f"{k}={v}" for k, v in self.provider_options.items())
         return f"onnxruntime {self._version} ({self.provider}{f': {settings}' if settings else ''})"
 
+    def emulates(self, precision: str) -> str | None:
+        """The CPU provider has FP32 kernels for most float16 ops: it runs them between Casts it inserts."""
+        if precision == "fp32" or self.provider != "CPUExecutionProvider":
+            return None
+        return (
+            f"ONNX Runtime's CPU provider runs most {precision} nodes through float32 kernels between casts it "
+            "inserts, so its figures understate the precision's own error and an overflow inside such a run "
+            "vanishes: the ONNX reference evaluator (--backends with onnx-reference) or the CUDA provider "
+            f"computes in {precision}"
+        )
+
     def available(self) -> set[str]:
         return set(self._exposed_set)
 

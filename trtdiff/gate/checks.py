@@ -57,7 +57,7 @@ def output_checks(
         ]
         if not figures:
             continue
-        floats = [(name, m) for name, m in figures if m.quant_steps is None]
+        floats = [(name, m) for name, m in figures if m.quant_steps is None and m.noise_ratio is None]
         for threshold, metric, is_minimum in _OUTPUT_RULES:
             limit = getattr(thresholds, threshold)
             if limit is None or not floats:
@@ -66,14 +66,15 @@ def output_checks(
             failing = tuple(dict.fromkeys(name for name, v in values if _breaks(v, limit, is_minimum)))
             worst = _worst(values, min if is_minimum else max)
             checks.append(_check("outputs", threshold, metric, pair, limit, worst, failing, len(samples)))
-        quantized = [(name, m.quant_steps) for name, m in figures if m.quant_steps is not None]
-        if quantized:  # outputs a DequantizeLinear makes: in its steps (analysis.quant), not cosine and rtol
-            limit = thresholds.max_quant_steps
-            failing = tuple(dict.fromkeys(name for name, v in quantized if _breaks(v, limit, False)))
-            worst = _worst(quantized, max)
-            checks.append(
-                _check("outputs", "max_quant_steps", "quant_steps", pair, limit, worst, failing, len(samples))
-            )
+        # outputs a DequantizeLinear makes: in its steps (analysis.quant); reduced-precision outputs in their
+        # noise ratio (analysis.reduced); not cosine and rtol
+        for threshold, metric in (("max_quant_steps", "quant_steps"), ("max_noise_ratio", "noise_ratio")):
+            judged = [(name, value) for name, m in figures if (value := getattr(m, metric)) is not None]
+            if judged:
+                limit = getattr(thresholds, threshold)
+                failing = tuple(dict.fromkeys(name for name, v in judged if _breaks(v, limit, False)))
+                worst = _worst(judged, max)
+                checks.append(_check("outputs", threshold, metric, pair, limit, worst, failing, len(samples)))
         checks.append(_finite_check(samples, figures, thresholds.allow_nonfinite, pair))
     return checks
 

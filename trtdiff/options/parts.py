@@ -261,6 +261,10 @@ class BackendOptions:
     chunk_bytes: int = option(DEFAULT_CHUNK_BYTES, group=BACKENDS, flag=None, parse=parse_bytes, default_text="1GB",
                               help="Intermediates one backend returns at once (compared, then dropped).")
 
+    @property
+    def precision(self) -> Precision:  # TEMPORARY until the precision branch lands
+        return self.tensorrt.precision
+
     def validate(self) -> None:
         for name, names in (("backends", self.backends or ()), ("require", self.require)):
             unknown = [b for b in names if b not in KNOWN_BACKENDS]
@@ -303,6 +307,11 @@ class Thresholds:
                                          "are judged by their error (99.9th percentile of |delta|) in steps of "
                                          "that DequantizeLinear's scale instead of cosine and rtol: diverged "
                                          "above N steps.")
+    max_noise_ratio: float = option(8.0, group=THRESHOLDS, commands=COMPARE, metavar="X",
+                                    help="In an FP16/BF16 comparison, float tensors are judged by their error over "
+                                         "the error the precision itself makes there (PyTorch in that precision "
+                                         "against PyTorch in float64) instead of cosine and rtol: diverged above "
+                                         "X times.")
     allow_nonfinite: bool = option(False, group=THRESHOLDS, commands=COMPARE,
                                    help="Let final outputs hold NaN/Inf, at the same positions in every backend "
                                         "(default: any fails).")
@@ -317,6 +326,8 @@ class Thresholds:
             raise OptionError("must not be negative, e.g. 1e-4", parameter="max_abs", value=self.max_abs)
         if not self.max_quant_steps >= 0:
             raise OptionError("must not be negative, e.g. 4", parameter="max_quant_steps", value=self.max_quant_steps)
+        if not self.max_noise_ratio > 0:
+            raise OptionError("must be positive, e.g. 8", parameter="max_noise_ratio", value=self.max_noise_ratio)
         if not isinstance(self.allow_nonfinite, bool):
             raise OptionError("must be True or False", parameter="allow_nonfinite", value=repr(self.allow_nonfinite))
 

@@ -31,8 +31,10 @@ from trtdiff.analysis.engine import (
     StreamedValues,
     ValueSource,
 )
+from trtdiff.analysis.judge import Judge
 from trtdiff.analysis.localize import first_divergence
 from trtdiff.analysis.nonfinite import first_non_finite, non_finite_backends
+from trtdiff.analysis.reduced import ReducedPrecision
 from trtdiff.analysis.results import build_layers, environment, mark_failures, pairing_summary, sample_results
 from trtdiff.backends.base import chunk_names
 from trtdiff.backends.store import TensorStore, release_memory
@@ -120,6 +122,7 @@ def compare_once(
             *prepared.notes,
             *samples.notes(),
             *_spill_note(run.reference.capture),
+            *run.reference.notes,
             *findings.notes,
             *repro_notes,
         )
@@ -179,6 +182,8 @@ class _Reference:
     capture: TorchCapture | None = None
     pairing: Pairing | None = None
     recorder: TorchReference | None = None
+    reduced: ReducedPrecision | None = None
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -204,9 +209,12 @@ class _Run:
         sizes = {t: n for t in tensors if (n := graph.tensor_type(t).nbytes()) is not None}
         runtime = self.options.runtime
         chunk = min(runtime.chunk_bytes, runtime.memory_bytes)  # what a backend returns at once stays under the limit
-        return Engine(
-            self.pairs, self.options.thresholds, tuple(graph.graph_outputs), sizes, chunk, quantizations(graph)
-        )
+        return Engine(self.pairs, self.judge, tuple(graph.graph_outputs), sizes, chunk)
+
+    @cached_property
+    def judge(self) -> Judge:
+        """How each pair of values is judged: the thresholds, in quantization steps or noise ratio where they apply."""
+        return Judge(self.options.thresholds, quantizations(self.prepared.graph), self.reference.reduced)
 
     @cached_property
     def streams(self) -> bool:
@@ -254,7 +262,7 @@ class _Run:
             self.captured,
             self.options.runtime,
             prepared.engine,
-            self.options.thresholds,
+            self.judge,
             self.interpolations,
             self.name_of,
             self.repro,
@@ -359,7 +367,7 @@ class SharedRecording:
 
     def __init__(self) -> None:
         self._recorded: TorchCapture | None = None
-        self._settings: tuple[str, bool] | None = None
+        self._settings: tuple[str, bool, str] | None = None
 
     def record(self, reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
         """The first recording of a comparison: the lent one where it fits, else a new one (then lent on)."""
@@ -387,15 +395,33 @@ class SharedRecording:
 
 
 def _pair(prepared: Prepared, timings: dict[str, float]) -> _Reference:
-    """Pair the recorded PyTorch values with ONNX tensors."""
+    """Pair the recorded PyTorch values with ONNX tensors; in reduced precision, measure its benchmark."""
     recorded, recorder = prepared.capture, prepared.reference
     if recorded is None or recorder is None:
-        return _Reference()
+        return _Reference(reduced=_reduced(prepared, {}))
     from trtdiff.pairing.pairs import pair
 
     with timed(timings, "pairing"):
         pairing = pair(prepared.graph, recorded, {name for name, _ in recorder.module.named_modules()})
-    return _Reference(recorded, pairing, recorder.as_recorded(recorded))
+    notes: list[str] = []
+    expected: dict[str, float] = {}
+    if prepared.precision != "fp32":
+        from trtdiff.backends.pytorch.benchmark import benchmark_errors
+
+        with timed(timings, "benchmark"):
+            errors, notes = benchmark_errors(recorder, recorded, prepared.precision)
+        expected = {tensor: errors[p.key] for tensor, p in pairing.pairs.items() if p.key in errors}
+    reduced = _reduced(prepared, expected)
+    return _Reference(recorded, pairing, recorder.as_recorded(recorded), reduced, tuple(notes))
+
+
+def _reduced(prepared: Prepared, expected: Mapping[str, float]) -> ReducedPrecision | None:
+    """The reduced precision the ONNX backends compute in (they all run the same graph), None at FP32."""
+    if prepared.precision == "fp32":
+        return None
+    backends = prepared.backends
+    emulated = frozenset(b.name for b in backends if b.emulates(prepared.precision) is not None)
+    return ReducedPrecision(prepared.precision, expected, frozenset(b.name for b in backends), emulated)
 
 
 def _backends_run(prepared: Prepared, reference: _Reference) -> tuple[str, ...]:

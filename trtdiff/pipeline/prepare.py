@@ -25,6 +25,7 @@ from trtdiff.backends.store import release_memory
 from trtdiff.errors import ExportError, InputError, ModelRunError, OnnxFileError, OptionError, TrtdiffError, param
 from trtdiff.options import DEFAULT_OPSET, CompareOptions, ExportOptions, LoadOptions
 from trtdiff.options.exporters import export_problem
+from trtdiff.source.fp16 import GraphPrecision, in_precision, run_precision
 from trtdiff.source.inputs import make_inputs
 from trtdiff.source.loading import LoadedModel, from_module, load_model
 from trtdiff.source.onnx_graph import GraphInfo, load_graph
@@ -82,6 +83,7 @@ class Prepared:
     notes: tuple[str, ...]
     reference: TorchReference | None  # the PyTorch side, when "torch" is chosen and the model has a module
     engine: BuildSettings  # TensorRT's engine settings: the options' TensorRT part, TF32, the shapes fed
+    precision: GraphPrecision = "fp32"  # what the ONNX backends compute in (source.fp16.run_precision)
 
     @property
     def has_torch(self) -> bool:
@@ -119,13 +121,16 @@ def prepare(
     save_path = check_new_file(options.export.save_onnx, options.force, "save_onnx")
     engine_path = check_new_file(options.runtime.save_engine, options.force, "save_engine")
     source, backends, notes = _loaded(model, options, backends, first_feeds, timings, say)
-    reference = _reference(source, options, backends)
+    precision = run_precision(options.runtime.precision, source.given_graph)
+    reference = _reference(source, options, backends, golden=precision != "fp32")
     recording = _recording(record or _capturing(capture), reference, source, say, timings)
     with ExitStack() as stack:  # closed last in, first out: the backends, then the folder they read
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-")))
         graph, exporter, recorded = _export_then_record(
-            source, options.export, save_path, folder, notes, recording, timings, say
+            source, options.export, save_path, folder, notes, recording, timings, say, golden=precision != "fp32"
         )
+        graph, converted = in_precision(graph, precision, folder)
+        notes += converted
         feeds = onnx_feeds(graph, source.feeds)
         engine = engine_settings(options.runtime, feeds)  # every engine of the comparison is built with these
         say("preparing backends (a TensorRT engine build can take minutes)")
@@ -149,10 +154,16 @@ def prepare(
             backends=opened.backends,
             tensorrt=opened.tensorrt,
             engine_path=engine_path,
-            notes=(*notes, *opened.notes),
+            notes=(*notes, *opened.notes, *_emulated(opened.backends, precision)),
             reference=reference,
             engine=engine,
+            precision=precision,
         )
+
+
+def _emulated(backends: Sequence[OnnxBackend], precision: GraphPrecision) -> list[str]:
+    """A note for each backend that runs a reduced-precision graph without computing in that precision."""
+    return [f"{b.name}: {why}" for b in backends if (why := b.emulates(precision)) is not None]
 
 
 def _capturing(capture: Capture | None) -> Record | None:
@@ -192,14 +203,17 @@ def _loaded(
     return source, chosen, [*source.notes, *chosen_notes]
 
 
-def _reference(source: Source, options: CompareOptions, backends: Sequence[str]) -> TorchReference | None:
-    """The PyTorch reference with the options' settings, when "torch" is compared and the model has a module."""
+def _reference(
+    source: Source, options: CompareOptions, backends: Sequence[str], *, golden: bool
+) -> TorchReference | None:
+    """The PyTorch reference with the options' settings, when "torch" is compared and the model has a module
+    (`golden`: in float64, for a reduced-precision comparison)."""
     module = source.loaded.module
     if "torch" not in backends or module is None:
         return None
     from trtdiff.backends.pytorch.reference import TorchReference  # torch-free until it records
 
-    return TorchReference.of(module, options.runtime)
+    return TorchReference.of(module, options.runtime, golden=golden)
 
 
 def _module_only(step: Capture, reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
@@ -222,6 +236,8 @@ def _export_then_record(
     record: Callable[[], TorchCapture] | None,
     timings: dict[str, float],
     say: Progress,
+    *,
+    golden: bool = False,
 ) -> tuple[GraphInfo, str, TorchCapture | None]:
     """The ONNX graph and its exporter, and the PyTorch recording (`record`, when one is wanted); `notes` grows.
 
@@ -230,11 +246,11 @@ def _export_then_record(
     one forward for both. Otherwise exported first, so that the export's own peak does not
     come on top of the recorded values; when that export fails, the forward is recorded
     anyway: a model whose forward fails (or returns no tensor) is named for that, rather than
-    for the export it broke.
+    for the export it broke. A `golden` recording (float64) is never what the export reads.
     """
     recorded: TorchCapture | None = None
     returned: Callable[[], Any] | None = None
-    if record is not None and _export_reads_recording(source, options):
+    if record is not None and not golden and _export_reads_recording(source, options):
         recorded = record()
         notes += recorded.notes
         from trtdiff.backends.pytorch.capture import returned_value

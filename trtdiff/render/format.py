@@ -44,6 +44,7 @@ _THRESHOLD_WORDS = {
     "rtol": "rtol",
     "max_abs": "max-abs",
     "max_quant_steps": "max-quant-steps",
+    "max_noise_ratio": "max-noise-ratio",
 }
 NOTHING = "nothing measurable"
 """A recovery below noise, in a column that says what it measures (HTML's mIoU column)."""
@@ -165,6 +166,8 @@ def reason_text(reason: Reason) -> str:
         return f"shape {reason.detail or '?'}"
     if reason.metric == "quant_steps":
         return f"{reason.value:.1f} quantization steps > {limit:g} (of {reason.detail or '?'})"
+    if reason.metric == "noise_ratio":
+        return f"{reason.value:.1f}x the error {reason.detail or 'the precision'} makes here > {limit:g}"
     return f"{_count(reason.value)} of {_count(limit)} elements differ"
 
 
@@ -327,6 +330,8 @@ def local_vs_accumulated(culprit: Culprit, *, with_cosine: bool = True) -> str:
         )
     if culprit.local.quant_steps is not None:
         return quant_text(culprit)
+    if culprit.local.noise_ratio is not None:
+        return ratio_text(culprit)
     text = f"local rel-err {sci(culprit.local.rel_err)} vs accumulated {sci(culprit.accumulated.rel_err)}"
     return f"{text}, cosine {cosine(culprit.local.cosine)}" if with_cosine else text
 
@@ -340,9 +345,26 @@ def quant_text(culprit: Culprit) -> str:
         f"(99.9th percentile of |delta| over the scale of {culprit.quantization or '?'}), "
         f"max-abs {sci(culprit.local.max_abs)}"
     )
-    if culprit.exclude:
-        text += f"; keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): {' '.join(culprit.exclude)}"
-    return text
+    return text + _exclude_text(culprit)
+
+
+def ratio_text(culprit: Culprit) -> str:
+    """ "local error 41.0x its precision's own vs accumulated 39.2x (rel-err 4.0e-02 ...)" for a culprit of a
+    reduced-precision comparison, with the nodes to keep in higher precision."""
+    local, accumulated = culprit.local, culprit.accumulated
+    text = (
+        f"local error {_steps(local.noise_ratio)}x its precision's own vs accumulated "
+        f"{_steps(accumulated.noise_ratio)}x (rel-err {sci(local.rel_err)} over what the precision's PyTorch "
+        "benchmark makes here)"
+    )
+    return text + _exclude_text(culprit)
+
+
+def _exclude_text(culprit: Culprit) -> str:
+    """ "; keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): ^/a$" where the culprit has any."""
+    if not culprit.exclude:
+        return ""
+    return f"; keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): {' '.join(culprit.exclude)}"
 
 
 def _steps(figure: float | None) -> str:

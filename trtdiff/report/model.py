@@ -33,7 +33,9 @@ SCHEMA_VERSION = 3
 READABLE_SCHEMAS = (2, 3)
 """The layouts this trtdiff reads back: the current one and the one before (3 added `options`)."""
 
-ReasonMetric = Literal["cosine", "rel_err", "max_abs", "non_finite", "shape", "mismatches", "quant_steps"]
+ReasonMetric = Literal[
+    "cosine", "rel_err", "max_abs", "non_finite", "shape", "mismatches", "quant_steps", "noise_ratio"
+]
 CheckScope = Literal["outputs", "layers", "agreement", "labels"]
 CheckMetric = Literal[
     "cosine",
@@ -45,8 +47,19 @@ CheckMetric = Literal[
     "non_finite",
     "non_finite_mismatches",
     "quant_steps",
+    "noise_ratio",
 ]
-Threshold = Literal["min_cosine", "rtol", "max_abs", "layers", "min_miou", "max_miou_drop", "finite", "max_quant_steps"]
+Threshold = Literal[
+    "min_cosine",
+    "rtol",
+    "max_abs",
+    "layers",
+    "min_miou",
+    "max_miou_drop",
+    "finite",
+    "max_quant_steps",
+    "max_noise_ratio",
+]
 PairingMethod = Literal["op", "scope", "folded", "module", "output", "composite", "derived", "quantized"]
 Verdict = Literal["export", "runtime", "unknown"]
 
@@ -59,6 +72,7 @@ _THRESHOLD_IDS: dict[str, str] = {
     "max_miou_drop": "max-miou-drop",
     "finite": "finite",
     "max_quant_steps": "max-quant-steps",
+    "max_noise_ratio": "max-noise-ratio",
 }
 
 
@@ -149,6 +163,10 @@ class PairMetrics:
     """For a quantized tensor (an activation DequantizeLinear's output, or the float tensor a
     QuantizeLinear reads): max-abs error in steps of that DequantizeLinear's scale, the figure it
     is judged by (trtdiff.analysis.noise); None for every other tensor."""
+    noise_ratio: float | None = None
+    """In a reduced-precision (FP16/BF16) comparison: `rel_err` over the error the precision's
+    benchmark makes at this tensor, the figure it is judged by (trtdiff.analysis.noise); None
+    in FP32 comparisons and for quantized tensors."""
 
 
 @dataclass(frozen=True)
@@ -189,10 +207,19 @@ class ErrorFigures:
     non_finite_mismatches: int = 0
     quant_steps: float | None = None
     """Max-abs error in quantization steps, for a quantized tensor (PairMetrics.quant_steps)."""
+    noise_ratio: float | None = None
+    """Error over the precision's own, in a reduced-precision comparison (PairMetrics.noise_ratio)."""
 
     @classmethod
     def of(cls, metrics: PairMetrics) -> ErrorFigures:
-        return cls(metrics.cosine, metrics.max_abs, metrics.rel_err, metrics.non_finite_mismatches, metrics.quant_steps)
+        return cls(
+            metrics.cosine,
+            metrics.max_abs,
+            metrics.rel_err,
+            metrics.non_finite_mismatches,
+            metrics.quant_steps,
+            metrics.noise_ratio,
+        )
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,9 @@ from trtdiff.backends.tensorrt import (  # noqa: E402
     probe,
     runtime,
 )
-from trtdiff.backends.tensorrt.fp16 import convert_to_fp16  # noqa: E402
 from trtdiff.backends.tensorrt.importing import GpuInfo, rtx_supports, tensorrt_info  # noqa: E402
 from trtdiff.errors import BackendError, OptionError  # noqa: E402
+from trtdiff.source.fp16 import convert_to_fp16  # noqa: E402
 from trtdiff.source.onnx_graph import GraphInfo, load_graph  # noqa: E402
 
 X = helper.make_tensor_value_info("x", TP.FLOAT, [1, 3, 8, 8])

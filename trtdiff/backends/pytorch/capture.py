@@ -48,7 +48,7 @@ from trtdiff.backends.pytorch.records import (
     TorchRecord as TorchRecord,
 )
 from trtdiff.backends.pytorch.script import script_paths
-from trtdiff.backends.store import TensorStore
+from trtdiff.backends.store import TensorStore, to_host
 from trtdiff.errors import InputError, ModelRunError, OptionError, TrtdiffError, cause_line, interrupts_kept, param
 
 
@@ -318,6 +318,7 @@ def capture(
     attention: AttentionMode = "auto",
     visit: Visit | None = None,
     keep: Container[str] | None = None,
+    dtype: str | None = None,
 ) -> TorchCapture:
     """Run `module` once on `inputs` (in order) on `device` and record every computing op's output.
 
@@ -331,7 +332,8 @@ def capture(
 
     `visit` sees every value as it is produced (the comparison streams the reference through
     it); then only the values named in `keep` are kept, when it is given. Both need one way of
-    recording attention, not "auto", which may record twice.
+    recording attention, not "auto", which may record twice. `dtype` ("float64", "float16"):
+    the floating inputs are cast to it (the module's parameters are the caller's to cast).
     """
     device = resolve_device(device)
     store = store if store is not None else TensorStore()
@@ -339,25 +341,25 @@ def capture(
         raise ValueError("a streamed recording records attention one way: decomposed or fused")
     with _on_device(module, device, tf32):
         if attention == "fused":
-            return _capture(module, inputs, device, store, decomposed=False, visit=visit, keep=keep)
+            return _capture(module, inputs, device, store, decomposed=False, visit=visit, keep=keep, dtype=dtype)
         try:
-            recorded = _capture(module, inputs, device, store, decomposed=True, visit=visit, keep=keep)
+            recorded = _capture(module, inputs, device, store, decomposed=True, visit=visit, keep=keep, dtype=dtype)
         except ModelRunError as error:
             if attention == "decomposed":
                 raise
             _discard_records(store)  # the math path can need memory the fused kernels do not: try those
-            fused = _capture(module, inputs, device, store, decomposed=False)
+            fused = _capture(module, inputs, device, store, decomposed=False, dtype=dtype)
             cause = error.__cause__
             why = f"{type(cause).__name__}: {cause_line(cause)}" if cause is not None else str(error)
             return dataclasses.replace(fused, notes=(f"{_FUSED_NOTE}, the forward raised {why}", *fused.notes))
         if attention == "decomposed" or not recorded.ran_attention:
             return recorded
-        plain = run_outputs(module, list(inputs.values()), device=device, tf32=tf32)
+        plain = run_outputs(module, list(inputs.values()), device=device, tf32=tf32, dtype=dtype)
         gap = output_gap([recorded.value(key) for key in recorded.output_keys], plain)
         if gap <= ATTENTION_RTOL:
             return recorded
         _discard_records(store)
-        fused = _capture(module, inputs, device, store, decomposed=False)
+        fused = _capture(module, inputs, device, store, decomposed=False, dtype=dtype)
         note = f"{_FUSED_NOTE}, it moved the final outputs by {gap:.1e} of their size (more than {ATTENTION_RTOL:g})"
         return dataclasses.replace(fused, notes=(note, *fused.notes))
 
@@ -452,6 +454,7 @@ def _capture(
     decomposed: bool,
     visit: Visit | None = None,
     keep: Container[str] | None = None,
+    dtype: str | None = None,
 ) -> TorchCapture:
     """One recorded forward on `device` (see `capture`), attention decomposed or as it ran."""
     scripted = module if isinstance(module, torch.jit.ScriptModule) else None
@@ -462,7 +465,8 @@ def _capture(
     in_script = script_attention(scripted) if scripted is not None else []
     calls: list[ModuleCall] = []
     handles = _install_hooks(module, recorder, calls) if eager else []
-    tensors = [torch.from_numpy(np.array(value, copy=True, order="C")).to(device) for value in inputs.values()]
+    cast = getattr(torch, dtype) if dtype is not None else None
+    tensors = [_input_tensor(value, device, cast) for value in inputs.values()]
     for tensor in tensors:
         recorder.mark(tensor, INPUT, produced=False)
     try:
@@ -494,6 +498,12 @@ def _capture(
         notes=tuple(note for note in [fused_note(recorder.fused, in_script)] if note),
         returned=returned,
     )
+
+
+def _input_tensor(value: np.ndarray, device: str, cast: torch.dtype | None) -> torch.Tensor:
+    """One input on `device`, a floating one in `cast` where given."""
+    tensor = torch.from_numpy(np.array(value, copy=True, order="C")).to(device)
+    return tensor.to(cast) if cast is not None and tensor.is_floating_point() else tensor
 
 
 def _inputs_advice(inputs: Mapping[str, np.ndarray]) -> str:
@@ -548,19 +558,27 @@ def _forward_failure(error: BaseException, advice: str) -> TrtdiffError:
 
 
 def run_outputs(
-    module: torch.nn.Module, inputs: Sequence[np.ndarray], *, device: str = "cpu", tf32: bool = False
+    module: torch.nn.Module,
+    inputs: Sequence[np.ndarray],
+    *,
+    device: str = "cpu",
+    tf32: bool = False,
+    dtype: str | None = None,
 ) -> list[np.ndarray]:
-    """A plain forward pass (no recording): the model's flattened tensor outputs, on the host."""
+    """A plain forward pass (no recording): the model's flattened tensor outputs, on the host.
+
+    `dtype`: the floating inputs cast to it, as `capture` does."""
     device = resolve_device(device)
+    cast = getattr(torch, dtype) if dtype is not None else None
     with _on_device(module, device, tf32), torch.no_grad():
-        tensors = [torch.from_numpy(np.array(value, copy=True, order="C")).to(device) for value in inputs]
+        tensors = [_input_tensor(value, device, cast) for value in inputs]
         try:
             with interrupts_kept():
                 result = module(*tensors)
         except Exception as error:
             raise _forward_failure(error, "; check the inputs") from error
     leaves, _ = tree_flatten(result)
-    return [leaf.detach().to("cpu").numpy() for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    return [to_host(leaf) for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
 
 def _install_hooks(module: torch.nn.Module, recorder: _Recorder, calls: list[ModuleCall]) -> list[Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from trtdiff.backends.store import TensorStore
@@ -38,7 +39,10 @@ class TorchReference:
     `device` as the options give it ("auto": the GPU when torch sees one, resolved when
     recording); `tf32`: TF32 allowed on CUDA (off: true FP32); `memory_bytes`: what a
     recording's store holds in memory (or on its GPU) before spilling to disk; `attention`:
-    "auto" for the first recording, the way it chose for the later ones (`as_recorded`).
+    "auto" for the first recording, the way it chose for the later ones (`as_recorded`);
+    `dtype`: what the module computes in: "float32" as the user gave it, "float64" for the
+    golden run of a reduced-precision comparison, "float16"/"bfloat16" for its benchmark (a
+    copy of the module cast to it; the floating inputs cast too).
     """
 
     module: torch.nn.Module
@@ -46,16 +50,36 @@ class TorchReference:
     tf32: bool = False
     memory_bytes: int = DEFAULT_MEMORY_BYTES
     attention: AttentionMode = "auto"
+    dtype: str = "float32"
 
     @classmethod
-    def of(cls, module: torch.nn.Module, options: BackendOptions) -> TorchReference:
-        """The reference of a comparison with these options: the one place its settings are read from them."""
-        return cls(module, options.torch_device, options.tf32, options.memory_bytes)
+    def of(cls, module: torch.nn.Module, options: BackendOptions, *, golden: bool = False) -> TorchReference:
+        """The reference of a comparison with these options: the one place its settings are read from them.
+
+        `golden`: the comparison runs in reduced precision, so the reference computes in float64."""
+        return cls(
+            module, options.torch_device, options.tf32, options.memory_bytes, dtype="float64" if golden else "float32"
+        )
+
+    def at(self, dtype: str) -> TorchReference:
+        """This reference computing in `dtype` ("float32", "float64", "float16", "bfloat16")."""
+        return dataclasses.replace(self, dtype=dtype)
+
+    @cached_property
+    def _module(self) -> torch.nn.Module:
+        """The module in `dtype`: the user's own for float32, else a copy cast to it (the user's is left alone)."""
+        if self.dtype == "float32":
+            return self.module
+        import copy
+
+        import torch
+
+        return copy.deepcopy(self.module).to(getattr(torch, self.dtype))
 
     @property
-    def settings(self) -> tuple[str, bool]:
+    def settings(self) -> tuple[str, bool, str]:
         """What makes two recordings of the same inputs alike (a sweep lends one to every row that matches)."""
-        return self.device, self.tf32
+        return self.device, self.tf32, self.dtype
 
     def as_recorded(self, first: TorchCapture) -> TorchReference:
         """This reference recording attention as `first` did (op by op or fused), without checking again."""
@@ -86,7 +110,7 @@ class TorchReference:
         into = self.store() if store is None else store
         try:
             return capture(
-                self.module,
+                self._module,
                 inputs,
                 device=self.device,
                 tf32=self.tf32,
@@ -94,6 +118,7 @@ class TorchReference:
                 attention=self.attention,
                 visit=visit,
                 keep=keep,
+                dtype=None if self.dtype == "float32" else self.dtype,
             )
         except BaseException:
             if own:

@@ -29,7 +29,6 @@ import onnx
 from trtdiff.backends.tensorrt import cache
 from trtdiff.backends.tensorrt.api import member
 from trtdiff.backends.tensorrt.budget import budget_of, resolved_sizes
-from trtdiff.backends.tensorrt.fp16 import convert_to_fp16
 from trtdiff.backends.tensorrt.importing import import_tensorrt, tensorrt_info
 from trtdiff.backends.tensorrt.logger import shared_logger, step
 from trtdiff.backends.tensorrt.marking import apply_marks, plan_marks, require_debug_tensors
@@ -39,6 +38,7 @@ from trtdiff.backends.tensorrt.precision import asked_types
 from trtdiff.backends.tensorrt.result import BuildResult, EnginePlan
 from trtdiff.errors import BackendError, OptionError, param
 from trtdiff.options import BuildSettings
+from trtdiff.source.fp16 import convert_to_fp16, graph_precision
 from trtdiff.source.loading import utf8_path
 from trtdiff.source.onnx_graph import graph_from_model
 
@@ -308,10 +308,12 @@ def _parse_for(
     extra: dict[str, str],
 ) -> tuple[ParsedNetwork, str, GraphInfo]:
     """Parse the given file, or its FP16 conversion where FP16 must come from the model's types; say which."""
-    if not (settings.precision == "fp16" and info.strongly_typed_only):
+    if not (settings.precision == "fp16" and info.strongly_typed_only) or graph_precision(graph) == "fp16":
         return parse_onnx(graph.path, graph.model, trt, label=graph.path), "the given ONNX file", graph
     conversion = convert_to_fp16(graph.model)
-    notes.append(conversion.note())
+    notes.append(
+        conversion.note("this TensorRT is strongly typed (no FP16 builder flag), so the ONNX model was converted")
+    )
     extra["fp16_converter"] = conversion.converter
     with tempfile.TemporaryDirectory(prefix="trtdiff-trt-") as tmp:
         source = save_for_parser(conversion.model, Path(tmp) / f"{graph.path.stem}.fp16.onnx")

@@ -1,0 +1,39 @@
+"""How two values of one tensor are judged: the thresholds, in the units the graph and the run call for.
+
+Float32 tensors by cosine and relative error (analysis.metrics); tensors the graph's own Q/DQ
+nodes quantize in quantization steps (analysis.quant); in a reduced-precision comparison, the
+float tensors a reduced-precision backend computes by their noise ratio (analysis.reduced). One
+object, built once per comparison, used by the engine, the culprit pass and the spec's verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trtdiff.analysis.metrics import compare_tensors
+from trtdiff.analysis.quant import in_steps
+from trtdiff.analysis.reduced import ReducedPrecision, in_noise
+
+if TYPE_CHECKING:
+    from trtdiff.pairing.qdq import Quantization
+    from trtdiff.report import BackendPair, PairMetrics, Thresholds
+
+
+@dataclass(frozen=True)
+class Judge:
+    """The thresholds, the tensors quantized (empty without Q/DQ), and the reduced precision (None at FP32)."""
+
+    thresholds: Thresholds
+    quantized: Mapping[str, Quantization] = field(default_factory=dict)
+    reduced: ReducedPrecision | None = None
+
+    def __call__(self, tensor: str, reference: Any, candidate: Any, pair: BackendPair | None = None) -> PairMetrics:
+        """The metrics of `candidate` against `reference` for `tensor`, judged in its units (`pair`: whose values)."""
+        metrics = compare_tensors(reference, candidate, self.thresholds)
+        if tensor in self.quantized:
+            return in_steps(reference, candidate, metrics, tensor, self.quantized, self.thresholds)
+        if self.reduced is not None and self.reduced.applies(pair):
+            return in_noise(metrics, tensor, self.reduced, self.thresholds)
+        return metrics

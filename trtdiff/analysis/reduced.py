@@ -1,0 +1,65 @@
+"""Reduced-precision tensors judged against the error their precision makes (defined in trtdiff.analysis.noise).
+
+In an FP16 or BF16 comparison every layer differs from the float reference by the precision's
+own rounding, ten thousand times float32's: cosine and an rtol made for float32 would call every
+layer diverged, and a looser rtol would hide a real fault in a layer whose own noise is small.
+Each float tensor a reduced-precision backend computes is judged instead by its *noise ratio*:
+its rel-err over what the precision's benchmark makes at that tensor (`ReducedPrecision`), against
+`max_noise_ratio`. NaN/Inf that differ, a shape mismatch and integer mismatches still diverge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from trtdiff.analysis.noise import REDUCED_LEVELS
+from trtdiff.report import Reason
+
+if TYPE_CHECKING:
+    from trtdiff.report import BackendPair, PairMetrics, Thresholds
+
+_KEPT = frozenset({"non_finite", "shape", "mismatches"})  # reasons that stand whatever the precision
+
+
+@dataclass(frozen=True)
+class ReducedPrecision:
+    """A comparison in reduced precision: which, the benchmark's error per ONNX tensor, who computes in it.
+
+    `expected`: ONNX tensor -> the benchmark's rel-err against the golden there (tensors without
+    one are judged against the precision's rounding alone). `backends`: the backends whose values
+    are computed in the precision (a pair with one of them is judged by noise ratio); `emulated`:
+    those among them that run the graph without computing in it (OnnxBackend.emulates), whose
+    values are no reference for another backend's culprits.
+    """
+
+    precision: str
+    expected: Mapping[str, float] = field(default_factory=dict)
+    backends: frozenset[str] = frozenset()
+    emulated: frozenset[str] = frozenset()
+
+    def applies(self, pair: BackendPair | None) -> bool:
+        """Whether values of `pair` (None: the graph's own, as the spec evaluator runs it) are judged in it."""
+        return pair is None or pair.reference in self.backends or pair.candidate in self.backends
+
+    def error(self, tensor: str) -> float:
+        """The error the precision makes at `tensor`: the benchmark's, never less than one ULP of the precision."""
+        return max(self.expected.get(tensor, 0.0), REDUCED_LEVELS[self.precision].rel_err)
+
+    @property
+    def words(self) -> str:
+        """ "FP16" """
+        return self.precision.upper()
+
+
+def in_noise(metrics: PairMetrics, tensor: str, reduced: ReducedPrecision, thresholds: Thresholds) -> PairMetrics:
+    """`metrics` of a float tensor judged by its noise ratio (see the module docstring); others unchanged."""
+    if metrics.rel_err is None or metrics.mismatches is not None or metrics.shape_mismatch or metrics.quant_steps:
+        return metrics
+    ratio = metrics.rel_err / reduced.error(tensor)
+    reasons = [r for r in metrics.reasons if r.metric in _KEPT]
+    if ratio > thresholds.max_noise_ratio:
+        reasons.append(Reason("noise_ratio", ratio, thresholds.max_noise_ratio, detail=reduced.words))
+    return dataclasses.replace(metrics, noise_ratio=ratio, reasons=tuple(reasons), diverged=bool(reasons))
