@@ -10,6 +10,7 @@ and TensorRT's engine settings (`engine_settings`), carried in `Prepared` to eve
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import tempfile
 import time
@@ -22,7 +23,16 @@ from typing import TYPE_CHECKING, Any
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.backends.registry import choose_backends, open_backends
 from trtdiff.backends.store import release_memory
-from trtdiff.errors import ExportError, InputError, ModelRunError, OnnxFileError, OptionError, TrtdiffError, param
+from trtdiff.errors import (
+    ExportError,
+    InputError,
+    ModelRunError,
+    OnnxFileError,
+    OptionError,
+    TrtdiffError,
+    cause_line,
+    param,
+)
 from trtdiff.options import DEFAULT_OPSET, CompareOptions, ExportOptions, LoadOptions
 from trtdiff.options.exporters import export_problem
 from trtdiff.source.fp16 import GraphPrecision, in_precision, run_precision
@@ -288,7 +298,7 @@ def _recorded(
     say("running PyTorch, recording every op")
     try:
         with timed(timings, "torch"):
-            recorded = record(reference, source.feeds)
+            recorded = _golden_or_float(record, reference, source.feeds)
     except ModelRunError as error:
         raise ModelRunError(f"{source.loaded.source}: {error.template}") from error
     if not recorded.output_keys:
@@ -297,6 +307,20 @@ def _recorded(
             "returns); trtdiff compares the tensors a model returns: return its outputs"
         )
     return recorded
+
+
+def _golden_or_float(record: Record, reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
+    """The recording `record` makes; a golden (float64) that cannot run is recorded in float32 instead, with a note."""
+    if reference.dtype != "float64":
+        return record(reference, feeds)
+    try:
+        return record(reference, feeds)
+    except ModelRunError as error:
+        fallback = record(reference.at("float32"), feeds)
+        cause = error.__cause__
+        why = f"{type(cause).__name__}: {cause_line(cause)}" if cause is not None else error.template
+        note = f"the PyTorch model cannot run in float64 ({why}): the golden reference is its float32 forward"
+        return dataclasses.replace(fallback, notes=(note, *fallback.notes))
 
 
 def load_source(

@@ -497,6 +497,7 @@ def _capture(
         ran_attention=bool(watch.calls if watch is not None else in_script),
         notes=tuple(note for note in [fused_note(recorder.fused, in_script)] if note),
         returned=returned,
+        dtype=dtype or "float32",
     )
 
 

@@ -92,6 +92,8 @@ class TorchCapture:
     """What the report should say about this recording (attention that ran fused)."""
     returned: Returned | None = None
     """How the forward returned its outputs (an exporter that reads them is given them: `returned_value`)."""
+    dtype: str = "float32"
+    """What the floating inputs were cast to ("float32": as given; "float64" for a golden recording)."""
 
     @property
     def input_keys(self) -> list[str]:

@@ -82,8 +82,9 @@ class TorchReference:
         return self.device, self.tf32, self.dtype
 
     def as_recorded(self, first: TorchCapture) -> TorchReference:
-        """This reference recording attention as `first` did (op by op or fused), without checking again."""
-        return dataclasses.replace(self, attention="decomposed" if first.decomposed else "fused")
+        """This reference recording attention as `first` did (op by op or fused), without checking again,
+        in the dtype `first` was recorded in (a golden that could not run in float64 fell back to float32)."""
+        return dataclasses.replace(self, attention="decomposed" if first.decomposed else "fused", dtype=first.dtype)
 
     def store(self) -> TensorStore:
         """A new store under this reference's memory limit (close it when the values are no longer read)."""
