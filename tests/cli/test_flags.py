@@ -7,20 +7,26 @@ import pytest
 from click.testing import CliRunner
 
 from trtdiff.cli.app import main
-from trtdiff.cli.flags import default_text, given, help_text
-from trtdiff.options import declared_of, for_command
+from trtdiff.cli.flags import ALIAS, default_text, given, help_text
+from trtdiff.cli.sources import read_options
+from trtdiff.errors import OptionError
+from trtdiff.options import CompareOptions, declared_of, for_command
 
 PLUMBING = {"debug", "help", "model", "report_json"}  # --debug, --help and the MODEL / REPORT.json arguments
 
 
 @pytest.mark.parametrize("command", ["compare", "run", "build", "inspect", "demo", "report", "view"])
 def test_a_commands_flags_are_exactly_its_declared_options(command: str) -> None:
+    """Each declared option is one flag; an alias (`--fp16` of `--precision`) is one more, named NAME__alias."""
     params = {p.name for p in main.commands[command].params} - PLUMBING
-    assert params == {d.name for d in for_command(command)}
+    aliases = {d.name + ALIAS for d in for_command(command) if d.option.alias is not None}
+    assert params == {d.name for d in for_command(command)} | aliases
     for param in main.commands[command].params:
         if isinstance(param, click.Option) and param.name not in PLUMBING:
-            declared = declared_of(param.name)
-            assert declared is not None and declared.flag in param.opts + param.secondary_opts
+            declared = declared_of((param.name or "").removesuffix(ALIAS))
+            assert declared is not None
+            flag = declared.option.alias[0] if param.name in aliases and declared.option.alias else declared.flag
+            assert flag in param.opts + param.secondary_opts
             assert param.default is None, "every flag defaults to None: what is not None was given"
 
 
@@ -83,3 +89,30 @@ def test_a_flag_click_refuses_is_one_line() -> None:
     assert (
         result.stderr.startswith("Error: No such option '--no-such-flag'") and "trtdiff compare --help" in result.stderr
     )
+
+
+def _compare_fields(*argv: str) -> dict[str, object]:
+    """What `trtdiff compare m.pt ARGV` gives the comparison, as click parses it and `given` reads it."""
+    context = main.commands["compare"].make_context("compare", ["m.pt", *argv])
+    return given(context.params).compare
+
+
+def test_precision_takes_bf16_and_fp16_is_its_alias() -> None:
+    assert CompareOptions().with_fields(**_compare_fields("--precision", "bf16")).runtime.precision == "bf16"
+    assert CompareOptions().with_fields(**_compare_fields("--fp16")).runtime.precision == "fp16"
+    assert _compare_fields("--fp16", "--precision", "fp16") == {"precision": "fp16"}  # agreeing: fine
+    assert "precision" not in _compare_fields()
+    sources = read_options({"precision": None, "precision" + ALIAS: "fp16", "no_config": True})
+    assert sources.read.compare == {"precision": "fp16"} and sources.origins["precision"] == "command line"
+    shown = CliRunner().invoke(main, ["compare", "--help"], terminal_width=200).output
+    assert "--precision fp32|fp16|bf16" in shown and "--fp16" in shown and "Same as --precision fp16." in shown
+
+
+def test_the_alias_and_the_flag_disagreeing_is_one_line() -> None:
+    with pytest.raises(OptionError) as caught:
+        _compare_fields("--fp16", "--precision", "bf16")
+    assert caught.value.parameter == "precision"
+    result = CliRunner().invoke(main, ["compare", "m.pt", "--precision", "bf16", "--fp16"])
+    assert result.exit_code == 2 and result.stderr.strip().splitlines() == [
+        "Error: --precision bf16: --fp16 means --precision fp16; give one of them"
+    ]

@@ -69,7 +69,7 @@ def test_typed_values_and_text_are_read_like_the_command_line(tmp_path: Path) ->
         ("opset = [10]", "opset = [10]: expected one value, not a list"),
         ("opset = 7.5", "opset = 7.5:"),
         ("per_layer = 3", "per_layer = 3: expected true or false"),
-        ("precision = 'fp8'", "precision = 'fp8': unknown; choose one of fp32, fp16"),
+        ("precision = 'fp8'", "precision = 'fp8': unknown; choose one of fp32, fp16, bf16"),
         ("opset = 10\nopsets = [10, 13]", "opset and opsets both set"),
         ("config = 'other.toml'", "unknown key 'config'"),
     ],
@@ -213,3 +213,11 @@ def test_pyproject_sets_the_opset_and_the_report_says_so(tmp_path: Path, monkeyp
     code, _, _ = _run("compare", FACTORY, "--opset", "13", "--json", "r13.json", "--no-culprit")
     again = Report.from_json((tmp_path / "r13.json").read_text())
     assert code == 0 and again.opset == 13 and again.options["opset"].source == "command line"
+
+
+def test_a_config_file_sets_the_precision(tmp_path: Path) -> None:
+    """`precision = "bf16"` is read as --precision bf16 is (the command line's --fp16 alias is no key)."""
+    _pyproject(tmp_path, 'precision = "bf16"')
+    config = load_config(start=tmp_path)
+    assert config is not None and config.values == {"precision": "bf16"}
+    assert CompareOptions().with_fields(**config.values).runtime.precision == "bf16"

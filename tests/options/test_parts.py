@@ -86,7 +86,7 @@ def test_unknown_field_is_a_type_error(name: str) -> None:
 
 def test_every_option_of_every_part_can_be_named_tensorrts_too() -> None:
     options = CompareOptions().with_fields(precision="fp16", outputs="none", tf32=True, mark_budget_bytes="64KB")
-    assert options.runtime.tensorrt.precision == "fp16" and options.runtime.tensorrt.outputs == "none"
+    assert options.runtime.precision == "fp16" and options.runtime.tensorrt.outputs == "none"
     assert options.runtime.tf32 is True and options.runtime.tensorrt.mark_budget_bytes == 64 << 10
     # Text is read as the command line reads it; an unknown choice is refused on the spot.
     assert CompareOptions().with_fields(memory_bytes="1GB", mean="0.5").runtime.memory_bytes == 1 << 30
@@ -197,3 +197,23 @@ def test_part_validate_methods_alone() -> None:
     with pytest.raises(OptionError) as caught:
         GateOptions(num_samples=0).validate()
     assert (caught.value.parameter, caught.value.value) == ("num_samples", 0)
+
+
+def test_precision_is_one_option_of_every_backend_bf16_included() -> None:
+    """fp32 / fp16 / bf16 on BackendOptions; TensorRT's part only receives it (engine_settings), as TF32."""
+    options = CompareOptions().with_fields(precision="bf16", backends=["torch", "onnxruntime"])
+    assert options.runtime.precision == "bf16" and options.runtime.tensorrt.precision == "fp32"
+    options.validate()  # bf16 is refused only where TensorRT opens, not among the options
+    with pytest.raises(OptionError, match="unknown; choose one of fp32, fp16, bf16") as caught:
+        BackendOptions(precision="int8").validate()  # type: ignore[arg-type]
+    assert caught.value.parameter == "precision"
+
+
+def test_tensorrt_refuses_bf16_in_one_line() -> None:
+    BuildSettings(precision="fp16").validate()
+    with pytest.raises(OptionError) as caught:
+        BuildSettings(precision="bf16").validate()
+    assert caught.value.parameter == "precision"
+    assert caught.value.render(lambda name: "--" + name) == (
+        "--precision bf16: TensorRT is built at fp32 or fp16 here; bf16 engines are not built by trtdiff yet"
+    )

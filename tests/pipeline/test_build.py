@@ -10,14 +10,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
 from cli_output import without_progress
 from click.testing import CliRunner
+from onnx import TensorProto, helper
 
 import trtdiff
+from trtdiff.backends.registry import open_backend, open_backends
 from trtdiff.backends.tensorrt import probe
 from trtdiff.cli.app import main
+from trtdiff.errors import OptionError
+from trtdiff.options import BackendOptions
 from trtdiff.report import BuildReport
+from trtdiff.source.onnx_graph import GraphInfo, load_graph
 
 FACTORY = "trtdiff.examples.deeplabv3plus:deeplabv3plus_resnet"
 SHAPE = "1x3x64x64"
@@ -47,6 +54,33 @@ def test_require_tensorrt_exits_2_with_one_line() -> None:
 def test_onnx_model_needs_a_second_onnx_backend(tmp_path: Path, export_example) -> None:
     result = CliRunner().invoke(main, ["compare", str(export_example(13))])
     assert result.exit_code == 2 and "comparing needs two" in result.stderr
+
+
+def _relu(tmp_path: Path) -> GraphInfo:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "relu.onnx")
+    return load_graph(tmp_path / "relu.onnx")
+
+
+def test_tensorrt_refuses_bf16_where_it_opens_and_builds(tmp_path: Path) -> None:
+    """--precision bf16 stops TensorRT (open, build) in one line; the options alone pass (other backends take it)."""
+    feeds = {"x": np.zeros((1, 3, 8, 8), np.float32)}
+    with pytest.raises(OptionError, match="bf16 engines are not built by trtdiff yet") as caught:
+        open_backend("tensorrt", _relu(tmp_path), BackendOptions(precision="bf16"), feeds=feeds)
+    assert caught.value.parameter == "precision"
+    result = CliRunner().invoke(main, ["build", FACTORY, "--input-shape", SHAPE, "--precision", "bf16"])
+    assert result.exit_code == 2 and without_progress(result.stderr).strip().splitlines() == [
+        "Error: --precision bf16: TensorRT is built at fp32 or fp16 here; bf16 engines are not built by trtdiff yet"
+    ]
+
+
+@cannot_run
+def test_bf16_is_not_refused_where_tensorrt_is_skipped(tmp_path: Path) -> None:
+    feeds = {"x": np.zeros((1, 3, 8, 8), np.float32)}
+    with open_backends(_relu(tmp_path), feeds, BackendOptions(precision="bf16"), ["tensorrt"]) as opened:
+        assert opened.backends == () and opened.tensorrt is not None and opened.tensorrt.status == "skipped"
 
 
 @needs_builder
@@ -92,9 +126,7 @@ def test_build_modes_precision_and_engine_cache(tmp_path: Path) -> None:
     )
     assert unfused.tensorrt.outputs_mode == "unfused"
     pytest.importorskip("onnxconverter_common")
-    fp16 = trtdiff.pipeline.build.build(
-        FACTORY, input_shapes=[SHAPE], opset=13, tensorrt=BuildSettings(precision="fp16")
-    )
+    fp16 = trtdiff.pipeline.build.build(FACTORY, input_shapes=[SHAPE], opset=13, precision="fp16")
     assert fp16.tensorrt.precision == "fp16" and any("FP16" in note or "fp16" in note for note in fp16.tensorrt.notes)
 
 

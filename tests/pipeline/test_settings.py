@@ -181,3 +181,10 @@ def test_build_settings_declare_tf32_as_filled_in() -> None:
     """BuildSettings.tf32 is no option of its own: engine_settings fills it from BackendOptions.tf32."""
     assert engine_settings(BackendOptions(tf32=True)).tf32 is True
     assert engine_settings(BackendOptions(tensorrt=BuildSettings(tf32=True))).tf32 is False
+
+
+def test_build_settings_take_the_precision_of_the_backends() -> None:
+    """BuildSettings.precision is filled in as TF32 is, from BackendOptions.precision (bf16 too: refused later)."""
+    assert engine_settings(BackendOptions(precision="fp16")).precision == "fp16"
+    assert engine_settings(BackendOptions(precision="bf16")).precision == "bf16"
+    assert engine_settings(BackendOptions(tensorrt=BuildSettings(precision="fp16"))).precision == "fp32"

@@ -2,8 +2,10 @@
 
 `flags(command)` adds a click/cloup option for every option the command shows, in the
 groups the declarations name; every flag defaults to None, so what the user gave is what is
-not None. `given(values)` reads those values with each option's own reader (the same one
-`compare(**fields)` and a config file use) and sorts them into the parts they belong to.
+not None. An option's alias (`--fp16` of `--precision`) is a click option of its own, folded
+back into the option by `folded(values)`. `given(values)` reads those values with each option's
+own reader (the same one `compare(**fields)` and a config file use) and sorts them into the
+parts they belong to.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, TypeVar
 
 import cloup
 
+from trtdiff.errors import OptionError
 from trtdiff.options import (
     COMPARE_PARTS,
     Command,
@@ -43,6 +46,8 @@ GROUPS = (
     "Configuration",
     "Model Explorer",
 )
+ALIAS = "__alias"
+"""The suffix of an alias's click parameter (`precision__alias` for `--fp16`): a name of its own."""
 
 
 def flags(command: Command) -> Callable[[F], F]:
@@ -53,7 +58,8 @@ def flags(command: Command) -> Callable[[F], F]:
     def decorate(function: F) -> F:
         for title, members in reversed(groups):
             if members:
-                function = cloup.option_group(title, *(_click_option(d) for d in members))(function)
+                options = [made for d in members for made in (_click_option(d), *_alias_option(d))]
+                function = cloup.option_group(title, *options)(function)
         return function
 
     return decorate
@@ -67,9 +73,7 @@ def _click_option(declared: Declared) -> Callable[[F], F]:
     if option.secondary:
         names = [f"{declared.flag}/{option.secondary}"]
     kwargs: dict[str, Any] = {"default": None, "help": help_text(declared)}
-    if option.flag_value is not None:
-        kwargs["flag_value"] = option.flag_value
-    elif declared.is_bool:
+    if declared.is_bool:
         kwargs["is_flag"] = True
     if option.metavar or declared.choices is not None:
         # Choices are checked by the option's reader, so a wrong one is one line like every other error.
@@ -79,6 +83,37 @@ def _click_option(declared: Declared) -> Callable[[F], F]:
     if option.required:
         kwargs["required"] = True
     return cloup.option(*names, declared.name, **kwargs)
+
+
+def _alias_option(declared: Declared) -> list[Callable[[F], F]]:
+    """The click option of `declared`'s alias (none without one): `--fp16` gives `precision__alias` "fp16"."""
+    if declared.option.alias is None:
+        return []
+    flag, value = declared.option.alias
+    return [cloup.option(flag, declared.name + ALIAS, flag_value=value, default=None, help=alias_help(declared))]
+
+
+def alias_help(declared: Declared) -> str:
+    """ "Same as --precision fp16.": what an option's alias stands for."""
+    assert declared.option.alias is not None
+    return f"Same as {declared.flag} {declared.option.alias[1]}."
+
+
+def folded(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` with each alias given turned into its option's value (OptionError when both disagree)."""
+    out = {name: raw for name, raw in values.items() if not name.endswith(ALIAS)}
+    for name, raw in values.items():
+        declared = declared_of(name.removesuffix(ALIAS)) if name.endswith(ALIAS) else None
+        if declared is None or raw is None or declared.option.alias is None:
+            continue
+        flag, value = declared.option.alias
+        given_too = out.get(declared.name)
+        if given_too is not None and declared.read(given_too) != value:
+            raise OptionError(
+                f"{flag} means {declared.flag} {value}; give one of them", parameter=declared.name, value=given_too
+            )
+        out[declared.name] = value
+    return out
 
 
 def help_text(declared: Declared) -> str:
@@ -92,7 +127,7 @@ def default_text(declared: Declared) -> str | None:
     if declared.option.default_text is not None:
         return declared.option.default_text
     value = declared.default
-    if value is None or value is False or value == () or value == {} or declared.option.flag_value is not None:
+    if value is None or value is False or value == () or value == {}:
         return None
     if isinstance(value, tuple):
         return ",".join(map(str, value))
@@ -118,12 +153,12 @@ def given(values: Mapping[str, Any], underneath: Mapping[str, Any] | None = None
     """The options the user gave (None and empty repeats are not given), read by their declarations.
 
     `underneath` holds options already read from a config file: the command line's values
-    replace them name by name.
+    replace them name by name. An alias counts as its option given (`folded`).
     """
     compare: dict[str, Any] = {}
     own: dict[type, dict[str, Any]] = {}
     read = {name: value for name, value in (underneath or {}).items() if declared_of(name) is not None}
-    for name, raw in values.items():
+    for name, raw in folded(values).items():
         declared = declared_of(name)
         if declared is None or raw is None or raw == ():
             continue

@@ -40,6 +40,9 @@ def _row(declared: Declared) -> str:
         return f"| `{declared.name}=` | {declared.option.help} | {default or ''} | Python only |"
     commands = ", ".join(c for c in COMMANDS if c in declared.option.commands)
     meaning = declared.option.help.replace("|", "\\|")
+    if declared.option.alias is not None:
+        flag, value = declared.option.alias
+        meaning += f" Alias: `{flag}`, the same as `{declared.flag} {value}`."
     return f"| `{_flag_text(declared)}` | {meaning} | {default.replace('|', ' or ') if default else ''} | {commands} |"
 
 
@@ -50,7 +53,7 @@ def _flag_text(declared: Declared) -> str:
     if option.short:
         spelled = f"{option.short}, {spelled}"
     metavar = option.metavar or ("|".join(declared.choices) if declared.choices else None)
-    if metavar and not declared.is_bool and option.flag_value is None:
+    if metavar and not declared.is_bool:
         spelled += f" {metavar}"
     return spelled.replace("|", "\\|")
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trtdiff.cli.flags import Given, given
+from trtdiff.cli.flags import Given, folded, given
 from trtdiff.errors import OptionError, param
 from trtdiff.options import declared_of
 from trtdiff.options.config import ConfigFile, load_config
@@ -32,6 +32,7 @@ class Sources:
 
 def read_options(values: Mapping[str, Any]) -> Sources:
     """The command's options: what the command line gave over what the config file sets."""
+    values = folded(values)  # `--fp16` is `--precision fp16` given on the command line
     cli = given(values)
     if cli.config.no_config and cli.config.config:
         raise OptionError(f"reads no config file; drop {param('config')} or it", parameter="no_config")

@@ -32,7 +32,8 @@ class Option:
         `flag`: the command line's spelling; "" derives `--field-name`, None keeps the option
         out of the command line (library only). `parse` reads one item of text (for a tuple
         field, one item of a repeated flag or a comma list); None reads by the field's type.
-        `flag_value`: a flag that sets the field to this value (`--fp16` sets precision "fp16").
+        `alias`: a second flag that sets the field to a value, `("--fp16", "fp16")`: `--fp16` is
+        `--precision fp16` (the command line only; giving both with different values is an error).
         `secondary`: the flag that sets a bool field to False (`--no-culprit`); `repeat`: the flag
     may be given several times (one item each); `short`: a one-letter alias (`-q`). `runs_code`:
         an option that makes trtdiff run code from a file or module, taken from the command
@@ -49,7 +50,7 @@ class Option:
     flag: str | None = ""
     metavar: str | None = None
     parse: Parser | None = None
-    flag_value: object = None
+    alias: tuple[str, object] | None = None
     secondary: str | None = None
     repeat: bool = False
     short: str | None = None

@@ -31,7 +31,7 @@ from trtdiff.options.parse import (
 )
 
 Exporter = Literal["auto", "torchscript", "dynamo"]
-Precision = Literal["fp32", "fp16"]
+Precision = Literal["fp32", "fp16", "bf16"]
 PrecisionConstraints = Literal["none", "obey", "prefer"]
 OutputsMode = Literal["all", "unfused", "none"]
 OnnxBackendName = Literal["onnxruntime", "onnx-reference", "tensorrt"]
@@ -48,7 +48,7 @@ DEFAULT_MEMORY_BYTES = 2 << 30
 DEFAULT_MARK_BUDGET_BYTES = 1 << 30
 EXPORTERS: tuple[Exporter, ...] = ("auto", "torchscript", "dynamo")
 OUTPUT_MODES: tuple[OutputsMode, ...] = ("all", "unfused", "none")
-PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16")
+PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "bf16")
 CONSTRAINTS: tuple[PrecisionConstraints, ...] = ("none", "obey", "prefer")
 SWEEP_PRECISIONS: tuple[SweepPrecision, ...] = ("fp32", "tf32", "fp16")
 
@@ -166,19 +166,18 @@ class SweepAxes:
 class BuildSettings:
     """TensorRT's options: everything that changes an engine (and so its cache key).
 
-    `tf32` and `input_shapes` are not options here: they are filled in from
-    `BackendOptions.tf32` and the inputs fed when the engine is built.
+    `precision`, `tf32` and `input_shapes` are not options here: they are filled in from
+    `BackendOptions.precision`, `BackendOptions.tf32` and the inputs fed when the engine is built.
     """
 
     outputs: OutputsMode = option("all", group=TENSORRT, commands=ENGINES, flag="--trt-outputs",
                                   help="all: every tensor as a debug tensor of one engine (beside the plain engine); "
                                        "unfused: keep fusion, read surviving tensors; none: final outputs only.")
-    precision: Precision = option("fp32", group=TENSORRT, commands=ENGINES, flag="--fp16", flag_value="fp16",
-                                  help="FP16 engine: the builder flag on TensorRT 10, an FP16-converted ONNX file on "
-                                       "TensorRT 11/RTX.")
+    precision: Precision = "fp32"
     tf32: bool = False
     precision_constraints: PrecisionConstraints = option("none", group=TENSORRT, commands=ENGINES,
-                                                         help="TensorRT 10 layer precision constraints with --fp16.")
+                                                         help="TensorRT 10 layer precision constraints with "
+                                                              "--precision fp16.")
     optimization_level: int | None = option(None, group=TENSORRT, commands=ENGINES, flag="--builder-opt-level",
                                             metavar="0-5", help="TensorRT builder optimization level.")
     workspace_bytes: int | None = option(None, group=TENSORRT, commands=ENGINES, flag="--workspace", metavar="SIZE",
@@ -200,7 +199,7 @@ class BuildSettings:
                                             "never; by default when marking changed the answer.")
 
     def validate(self) -> None:
-        """Raise OptionError for a value no TensorRT accepts."""
+        """Raise OptionError for a value no TensorRT accepts (bf16 too: trtdiff builds no BF16 engine yet)."""
         checks = (
             ("outputs", self.outputs, OUTPUT_MODES),
             ("precision", self.precision, PRECISIONS),
@@ -209,6 +208,12 @@ class BuildSettings:
         for name, value, allowed in checks:
             if value not in allowed:
                 raise OptionError(f"unknown; choose one of {', '.join(allowed)}", parameter=name, value=value)
+        if self.precision == "bf16":
+            raise OptionError(
+                "TensorRT is built at fp32 or fp16 here; bf16 engines are not built by trtdiff yet",
+                parameter="precision",
+                value=self.precision,
+            )
         if self.optimization_level is not None and not 0 <= self.optimization_level <= 5:
             raise OptionError(
                 "must be 0-5 (TensorRT's default is 3)", parameter="optimization_level", value=self.optimization_level
@@ -242,6 +247,11 @@ class BackendOptions:
     torch_device: str = option(DEFAULT_TORCH_DEVICE, group=BACKENDS, commands=COMPARE, metavar="DEVICE",
                                help="Where the PyTorch reference runs and is compared: auto (a CUDA GPU when torch "
                                     "sees one, else cpu), cpu, cuda, cuda:1 …")
+    precision: Precision = option("fp32", group=BACKENDS, commands=ENGINES, alias=("--fp16", "fp16"),
+                                  help="Precision the ONNX backends compute in: fp32; fp16 (the ONNX graph converted "
+                                       "with onnxconverter-common for ONNX Runtime and the ONNX reference evaluator; "
+                                       "TensorRT's FP16 as before); bf16. Reduced precision is judged against the "
+                                       "noise it makes (docs/culprits.md).")
     tf32: bool = option(False, group=TENSORRT, commands=ENGINES,
                         help="Allow TF32 in TensorRT and in the PyTorch reference on CUDA (off: true FP32).")
     tensorrt: BuildSettings = field(default_factory=BuildSettings)
@@ -266,6 +276,10 @@ class BackendOptions:
         return self.tensorrt.precision
 
     def validate(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise OptionError(
+                f"unknown; choose one of {', '.join(PRECISIONS)}", parameter="precision", value=self.precision
+            )
         for name, names in (("backends", self.backends or ()), ("require", self.require)):
             unknown = [b for b in names if b not in KNOWN_BACKENDS]
             if unknown:

@@ -27,11 +27,13 @@ def build(model: str | Path | torch.nn.Module, options: CompareOptions | None = 
     """
     from trtdiff.backends.tensorrt.builder import build_engine
     from trtdiff.backends.tensorrt.importing import gpu_info
+    from trtdiff.backends.tensorrt.settings import engine_settings
     from trtdiff.backends.tensorrt.summary import not_run_check, summarize
 
     options = (options or CompareOptions()).with_fields(**fields)
     options.export.validate()
     options.runtime.validate()
+    engine_settings(options.runtime).validate()  # a precision TensorRT is not built at: refused before the export
     timings: dict[str, float] = {}
     with prepare(model, options, backends=(), timings=timings) as prepared:
         runtime = options.runtime

@@ -1,9 +1,9 @@
 """The TensorRT engine settings of a comparison, derived from its options in one place.
 
-`BackendOptions.tensorrt` holds what the user chose for TensorRT (outputs, precision,
-workspace, mark budget, ...); two things an engine depends on are not among them: TF32, an
-option shared with the PyTorch reference and ONNX Runtime (`BackendOptions.tf32`), and the
-input shapes, those of the inputs fed. `engine_settings` adds both. The comparison derives
+`BackendOptions.tensorrt` holds what the user chose for TensorRT alone (outputs, workspace,
+mark budget, ...); three things an engine depends on are not among them: the precision and
+TF32, options shared with the other backends (`BackendOptions.precision`, `BackendOptions.tf32`),
+and the input shapes, those of the inputs fed. `engine_settings` adds them. The comparison derives
 them once when it is prepared and hands the result to whoever builds an engine: the
 backend it opens, `trtdiff build`, the culprit step's engines on rewritten models.
 """
@@ -23,8 +23,12 @@ if TYPE_CHECKING:
 
 
 def engine_settings(options: BackendOptions, feeds: Mapping[str, np.ndarray] | None = None) -> BuildSettings:
-    """The engine settings of `options`: its TensorRT part with TF32 and, when `feeds` are given, their shapes."""
-    settings = dataclasses.replace(options.tensorrt, tf32=options.tf32)
+    """The engine settings of `options`: its TensorRT part with precision, TF32 and, given `feeds`, their shapes.
+
+    A precision TensorRT is not built at here (bf16) is refused when the settings are validated,
+    where TensorRT opens or builds, so it stops only a run that has TensorRT in it.
+    """
+    settings = dataclasses.replace(options.tensorrt, precision=options.precision, tf32=options.tf32)
     if feeds is None:
         return settings
     return dataclasses.replace(settings, input_shapes=input_shapes_from(feeds))
