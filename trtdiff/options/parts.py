@@ -271,10 +271,6 @@ class BackendOptions:
     chunk_bytes: int = option(DEFAULT_CHUNK_BYTES, group=BACKENDS, flag=None, parse=parse_bytes, default_text="1GB",
                               help="Intermediates one backend returns at once (compared, then dropped).")
 
-    @property
-    def precision(self) -> Precision:  # TEMPORARY until the precision branch lands
-        return self.tensorrt.precision
-
     def validate(self) -> None:
         if self.precision not in PRECISIONS:
             raise OptionError(
