@@ -235,7 +235,14 @@ def test_a_tensorrt_failure_in_the_culprit_step_is_a_note(export_example: Callab
     assert "BackendError: no machine here can execute a TensorRT engine" in notes[0]
     with pytest.raises(BackendError):  # without a place for notes the error is not swallowed
         local_errors(
-            graph, layers, [trt_pair], {"torch": reference}, reference.values, open_tensorrt, Judge(report.thresholds), 1 << 30
+            graph,
+            layers,
+            [trt_pair],
+            {"torch": reference},
+            reference.values,
+            open_tensorrt,
+            Judge(report.thresholds),
+            1 << 30,
         )
     last = layers[-1]
     figures = ErrorFigures(cosine=0.9, max_abs=1.0, rel_err=0.5)

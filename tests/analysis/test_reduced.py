@@ -1,0 +1,131 @@
+"""FP16 comparisons judged against the noise FP16 makes (trtdiff.analysis.reduced, backends.pytorch.benchmark).
+
+Before: `--fp16` changed TensorRT alone; ONNX Runtime and the ONNX reference evaluator ran the
+FP32 graph, and an FP16 ONNX file compared with its PyTorch model was judged by float32's
+cosine and rtol (a deeper model fails at every layer), with no notion of what FP16 itself
+makes. Now the graph is converted for every ONNX backend, the PyTorch reference runs in
+float64 (the golden), a float16 PyTorch forward (the benchmark) measures the error FP16 makes
+at each tensor, and each tensor is judged by its noise ratio.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+import trtdiff
+from tests.culprit_models import edited
+from tests.precision_models import SHAPE, SQUARE, fp16_file, transformer_block
+from trtdiff.analysis.judge import Judge
+from trtdiff.analysis.noise import FLOAT16, is_noise
+from trtdiff.analysis.reduced import ReducedPrecision, in_noise
+from trtdiff.cli.app import main
+from trtdiff.errors import OptionError
+from trtdiff.report import BackendPair, ErrorFigures, Report, Thresholds
+
+BACKENDS = ("torch", "onnxruntime", "onnx-reference")
+SPEC = BackendPair("torch", "onnx-reference")
+
+
+def test_a_clean_fp16_transformer_block_passes_at_the_defaults() -> None:
+    report = trtdiff.compare(transformer_block(), input_shapes=[SHAPE], backends=BACKENDS, precision="fp16")
+    assert report.passed and not report.culprits, [c.onnx_node for c in report.culprits]
+    judged = [m for layer in report.layers for m in layer.pairs.values() if m.noise_ratio is not None]
+    assert len(judged) > 40
+    assert max(m.noise_ratio for m in judged if m.noise_ratio is not None) < 2.0  # about 1: FP16's own rounding
+    # FP16's error at the output is far above float32's noise: no FP32 tolerance would tell it from a fault
+    (output,) = report.outputs
+    assert output.pairs[SPEC].rel_err is not None and output.pairs[SPEC].rel_err > 1e-4
+    assert [c.threshold for c in report.checks if c.subject == str(SPEC) and c.scope == "outputs"] == [
+        "max_noise_ratio",
+        "finite",
+    ]
+    assert any("converted with onnxconverter-common" in note for note in report.notes)
+    assert any(
+        note.startswith("onnxruntime: ONNX Runtime's CPU provider runs most fp16 nodes") for note in report.notes
+    )
+    assert "benchmark" in report.timings
+
+
+def test_an_fp16_overflow_is_named_at_the_node_that_first_overflows(tmp_path: Path) -> None:
+    exclude, saved = tmp_path / "exclude.txt", tmp_path / "report.json"
+    argv = ["compare", "--no-config", "tests.precision_models:overflow", "--input-shape", SHAPE, "--fp16"]
+    argv += ["--backends", ",".join(BACKENDS), "--exclude-list", str(exclude), "--json", str(saved)]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 1, result.output
+    report = Report.from_json(saved.read_text())
+    assert report.culprits and {c.onnx_node for c in report.culprits} == {SQUARE}
+    spec = next(c for c in report.culprits if c.pair == SPEC)  # the ONNX reference evaluator computes in FP16
+    assert spec.local.non_finite_mismatches > 0 and spec.advice_code == "fp16-overflow"
+    assert spec.exclude == (f"^{SQUARE}$",)
+    assert exclude.read_text().split() == [f"^{SQUARE}$"]
+    # the nodes after it are fed the reference's values past FP16's range: no local error of their own
+    assert any("after an overflow have no local error (e.g. /Div)" in note for note in report.notes)
+
+
+def test_a_real_fault_in_an_fp16_graph_stands_out(tmp_path: Path) -> None:
+    clean = fp16_file(transformer_block(), tmp_path, "block")
+
+    def scale_ln2(model: onnx.ModelProto) -> str:
+        init = next(i for i in model.graph.initializer if i.name == "ln2.weight")
+        value = onnx.numpy_helper.to_array(init) * np.float16(1.1)
+        init.CopyFrom(onnx.numpy_helper.from_array(value.astype(np.float16), init.name))
+        return "/ln2/LayerNormalization"
+
+    faulty, node = edited(clean, tmp_path / "faulty.onnx", scale_ln2)
+    passing = trtdiff.compare(transformer_block(), onnx=str(clean), input_shapes=[SHAPE], backends=BACKENDS)
+    assert passing.passed  # an FP16 file: judged in its own precision without being asked
+    report = trtdiff.compare(transformer_block(), onnx=str(faulty), input_shapes=[SHAPE], backends=BACKENDS)
+    assert not report.passed and report.culprit is not None and report.culprit.onnx_node == node
+    assert report.culprit.local.noise_ratio is not None and report.culprit.local.noise_ratio > 20
+
+
+def test_fp32_comparisons_measure_no_golden_and_no_noise_ratio() -> None:
+    report = trtdiff.compare(transformer_block(), input_shapes=[SHAPE], backends=("torch", "onnxruntime"))
+    assert report.passed and "benchmark" not in report.timings
+    assert all(m.noise_ratio is None for layer in report.layers for m in layer.pairs.values())
+
+
+def test_bf16_of_an_fp32_graph_is_refused_in_one_line() -> None:
+    with pytest.raises(OptionError, match="no converter here writes a BF16 one"):
+        trtdiff.compare(transformer_block(), input_shapes=[SHAPE], backends=("torch", "onnxruntime"), precision="bf16")
+    result = CliRunner().invoke(main, ["compare", "--no-config", "--precision", "bf16", "x.onnx"])
+    assert result.exit_code == 2
+
+
+def test_the_noise_ratio_is_the_error_over_the_benchmarks_never_below_one_fp16_ulp() -> None:
+    thresholds = Thresholds()
+    reduced = ReducedPrecision("fp16", {"a": 4e-3}, frozenset({"onnxruntime"}))
+    assert reduced.error("a") == 4e-3 and reduced.error("b") == FLOAT16.rel_err == 2.0**-10
+    reference = np.linspace(-1.0, 1.0, 64, dtype=np.float32)
+    candidate = reference + np.float32(8e-3)
+    judge = Judge(thresholds, reduced=reduced)
+    near = judge("a", reference, candidate, BackendPair("torch", "onnxruntime"))
+    assert near.noise_ratio == pytest.approx(2.0, rel=1e-3) and not near.diverged
+    far = judge("b", reference, candidate, BackendPair("torch", "onnxruntime"))  # 8e-3 over 2**-10: 8.2
+    assert far.diverged and [r.metric for r in far.reasons] == ["noise_ratio"]
+    # a pair of float32 backends keeps today's figures
+    plain = judge("b", reference, candidate, BackendPair("torch", "onnx-reference"))
+    assert plain.noise_ratio is None and [r.metric for r in plain.reasons] == ["rel_err"]
+    assert in_noise(plain, "b", reduced, Thresholds(max_noise_ratio=10)).diverged is False
+    assert is_noise(ErrorFigures(1.0, 1e-4, 1e-4, noise_ratio=0.9), "float32")
+    assert not is_noise(ErrorFigures(1.0, 1e-3, 1e-3, noise_ratio=3.0), "float32")
+
+
+def test_the_cli_judges_fp16_and_writes_the_noise_ratio(tmp_path: Path) -> None:
+    folder = tmp_path
+    model = fp16_file(transformer_block(), folder, "block")
+    out = folder / "report.json"
+    result = CliRunner().invoke(
+        main,
+        ["compare", "--no-config", str(model), "--backends", "onnxruntime,onnx-reference", "--json", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    ratios = [m["noise_ratio"] for layer in data["layers"] for m in layer["pairs"].values()]
+    assert ratios and all(r is not None and r < 3 for r in ratios if r is not None)

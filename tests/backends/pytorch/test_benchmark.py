@@ -1,0 +1,54 @@
+"""The golden (float64) recording and the FP16 benchmark measured against it (backends.pytorch.benchmark)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+import trtdiff
+from tests.precision_models import SHAPE, Float64Hostile, transformer_block
+from trtdiff.backends.pytorch.benchmark import benchmark_errors
+from trtdiff.backends.pytorch.reference import TorchReference
+from trtdiff.source.inputs import make_inputs
+
+FEEDS = make_inputs(["x"], shapes=[SHAPE], seed=0)
+
+
+def test_the_benchmark_measures_fp16s_error_at_every_op_against_the_float64_golden() -> None:
+    model = transformer_block()
+    golden = TorchReference(model, dtype="float64")
+    with golden.store() as store:
+        recorded = golden.record(FEEDS, store=store)
+        assert recorded.dtype == "float64" and recorded.value(recorded.output_keys[0]).dtype == np.float64
+        errors, notes = benchmark_errors(golden, recorded, "fp16")
+    assert not notes
+    floats = [r.key for r in recorded.records if r.dtype == "float64"]
+    assert set(errors) >= set(floats) and len(floats) == 15  # every op of the block, and its output
+    assert all(0 <= e < 5e-3 for e in errors.values()) and max(errors.values()) > 1e-4  # FP16, not float32, rounding
+    assert next(model.parameters()).dtype == torch.float32  # the user's module is left as it was
+
+
+class Inverse(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.inv(x @ x.transpose(-1, -2) + torch.eye(x.shape[-1], dtype=x.dtype))
+
+
+def test_a_model_fp16_cannot_run_gets_no_figures_and_says_why() -> None:
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 4, 4), dtype=np.float32)}
+    golden = TorchReference(Inverse(), dtype="float64")
+    with golden.store() as store:
+        recorded = golden.record(feeds, store=store)
+        errors, notes = benchmark_errors(golden, recorded, "fp16")
+    assert errors == {} and len(notes) == 1
+    assert notes[0].startswith("fp16: the float16 benchmark of the PyTorch model could not run on cpu")
+    assert "judged against float16's rounding alone" in notes[0]
+
+
+def test_a_model_that_cannot_run_in_float64_is_compared_against_its_float32_forward() -> None:
+    torch.manual_seed(0)
+    report = trtdiff.compare(
+        Float64Hostile().eval(), input_shapes=[SHAPE], backends=("torch", "onnx-reference"), precision="fp16"
+    )
+    assert report.passed, [c.onnx_node for c in report.culprits]
+    assert any(n.startswith("the PyTorch model cannot run in float64 (") for n in report.notes)
