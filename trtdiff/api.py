@@ -1,7 +1,8 @@
 """The library's face: `compare`, `build`, `run`, `inspect_model` and `sweep`, each one call.
 
 `compare` validates the options, runs one comparison (pipeline.comparison) and, when
-`simplify` is asked, compares the simplified ONNX file too (hypotheses.simplify). The others
+`simplify` is asked, compares the simplified ONNX file too (hypotheses.simplify); when an FP16
+conversion has culprits, it checks their exclusion list by comparing again (hypotheses.exclusion). The others
 are the pipeline's and the hypotheses' own functions, named here so that `trtdiff.build(...)`
 reads like `trtdiff.compare(...)`. This module sits at the top: it imports the stages, none
 of them imports it.
@@ -14,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtdiff.hypotheses.exclusion import with_exclusion_checked
 from trtdiff.hypotheses.inspect import inspect_model as inspect_model
 from trtdiff.hypotheses.simplify import compare_simplified
 from trtdiff.hypotheses.sweep import sweep as sweep
@@ -56,4 +58,5 @@ def compare(
     options = (options or CompareOptions()).with_fields(**fields)
     options.validate()
     report = compare_simplified(model, options, progress=progress, name_of=name_of)
+    report = with_exclusion_checked(model, options, report, progress=progress, name_of=name_of)
     return replace(report, options=resolve(options, {**dict.fromkeys(fields, CALLER), **(origins or {})}))

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 import trtdiff
 from tests.culprit_models import edited
-from tests.precision_models import SHAPE, SQUARE, fp16_file, transformer_block
+from tests.precision_models import SHAPE, SQUARE, fp16_file, overflow, transformer_block
 from trtdiff.analysis.judge import Judge
 from trtdiff.analysis.noise import FLOAT16, is_noise
 from trtdiff.analysis.reduced import ReducedPrecision, in_noise
@@ -62,10 +62,28 @@ def test_an_fp16_overflow_is_named_at_the_node_that_first_overflows(tmp_path: Pa
     assert report.culprits and {c.onnx_node for c in report.culprits} == {SQUARE}
     spec = next(c for c in report.culprits if c.pair == SPEC)  # the ONNX reference evaluator computes in FP16
     assert spec.local.non_finite_mismatches > 0 and spec.advice_code == "fp16-overflow"
-    assert spec.exclude == (f"^{SQUARE}$",)
-    assert exclude.read_text().split() == [f"^{SQUARE}$"]
-    # the nodes after it are fed the reference's values past FP16's range: no local error of their own
+    # the node after it is fed the square's values, past FP16's range: no local error of its own, and it is
+    # kept in FP32 with the square until the values fit again
     assert any("after an overflow have no local error (e.g. /Div)" in note for note in report.notes)
+    assert spec.exclude == (f"^{SQUARE}$", "^/Div$")
+    assert exclude.read_text().split() == [f"^{SQUARE}$", "^/Div$"]
+    # and that list is checked: converted again with both kept in FP32, every check passes
+    checked = f"exclusion list checked: with {SQUARE}, /Div kept in FP32 (--keep-fp32 {SQUARE},/Div) every check passes"
+    assert checked in report.notes
+
+
+def test_keep_fp32_converts_with_those_nodes_in_fp32_and_refuses_names_it_cannot_keep(tmp_path: Path) -> None:
+    fixed = trtdiff.compare(
+        overflow(), input_shapes=[SHAPE], backends=BACKENDS, precision="fp16", keep_fp32=[SQUARE, "/Div"]
+    )
+    assert fixed.passed and any("nodes kept FP32 (keep_fp32): /Mul_1, /Div" in note for note in fixed.notes)
+    with pytest.raises(OptionError, match=r"no node of model\.onnx is named '/nope'"):
+        trtdiff.compare(overflow(), input_shapes=[SHAPE], backends=BACKENDS, precision="fp16", keep_fp32=["/nope"])
+    given = fp16_file(transformer_block(), tmp_path, "block")  # already FP16: trtdiff converts nothing
+    with pytest.raises(OptionError, match="nodes are kept in FP32 only when trtdiff converts an FP32 graph"):
+        trtdiff.compare(
+            transformer_block(), onnx=str(given), input_shapes=[SHAPE], keep_fp32=["/ln2/LayerNormalization"]
+        )
 
 
 def test_a_real_fault_in_an_fp16_graph_stands_out(tmp_path: Path) -> None:

@@ -61,6 +61,22 @@ class LocalRun:
     diverged: dict[str, tuple[np.ndarray, np.ndarray]]  # tensor -> (reference, candidate's local output)
     shadow: ShadowModel
     feeds: dict[str, np.ndarray]
+    overflowed: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Reference values past the graph's type (reduced precision) -> the nodes reading them, which got no
+    local error: they stay in higher precision with the overflow (`kept_after`)."""
+
+    def kept_after(self, tensor: str, graph: GraphInfo) -> tuple[str, ...]:
+        """The nodes that must stay in higher precision with an overflow at `tensor`: those reading a value
+        past the type's range from it, and from them in turn, until the values fit again."""
+        kept: list[str] = []
+        frontier = [tensor]
+        while frontier:
+            for name in self.overflowed.get(frontier.pop(), ()):
+                node = next((n for n in graph.nodes if n.name == name), None)
+                if name not in kept and node is not None:
+                    kept.append(name)
+                    frontier.extend(node.outputs)
+        return tuple(kept)
 
 
 def local_errors(
@@ -90,7 +106,7 @@ def local_errors(
         shadow = embed(shadow, {t: as_onnx(graph, t, v) for t, v in exact(shadow.exact_inputs).items()})
         values = reference.values(shadow.reference_inputs)
         feeds = {t: as_onnx(graph, t, v) for t, v in values.items()}
-        shadow = _without_unfit(graph, shadow, values, feeds, notes)
+        shadow, overflowed = _without_unfit(graph, shadow, values, feeds, notes)
         # the inputs as fed: a reference value may have another shape than the graph wrote (a baked dimension)
         shadow = dataclasses.replace(shadow, model=typed_inputs(shadow.model, feeds))
         shadow_graph = graph_from_model(shadow.model, graph.path.with_suffix(".shadow.onnx"))
@@ -101,7 +117,7 @@ def local_errors(
                     continue
                 with runner:
                     run = _run_local(pair, runner, shadow, feeds, reference, judge, chunk_bytes)
-                    runs.append(run)
+                    runs.append(dataclasses.replace(run, overflowed=overflowed))
             except Exception as error:
                 if pair.candidate != "tensorrt" or notes is None:
                     raise
@@ -118,8 +134,9 @@ def _without_unfit(
     values: Mapping[str, np.ndarray],
     feeds: Mapping[str, np.ndarray],
     notes: list[str] | None,
-) -> ShadowModel:
-    """`shadow` without the outputs whose nodes read a reference value that does not fit the graph's type.
+) -> tuple[ShadowModel, dict[str, tuple[str, ...]]]:
+    """`shadow` without the outputs whose nodes read a reference value that does not fit the graph's type,
+    and those values -> the nodes reading them.
 
     In a reduced-precision graph a reference value past float16's range is inf once fed (an
     overflow upstream, the culprit there): every node after it would show NaN/Inf of its own,
@@ -127,13 +144,17 @@ def _without_unfit(
     """
     unfit = {t for t, fed in feeds.items() if _overflows(values[t], fed)}
     if not unfit:
-        return shadow
+        return shadow, {}
     nodes = {node.name: node for node in graph.nodes}
-    skipped = [
-        t
-        for t, names in shadow.subgraphs.items()
-        if any(unfit & set(nodes[name].inputs) for name in names if name in nodes)
-    ]
+    readers: dict[str, list[str]] = {}
+    skipped: list[str] = []
+    for tensor, names in shadow.subgraphs.items():
+        node = nodes.get(names[0]) if names else None
+        read = [t for name in names if name in nodes for t in nodes[name].inputs if t in unfit]
+        if read and node is not None:
+            skipped.append(tensor)
+            for t in read:
+                readers.setdefault(t, []).append(node.name)
     if notes is not None and skipped:
         first, node = sorted(unfit)[0], graph.node_of(skipped[0])
         largest = float(np.nanmax(np.abs(np.asarray(values[first], dtype=np.float64))))
@@ -143,7 +164,7 @@ def _without_unfit(
             f"{first}, up to {largest:.3g}) do not fit {feeds[first].dtype}"
         )
     outputs = {t: local for t, local in shadow.outputs.items() if t not in skipped}
-    return dataclasses.replace(shadow, outputs=outputs)
+    return dataclasses.replace(shadow, outputs=outputs), {t: tuple(dict.fromkeys(n)) for t, n in readers.items()}
 
 
 def _overflows(value: np.ndarray, fed: np.ndarray) -> bool:
@@ -216,7 +237,10 @@ def find_culprits(
                     spec=spec,
                     noise_level=is_noise(ErrorFigures.of(local), layer.dtype),
                     quantization=q.describe() if (q := quantized.get(layer.tensor)) else "",
-                    exclude=tuple(exclude_pattern(n) for n in _to_exclude(graph, layer.onnx_node, judge)),
+                    exclude=tuple(
+                        exclude_pattern(n)
+                        for n in (*_to_exclude(graph, layer.onnx_node, judge), *run.kept_after(layer.tensor, graph))
+                    ),
                 )
             )
     return culprits, (None if culprits else _drift(layers, runs))

@@ -139,7 +139,7 @@ def prepare(
         graph, exporter, recorded = _export_then_record(
             source, options.export, save_path, folder, notes, recording, timings, say, golden=precision != "fp32"
         )
-        graph, converted = in_precision(graph, precision, folder)
+        graph, converted = in_precision(graph, precision, folder, options.runtime.keep_fp32)
         notes += converted
         feeds = onnx_feeds(graph, source.feeds)
         engine = engine_settings(options.runtime, feeds)  # every engine of the comparison is built with these

@@ -6,13 +6,15 @@ reference evaluator when `--precision fp16` asks for it, and strongly typed Tens
 TensorRT-RTX), whose builders have no FP16 flag: a layer runs in FP16 only if the network says so.
 We use onnxconverter-common's `float16.convert_float_to_float16(keep_io_types=True)`, which keeps
 its block list (Resize, TopK, Range, ... stay FP32 between Casts) and every value name, so
-intermediates still compare by their ONNX names. One fix on top: when a graph output comes
-from a blocked op, 1.16.0 leaves that output FP16 despite keep_io_types; we cast it back.
+intermediates still compare by their ONNX names. Weights are clamped to float16's own range
+(`FP16_MAX`, `FP16_TINY`), not the converter's narrower default. One fix on top: when a graph
+output comes from a blocked op, 1.16.0 leaves that output FP16 despite keep_io_types; we cast it back.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -26,6 +28,10 @@ if TYPE_CHECKING:
     from trtdiff.source.onnx_graph import GraphInfo
 
 CONVERTER = "onnxconverter-common"
+FP16_MAX = 65504.0
+FP16_TINY = 2.0**-24
+"""float16's largest finite value and smallest positive (subnormal) one. The converter's own defaults
+clamp weights to [1e-7, 1e4]: a constant 65536 would become 10000, a change no FP16 engine makes."""
 CONVERTER_HINT = "pip install onnxconverter-common==1.16.0"
 
 
@@ -38,16 +44,21 @@ class Fp16Conversion:
     kept_fp32_ops: tuple[str, ...]
     fixed_outputs: tuple[str, ...]
     truncated_warnings: int = 0
+    kept_nodes: tuple[str, ...] = ()
 
     def note(self, converted: str) -> str:
         """The report's line on this conversion; `converted` says what was converted and why."""
         kept = ", ".join(self.kept_fp32_ops) or "none"
+        nodes = f"; nodes kept FP32 (keep_fp32): {', '.join(self.kept_nodes)}" if self.kept_nodes else ""
         fixed = f"; cast outputs {', '.join(self.fixed_outputs)} back to FP32" if self.fixed_outputs else ""
         if self.truncated_warnings:
-            fixed += f"; {self.truncated_warnings} converter warnings of weights moved into [1e-7, 1e4] in magnitude"
+            fixed += (
+                f"; {self.truncated_warnings} converter warnings of weights moved into float16's range "
+                f"[{FP16_TINY:.3g}, {FP16_MAX:g}] in magnitude"
+            )
         return (
             f"fp16: {converted} with {self.converter} float16.convert_float_to_float16(keep_io_types=True); "
-            f"node types kept FP32: {kept}{fixed}"
+            f"node types kept FP32: {kept}{nodes}{fixed}"
         )
 
 
@@ -66,8 +77,9 @@ def graph_precision(graph: GraphInfo) -> GraphPrecision:
     return "fp32"
 
 
-def convert_to_fp16(model: onnx.ModelProto) -> Fp16Conversion:
-    """Convert float32 weights and values to float16, keeping graph inputs/outputs float32."""
+def convert_to_fp16(model: onnx.ModelProto, keep: Sequence[str] = ()) -> Fp16Conversion:
+    """Convert float32 weights and values to float16, keeping graph inputs/outputs float32, and the nodes
+    named in `keep` in float32 (onnxconverter-common's node_block_list)."""
     try:
         import onnxconverter_common
         from onnxconverter_common import float16
@@ -77,12 +89,19 @@ def convert_to_fp16(model: onnx.ModelProto) -> Fp16Conversion:
         ) from error
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        converted = float16.convert_float_to_float16(model, keep_io_types=True)
+        converted = float16.convert_float_to_float16(
+            model,
+            keep_io_types=True,
+            node_block_list=list(keep) or None,
+            min_positive_val=FP16_TINY,
+            max_finite_val=FP16_MAX,
+        )
     truncated = sum(1 for w in caught if "truncated" in str(w.message))
     fixed = _restore_float_outputs(model, converted)
     present = {node.op_type for node in model.graph.node}
     kept = tuple(sorted(present & set(float16.DEFAULT_OP_BLOCK_LIST)))
-    return Fp16Conversion(converted, f"{CONVERTER} {onnxconverter_common.__version__}", kept, fixed, truncated)
+    converter = f"{CONVERTER} {onnxconverter_common.__version__}"
+    return Fp16Conversion(converted, converter, kept, fixed, truncated, tuple(keep))
 
 
 def _restore_float_outputs(original: onnx.ModelProto, converted: onnx.ModelProto) -> tuple[str, ...]:
@@ -132,17 +151,32 @@ def run_precision(asked: GraphPrecision, graph: GraphInfo | None) -> GraphPrecis
     return asked
 
 
-def in_precision(graph: GraphInfo, precision: GraphPrecision, folder: Path) -> tuple[GraphInfo, list[str]]:
+def in_precision(
+    graph: GraphInfo, precision: GraphPrecision, folder: Path, keep: Sequence[str] = ()
+) -> tuple[GraphInfo, list[str]]:
     """The graph the ONNX backends run in `precision` (`run_precision`), and notes.
 
-    An FP32 graph run in FP16 is converted (`convert_to_fp16`, saved in `folder`); a graph
-    whose own types are reduced runs as it is.
+    An FP32 graph run in FP16 is converted (`convert_to_fp16`, saved in `folder`), the nodes
+    named in `keep` left in FP32; a graph whose own types are reduced runs as it is.
     """
     if precision != "fp16" or graph_precision(graph) == "fp16":
+        if keep:
+            raise OptionError(
+                f"nodes are kept in FP32 only when trtdiff converts an FP32 graph with {param('precision')} fp16",
+                parameter="keep_fp32",
+                value=",".join(keep),
+            )
         return graph, []
+    unknown = sorted(set(keep) - {node.name for node in graph.nodes})
+    if unknown:
+        raise OptionError(
+            f"no node of {graph.path.name} is named {unknown[0]!r}; give the ONNX node names a culprit names",
+            parameter="keep_fp32",
+            value=",".join(keep),
+        )
     from trtdiff.source.onnx_graph import graph_from_model
 
-    conversion = convert_to_fp16(graph.model)
+    conversion = convert_to_fp16(graph.model, keep)
     path = folder / f"{graph.path.stem}.fp16.onnx"
     onnx.save(conversion.model, str(path))
     note = conversion.note("the ONNX graph every ONNX backend runs was converted")
