@@ -60,4 +60,60 @@ def fp16_file(model: nn.Module, folder: Path, name: str) -> Path:
     return path
 
 
-__all__ = ["SHAPE", "SQUARE", "Float64Hostile", "Overflow", "fp16_file", "overflow", "transformer_block"]
+class LinearRelu(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(32, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x))
+
+
+def linear_relu() -> nn.Module:
+    torch.manual_seed(0)
+    return LinearRelu().eval()
+
+
+def bf16_file(folder: Path) -> Path:
+    """`linear_relu` written by hand as a BF16 ONNX graph (no converter here writes one): Cast in, MatMul, Add,
+    Relu in bfloat16, Cast out; inputs and outputs float32, as ModelOpt's AutoCast leaves them."""
+    from onnx import TensorProto, helper
+
+    model = linear_relu()
+    weight = model.fc.weight.detach().numpy().T
+    bias = model.fc.bias.detach().numpy()
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x_bf16"], to=TensorProto.BFLOAT16, name="/Cast_in"),
+        helper.make_node("MatMul", ["x_bf16", "fc.weight"], ["/fc/MatMul_output_0"], name="/fc/MatMul"),
+        helper.make_node("Add", ["/fc/MatMul_output_0", "fc.bias"], ["/fc/Add_output_0"], name="/fc/Add"),
+        helper.make_node("Relu", ["/fc/Add_output_0"], ["/Relu_output_0"], name="/Relu"),
+        helper.make_node("Cast", ["/Relu_output_0"], ["y"], to=TensorProto.FLOAT, name="/Cast_out"),
+    ]
+    weights = [
+        helper.make_tensor(name, TensorProto.BFLOAT16, value.shape, value.flatten().tolist())
+        for name, value in (("fc.weight", weight), ("fc.bias", bias))
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "linear_relu_bf16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16])],
+        weights,
+    )
+    path = folder / "linear_relu.bf16.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+__all__ = [
+    "SHAPE",
+    "SQUARE",
+    "Float64Hostile",
+    "LinearRelu",
+    "Overflow",
+    "bf16_file",
+    "fp16_file",
+    "linear_relu",
+    "overflow",
+    "transformer_block",
+]

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 import trtdiff
 from tests.culprit_models import edited
-from tests.precision_models import SHAPE, SQUARE, fp16_file, overflow, transformer_block
+from tests.precision_models import SHAPE, SQUARE, bf16_file, fp16_file, linear_relu, overflow, transformer_block
 from trtdiff.analysis.judge import Judge
 from trtdiff.analysis.noise import FLOAT16, is_noise
 from trtdiff.analysis.reduced import ReducedPrecision, in_noise
@@ -114,6 +114,19 @@ def test_bf16_of_an_fp32_graph_is_refused_in_one_line() -> None:
         trtdiff.compare(transformer_block(), input_shapes=[SHAPE], backends=("torch", "onnxruntime"), precision="bf16")
     result = CliRunner().invoke(main, ["compare", "--no-config", "--precision", "bf16", "x.onnx"])
     assert result.exit_code == 2
+
+
+def test_a_bf16_file_is_judged_in_bf16_on_the_onnx_reference_evaluator(tmp_path: Path) -> None:
+    """ONNX Runtime's CPU provider has no BF16 MatMul; the spec evaluator computes BF16 with ml_dtypes."""
+    path = bf16_file(tmp_path)
+    report = trtdiff.compare(linear_relu(), onnx=str(path), input_shapes=[SHAPE], backends=("torch", "onnx-reference"))
+    assert report.passed, [c.onnx_node for c in report.culprits]
+    (output,) = report.outputs
+    metrics = output.pairs[SPEC]
+    assert metrics.rel_err is not None and metrics.rel_err > 1e-3  # BF16's rounding, 2**-8
+    assert metrics.noise_ratio is not None and metrics.noise_ratio < 2
+    with pytest.raises(OptionError, match="computes in bf16 by its own types"):
+        trtdiff.compare(linear_relu(), onnx=str(path), input_shapes=[SHAPE], precision="fp16")
 
 
 def test_the_noise_ratio_is_the_error_over_the_benchmarks_never_below_one_fp16_ulp() -> None:

@@ -348,6 +348,8 @@ def as_onnx(value: np.ndarray, onnx_type: TensorType) -> torch.Tensor | None:
     """A recorded value as the ONNX tensor holds it: its static shape (through a view) and dtype."""
     import torch
 
+    from trtdiff.pairing.evaluate import torch_dtype
+
     tensor = torch.from_numpy(np.array(value))
     shape = onnx_type.shape
     if shape is not None and None not in shape and tuple(shape) != tuple(tensor.shape):
@@ -358,6 +360,5 @@ def as_onnx(value: np.ndarray, onnx_type: TensorType) -> torch.Tensor | None:
     elif shape is not None and len(shape) != tensor.dim():
         return None
     if onnx_type.dtype is not None and onnx_type.is_float and tensor.is_floating_point():
-        wanted = torch.from_numpy(np.zeros(0, dtype=onnx_type.dtype)).dtype
-        tensor = tensor.to(wanted)
+        tensor = tensor.to(torch_dtype(onnx_type.dtype))
     return tensor

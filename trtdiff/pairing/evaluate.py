@@ -50,7 +50,7 @@ class NodeEvaluator:
                 inputs.append(data[name])
             else:
                 folded = self.constant(name) if name else None
-                inputs.append(torch.from_numpy(np.array(folded)) if folded is not None else None)
+                inputs.append(_tensor(folded) if folded is not None else None)
         proto = self.protos[node.index]
         attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
         shapes = [self._static_shape(t) for t in node.outputs]
@@ -108,3 +108,18 @@ class NodeEvaluator:
 
 def _fits(value: torch.Tensor, shape: tuple[int, ...] | None) -> bool:
     return value.is_floating_point() and (shape is None or tuple(value.shape) == shape)
+
+
+def _tensor(value: np.ndarray) -> torch.Tensor:
+    """A constant as torch takes it: bfloat16 (ml_dtypes, which torch cannot read) through float32."""
+    array = np.array(value)
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def torch_dtype(dtype: np.dtype) -> torch.dtype:
+    """The torch dtype of a numpy one, ml_dtypes' bfloat16 included."""
+    if dtype.name == "bfloat16":
+        return torch.bfloat16
+    return torch.from_numpy(np.zeros(0, dtype=dtype)).dtype

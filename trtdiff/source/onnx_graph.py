@@ -22,6 +22,7 @@ from trtdiff.errors import OnnxFileError, first_line, param
 
 DYNAMO_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 _SHAPE_OPS = frozenset({"Shape", "Size"})
+_ML_FLOATS = frozenset({"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"})
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class TensorType:
 
     @property
     def is_float(self) -> bool:
-        return self.dtype is not None and np.issubdtype(self.dtype, np.floating)
+        """A floating type: numpy's, or ml_dtypes' bfloat16 and float8 (numpy sees those as void)."""
+        return self.dtype is not None and (np.issubdtype(self.dtype, np.floating) or self.dtype.name in _ML_FLOATS)
 
     def nbytes(self) -> int | None:
         if self.dtype is None or self.shape is None:
