@@ -32,7 +32,7 @@ FP16_MAX = 65504.0
 FP16_TINY = 2.0**-24
 """float16's largest finite value and smallest positive (subnormal) one. The converter's own defaults
 clamp weights to [1e-7, 1e4]: a constant 65536 would become 10000, a change no FP16 engine makes."""
-CONVERTER_HINT = "pip install onnxconverter-common==1.16.0"
+CONVERTER_HINT = "pip install 'trtdiff[fp16]' (onnxconverter-common)"
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def convert_to_fp16(model: onnx.ModelProto, keep: Sequence[str] = ()) -> Fp16Con
         from onnxconverter_common import float16
     except ImportError as error:
         raise OptionError(
-            f"{param('precision')} on a strongly typed TensorRT needs {CONVERTER}: {CONVERTER_HINT}"
+            f"{param('precision')} fp16 converts the FP32 graph with {CONVERTER}: {CONVERTER_HINT}"
         ) from error
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
