@@ -25,6 +25,7 @@ trt = pytest.importorskip(
 )
 
 from trtdiff.analysis.metrics import compare_tensors  # noqa: E402
+from trtdiff.backends.compiled.answer import AnswerCheck, minimal_marks  # noqa: E402
 from trtdiff.backends.tensorrt import (  # noqa: E402
     BuildSettings,
     budget_of,
@@ -36,7 +37,6 @@ from trtdiff.backends.tensorrt import (  # noqa: E402
     marking,
     parse_onnx,
 )
-from trtdiff.backends.tensorrt.answer import AnswerCheck, minimal_marks  # noqa: E402
 from trtdiff.backends.tensorrt.builder import configure  # noqa: E402
 from trtdiff.backends.tensorrt.importing import tensorrt_info  # noqa: E402
 from trtdiff.backends.tensorrt.marking import plan_marks  # noqa: E402

@@ -11,8 +11,8 @@ can build (TensorRT importable) and run (a CUDA GPU the installed TensorRT suppo
 
 from __future__ import annotations
 
+from trtdiff.backends.compiled import answer
 from trtdiff.backends.tensorrt import (
-    answer,
     budget,
     buffers,
     builder,

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, OpenRequest, chunk_names
+from trtdiff.backends.compiled.answer import AnswerCheck, Bisection, minimal_marks
 from trtdiff.backends.tensorrt import cache
-from trtdiff.backends.tensorrt.answer import AnswerCheck, Bisection, minimal_marks
 from trtdiff.backends.tensorrt.budget import run_groups
 from trtdiff.backends.tensorrt.buffers import cuda_initialized, to_numpy
 from trtdiff.backends.tensorrt.builder import build_engine, build_with_marks

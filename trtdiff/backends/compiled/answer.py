@@ -1,4 +1,6 @@
-"""Did marking change the answer? The plain engine's final outputs against the marked engine's, and a bisection.
+"""Did marking change the answer? The plain model's final outputs against the marked model's, and a bisection.
+
+Shared by the compiled runtimes (TensorRT engines, OpenVINO compiled models); written first for TensorRT.
 
 Marking tensors can change what TensorRT builds (fusion, memory reuse, precision), and so the
 numbers (NVIDIA/TensorRT #3258, #4338, #4400, #4804). The comparison therefore runs the plain

@@ -1,0 +1,81 @@
+"""OpenVINO's tensors and ops mapped back to the ONNX file's tensors and nodes, read from the model, not guessed.
+
+OpenVINO's ONNX frontend keeps each ONNX value name among the names of the output port
+that computes it (`Output.get_names()`), and names each op after the ONNX node it came
+from. One ONNX node may become several ops: a Conv with a bias becomes a Convolution
+(`conv/WithoutBiases`, no tensor name) and an Add (named `conv`, carrying the Conv's
+output name); ops the frontend adds of its own (shape arithmetic, `Constant_7`) have
+generated names and no ONNX tensor. So a tensor maps through the port names, exactly; an
+op maps to a node by its name, or by the longest `/`-cut prefix that is a node name
+(`conv/WithoutBiases` -> `conv`); what maps to nothing is listed, never guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trtdiff.source.onnx_graph import GraphInfo
+
+Port = tuple[str, int]  # (op friendly name, output index)
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """Which OpenVINO output port holds each ONNX tensor of the graph, and what has none.
+
+    `port_of`: ONNX tensor -> the port computing it (several tensors may share a port: an
+    Identity's input and output). `outputs`: the ONNX tensors the model already returns.
+    `unmapped`: ONNX node outputs (graph inputs aside) that no port carries (folded at read,
+    or renamed), in graph order.
+    """
+
+    port_of: Mapping[str, Port]
+    outputs: frozenset[str]
+    unmapped: tuple[str, ...] = ()
+    op_types: Mapping[str, str] = field(default_factory=dict)  # friendly name -> OpenVINO type
+
+    def representative(self, names: Iterable[str]) -> dict[str, str]:
+        """For each of `names`, the one name of its port that is marked (one added output per port)."""
+        chosen: dict[Port, str] = {}
+        return {name: chosen.setdefault(self.port_of[name], name) for name in names if name in self.port_of}
+
+
+def tensor_map(model: Any, graph: GraphInfo) -> TensorMap:
+    """Read an `openvino.Model` (as read from the ONNX file, before any output is added) against `graph`."""
+    wanted = set(graph.node_outputs) - set(graph.graph_inputs)
+    port_of: dict[str, Port] = {}
+    op_types: dict[str, str] = {}
+    for op in model.get_ordered_ops():
+        name = op.get_friendly_name()
+        op_types[name] = op.get_type_name()
+        if op.get_type_name() == "Result":
+            continue
+        for index, output in enumerate(op.outputs()):
+            for tensor in output.get_names():
+                if tensor in wanted and tensor not in port_of:
+                    port_of[tensor] = (name, index)
+    outputs = frozenset(t for output in model.outputs for t in output.get_names() if t in port_of)
+    unmapped = tuple(t for t in graph.node_outputs if t in wanted and t not in port_of)
+    return TensorMap(port_of, outputs, unmapped, op_types)
+
+
+class NodeNames:
+    """OpenVINO op names -> ONNX node names, built once per graph (linear lookups)."""
+
+    def __init__(self, graph: GraphInfo) -> None:
+        self.nodes = {node.name for node in graph.nodes if node.name}
+        self.by_tensor = {tensor: node.name for node in graph.nodes for tensor in node.outputs}
+
+    def node(self, op_name: str) -> str | None:
+        """The ONNX node an OpenVINO op (or runtime layer's original op) name stands for, or None."""
+        if op_name in self.nodes:
+            return op_name
+        cut = op_name
+        while "/" in cut:
+            cut = cut.rsplit("/", 1)[0]
+            if cut in self.nodes:
+                return cut
+        return None

@@ -1,0 +1,218 @@
+"""OpenVINO as an `OnnxBackend`: the plain compiled model that ships, and marked ones with added outputs.
+
+The ONNX file is read once (`Core.read_model`, the bytes ONNX Runtime ran) and compiled
+for the device (`--openvino-device`, CPU by default) with the inference precision set to
+f32 explicitly: the CPU plugin otherwise runs bf16 where the CPU has it (AMX, AVX512-BF16),
+which would be a different model from the one being compared. The precision the compiled
+model reports back is the one `describe()` names.
+
+Intermediates come from added outputs (`Model.add_outputs`) on a copy of the read model:
+one compiled model per group of wanted tensors (the comparison's chunks), a few kept for the
+next sample. Adding outputs can change what the plugin fuses, so the plain compiled model
+(no added output) runs once per `run` beside them and its final outputs are compared with
+each marked one's (`compiled.answer.AnswerCheck`, shared with TensorRT). `close()` drops
+every compiled model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, OpenRequest, chunk_names
+from trtdiff.backends.compiled.answer import AnswerCheck
+from trtdiff.backends.openvino import import_openvino, version
+from trtdiff.backends.openvino.names import TensorMap, tensor_map
+from trtdiff.errors import BackendError, OptionError, first_line
+from trtdiff.options import DEFAULT_OPENVINO_DEVICE
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from trtdiff.backends.base import OutputComparison
+    from trtdiff.report import MarkingCheck, Thresholds
+    from trtdiff.source.onnx_graph import GraphInfo
+
+INFERENCE_PRECISION = "f32"
+KEPT_MARKED = 4  # marked compiled models kept for the next sample (one per chunk of wanted tensors)
+_LISTED = 5  # names quoted in a note
+
+
+class OpenVINOBackend(OnnxBackend):
+    """Compiles the ONNX file in `graph` for an OpenVINO device and returns its tensors by ONNX name."""
+
+    name = "openvino"
+
+    @classmethod
+    def open(cls, graph: GraphInfo, request: OpenRequest) -> Self:
+        """`plain_engine` False (a rewritten model of the culprit step): no plain-against-marked check."""
+        compare = request.compare_outputs if request.plain_engine else None
+        return cls(graph, request.options.openvino_device, compare=compare)
+
+    def __init__(
+        self, graph: GraphInfo, device: str = DEFAULT_OPENVINO_DEVICE, *, compare: OutputComparison | None = None
+    ) -> None:
+        ov = import_openvino()
+        self.graph, self.device = graph, device
+        self._core = ov.Core()
+        devices = list(self._core.available_devices)
+        if device not in devices:
+            raise OptionError(
+                f"no such OpenVINO device here; choose from {', '.join(devices)}",
+                parameter="openvino_device",
+                value=device,
+            )
+        self._model: Any = self._read(graph)
+        self.tensors: TensorMap = tensor_map(self._model, graph)
+        self.compile_seconds = 0.0
+        self._marked: dict[tuple[str, ...], Any] = {}
+        self.plain: Any = self._compile(self._model, "the plain model")
+        self.inference_precision = _type_name(self.plain.get_property("INFERENCE_PRECISION_HINT"))
+        self.answer = AnswerCheck(compare) if compare is not None else None
+        self.marked_compiles = 0
+        self._version = version()
+
+    def _read(self, graph: GraphInfo) -> Any:
+        """The model as OpenVINO reads it from the ONNX bytes (past protobuf's 2 GB: from the file itself)."""
+        from trtdiff.backends.onnxruntime_backend import PROTOBUF_LIMIT
+
+        source: bytes | str = (
+            graph.model.SerializeToString() if graph.model.ByteSize() < PROTOBUF_LIMIT else str(graph.path)
+        )
+        try:
+            return self._core.read_model(source)
+        except Exception as error:  # OpenVINO raises RuntimeError/GeneralFailure with C++ context
+            raise BackendError(f"{graph.path}: OpenVINO cannot read the model: {_message(error)}") from error
+
+    def _compile(self, model: Any, what: str) -> Any:
+        started = time.perf_counter()
+        try:
+            compiled = self._core.compile_model(model, self.device, {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISION})
+        except Exception as error:
+            raise BackendError(
+                f"{self.graph.path}: OpenVINO ({self.device}) cannot compile {what}: {_message(error)}"
+            ) from error
+        self.compile_seconds += time.perf_counter() - started
+        return compiled
+
+    def _release(self) -> None:
+        self._marked.clear()
+        self.plain = None
+        self._model = None
+
+    def describe(self) -> str:
+        name = self._device_name()
+        device = f"{self.device}: {name}" if name else self.device
+        return f"openvino {self._version} ({device}, inference precision {self.inference_precision})"
+
+    def _device_name(self) -> str | None:
+        try:
+            return str(self._core.get_property(self.device, "FULL_DEVICE_NAME"))
+        except Exception:  # noqa: BLE001 -- a plugin without the property: the device's short name stands
+            return None
+
+    def available(self) -> set[str]:
+        return set(self.tensors.port_of)
+
+    def notes(self) -> tuple[str, ...]:
+        """What the report should say: the ONNX tensors OpenVINO has no tensor for (not compared)."""
+        unmapped = self.tensors.unmapped
+        if not unmapped:
+            return ()
+        more = f" and {len(unmapped) - _LISTED} more" if len(unmapped) > _LISTED else ""
+        return (
+            f"openvino: {len(unmapped)} ONNX tensors have no OpenVINO tensor of that name (folded or renamed when "
+            f"read) and are not compared ({', '.join(unmapped[:_LISTED])}{more})",
+        )
+
+    def run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        wanted: Sequence[str],
+        *,
+        sizes: Mapping[str, int] | None = None,
+        max_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """One inference per chunk of wanted tensors (a compiled model with those outputs added); yield each chunk.
+
+        The plain model runs once beside them where anything is marked; its outputs are compared with each run's.
+        """
+        self._check_open()
+        names = [t for t in dict.fromkeys(wanted) if t in self.tensors.port_of]
+        inputs = {name: feeds[name] for name in self.graph.graph_inputs if name in feeds}
+        plain: dict[str, np.ndarray] | None = None
+        for group in chunk_names(names, sizes, max_bytes):
+            marks = [t for t in group if t not in self.tensors.outputs]
+            if marks and plain is None and self.answer is not None:
+                plain = self._final(self._infer(self._plain_model(), inputs))
+                self.answer.new_sample()
+            values = self._infer(self._marked_model(marks) if marks else self._plain_model(), inputs)
+            if marks and plain is not None and self.answer is not None:
+                self.answer.add(inputs, plain, self._final(values))
+            yield {name: values[name] for name in group if name in values}
+
+    def _final(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {name: values[name] for name in self.graph.graph_outputs if name in values}
+
+    def _plain_model(self) -> Any:
+        if self.plain is None:
+            raise BackendError(f"the {self.name} backend was closed while it ran")
+        return self.plain
+
+    def _marked_model(self, marks: Sequence[str]) -> Any:
+        """The compiled model with `marks` added as outputs (one per port), compiled once and kept for a while."""
+        if self._model is None:
+            raise BackendError(f"the {self.name} backend was closed while it ran")
+        key = tuple(sorted(set(self.tensors.representative(marks).values())))
+        compiled = self._marked.pop(key, None)
+        if compiled is None:
+            model = self._model.clone()
+            try:
+                model.add_outputs(list(key))
+            except Exception as error:
+                raise BackendError(
+                    f"{self.graph.path}: OpenVINO cannot return {len(key)} tensors as outputs: {_message(error)}"
+                ) from error
+            compiled = self._compile(model, f"the model with {len(key)} added outputs")
+            self.marked_compiles += 1
+            while len(self._marked) >= KEPT_MARKED:
+                self._marked.pop(next(iter(self._marked)))
+        self._marked[key] = compiled  # the most recent last
+        return compiled
+
+    def _infer(self, compiled: Any, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every output of one inference by each of its names (the values are copies, not the request's memory)."""
+        try:
+            results = compiled.create_infer_request().infer(dict(inputs), share_outputs=False)
+        except Exception as error:
+            raise BackendError(f"{self.graph.path}: OpenVINO failed to run the model: {_message(error)}") from error
+        values: dict[str, np.ndarray] = {}
+        for index, output in enumerate(compiled.outputs):
+            value = np.asarray(results[index])
+            values.update((name, value) for name in output.get_names())
+        return values
+
+    def marking_check(self, thresholds: Thresholds) -> MarkingCheck:
+        """Whether adding outputs changed the final outputs over the samples run (no bisection yet)."""
+        from trtdiff.report import MarkingCheck
+
+        if self.answer is None:
+            return MarkingCheck(status="not run", reason="the backend was opened without an output comparison")
+        return self.answer.verdict(thresholds)
+
+
+def _type_name(value: object) -> str:
+    """An OpenVINO element type as its short name (f32, bf16, f16), whatever object the property returns."""
+    to_string = getattr(value, "to_string", None)
+    return str(to_string()) if callable(to_string) else str(value)
+
+
+def _message(error: BaseException) -> str:
+    """OpenVINO's message without its C++ source context: the last line that says something."""
+    text = str(error) or type(error).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("[")]
+    useful = [line for line in lines if "src/" not in line and ".cpp:" not in line]
+    return (useful or lines or [first_line(error) or type(error).__name__])[-1][:400]
