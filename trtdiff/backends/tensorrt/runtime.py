@@ -42,10 +42,10 @@ if TYPE_CHECKING:
     import torch
 
     from trtdiff.backends.base import OutputComparison
+    from trtdiff.backends.compiled.fusion import FusionReport
     from trtdiff.backends.tensorrt.api import Runtime
     from trtdiff.backends.tensorrt.builder import BuildResult
     from trtdiff.backends.tensorrt.execution import DebugMode
-    from trtdiff.backends.tensorrt.fusion import FusionReport
     from trtdiff.backends.tensorrt.marking import MarkPlan
     from trtdiff.options import BuildSettings
     from trtdiff.report import MarkingCheck, Thresholds
