@@ -43,6 +43,10 @@ def test_the_test_models_agree_across_three_backends_at_fp32(name: str) -> None:
     compared = [layer for layer in report.layers if OV in layer.pairs]
     assert compared and all(not layer.pairs[OV].diverged for layer in compared)
     assert report.culprits == ()
+    (runtime,) = report.runtimes  # fusion and precision as run, and the marking check, from the real runtime graph
+    assert runtime.backend == "openvino" and runtime.precision_compiled == "f32" and runtime.fused_layers
+    assert runtime.marking_check is not None and runtime.marking_check.status == "same"
+    assert runtime.layer_precisions and all(row.flag is None for row in runtime.layer_precisions)
 
 
 @pytest.mark.slow

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from typing import Self
 
     from trtdiff.backends.base import OutputComparison
-    from trtdiff.report import MarkingCheck, Thresholds
+    from trtdiff.report import MarkingCheck, RuntimeSummary, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
 
 INFERENCE_PRECISION = "f32"
@@ -72,8 +72,10 @@ class OpenVINOBackend(OnnxBackend):
         self.plain: Any = self._compile(self._model, "the plain model")
         self.inference_precision = _type_name(self.plain.get_property("INFERENCE_PRECISION_HINT"))
         self.answer = AnswerCheck(compare) if compare is not None else None
+        self.precision_asked = INFERENCE_PRECISION
         self.marked_compiles = 0
-        self._version = version()
+        self.marked_tensors: set[str] = set()
+        self.version = version()
 
     def _read(self, graph: GraphInfo) -> Any:
         """The model as OpenVINO reads it from the ONNX bytes (past protobuf's 2 GB: from the file itself)."""
@@ -104,15 +106,19 @@ class OpenVINOBackend(OnnxBackend):
         self._model = None
 
     def describe(self) -> str:
-        name = self._device_name()
-        device = f"{self.device}: {name}" if name else self.device
-        return f"openvino {self._version} ({device}, inference precision {self.inference_precision})"
+        return f"openvino {self.version} ({self.device_text()}, inference precision {self.inference_precision})"
 
-    def _device_name(self) -> str | None:
+    def device_text(self) -> str:
+        """The device and, where its plugin says, its full name (CPU: AMD EPYC)."""
         try:
-            return str(self._core.get_property(self.device, "FULL_DEVICE_NAME"))
+            name = str(self._core.get_property(self.device, "FULL_DEVICE_NAME"))
         except Exception:  # noqa: BLE001 -- a plugin without the property: the device's short name stands
-            return None
+            return self.device
+        return f"{self.device}: {name}"
+
+    def marked_models(self) -> tuple[Any, ...]:
+        """The marked compiled models kept (the most recent last), for their runtime graphs."""
+        return tuple(self._marked.values())
 
     def available(self) -> set[str]:
         return set(self.tensors.port_of)
@@ -146,6 +152,7 @@ class OpenVINOBackend(OnnxBackend):
         plain: dict[str, np.ndarray] | None = None
         for group in chunk_names(names, sizes, max_bytes):
             marks = [t for t in group if t not in self.tensors.outputs]
+            self.marked_tensors.update(marks)
             if marks and plain is None and self.answer is not None:
                 plain = self._final(self._infer(self._plain_model(), inputs))
                 self.answer.new_sample()
@@ -194,6 +201,12 @@ class OpenVINOBackend(OnnxBackend):
             value = np.asarray(results[index])
             values.update((name, value) for name in output.get_names())
         return values
+
+    def runtime_summary(self, thresholds: Thresholds) -> RuntimeSummary:
+        """What was compiled, fused and run, and the marking check (read before `close()`)."""
+        from trtdiff.backends.openvino.summary import summarize
+
+        return summarize(self, self.marking_check(thresholds))
 
     def marking_check(self, thresholds: Thresholds) -> MarkingCheck:
         """Whether adding outputs changed the final outputs over the samples run (no bisection yet)."""
