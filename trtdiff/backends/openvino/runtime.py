@@ -10,8 +10,10 @@ Intermediates come from added outputs (`Model.add_outputs`) on a copy of the rea
 one compiled model per group of wanted tensors (the comparison's chunks), a few kept for the
 next sample. Adding outputs can change what the plugin fuses, so the plain compiled model
 (no added output) runs once per `run` beside them and its final outputs are compared with
-each marked one's (`compiled.answer.AnswerCheck`, shared with TensorRT). `close()` drops
-every compiled model.
+each marked one's (`compiled.answer.AnswerCheck`, shared with TensorRT); where they differ,
+the marks are bisected as TensorRT's are (`compiled.answer.minimal_marks`: each step
+compiles the model with half of them added and runs the sample that differed most).
+`close()` drops every compiled model.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, OpenRequest, chunk_names
-from trtdiff.backends.compiled.answer import AnswerCheck
+from trtdiff.backends.compiled.answer import AnswerCheck, Bisection, judged, minimal_marks, still_changes
 from trtdiff.backends.openvino import import_openvino, version
 from trtdiff.backends.openvino.names import TensorMap, tensor_map
 from trtdiff.errors import BackendError, OptionError, first_line
@@ -53,8 +55,18 @@ class OpenVINOBackend(OnnxBackend):
         return cls(graph, request.options.openvino_device, compare=compare)
 
     def __init__(
-        self, graph: GraphInfo, device: str = DEFAULT_OPENVINO_DEVICE, *, compare: OutputComparison | None = None
+        self,
+        graph: GraphInfo,
+        device: str = DEFAULT_OPENVINO_DEVICE,
+        *,
+        compare: OutputComparison | None = None,
+        bisect_marks: bool | None = None,
     ) -> None:
+        """`compare`: how the plain model's outputs are compared with a marked one's (none: that check is not run).
+
+        `bisect_marks`: None bisects the marks when marking changed the answer beyond the
+        thresholds, True as soon as the outputs differ at all, False never.
+        """
         ov = import_openvino()
         self.graph, self.device = graph, device
         self._core = ov.Core()
@@ -72,6 +84,7 @@ class OpenVINOBackend(OnnxBackend):
         self.plain: Any = self._compile(self._model, "the plain model")
         self.inference_precision = _type_name(self.plain.get_property("INFERENCE_PRECISION_HINT"))
         self.answer = AnswerCheck(compare) if compare is not None else None
+        self._compare, self.bisect_marks = compare, bisect_marks
         self.precision_asked = INFERENCE_PRECISION
         self.marked_compiles = 0
         self.marked_tensors: set[str] = set()
@@ -209,12 +222,34 @@ class OpenVINOBackend(OnnxBackend):
         return summarize(self, self.marking_check(thresholds))
 
     def marking_check(self, thresholds: Thresholds) -> MarkingCheck:
-        """Whether adding outputs changed the final outputs over the samples run (no bisection yet)."""
+        """Whether adding outputs changed the final outputs over the samples run, bisecting the marks where asked."""
         from trtdiff.report import MarkingCheck
 
         if self.answer is None:
             return MarkingCheck(status="not run", reason="the backend was opened without an output comparison")
-        return self.answer.verdict(thresholds)
+        return judged(self.answer, thresholds, lambda: self.bisect(thresholds), strict=self.bisect_marks)
+
+    def bisect(self, thresholds: Thresholds) -> Bisection:
+        """Compile with half the marks at a time and run the sample that differed most; one such model at a time."""
+        answer = self.answer
+        witness = answer.witness if answer is not None else None
+        expected = answer.witness_plain if answer is not None else None
+        compare = self._compare
+        if compare is None or witness is None or expected is None or self._model is None:
+            raise BackendError("no sample differed; nothing to bisect")
+        strict = self.bisect_marks is True
+        model = self._model
+
+        def changes(marks: Sequence[str]) -> bool:
+            marked = model.clone()
+            marked.add_outputs(list(marks))
+            compiled = self._compile(marked, f"the model with {len(marks)} added outputs (bisection)")
+            check = AnswerCheck(compare)
+            check.add(witness, expected, self._final(self._infer(compiled, witness)))
+            return still_changes(check, thresholds, strict)
+
+        marks = sorted(set(self.tensors.representative(self.marked_tensors).values()))
+        return minimal_marks(marks, changes)
 
 
 def _type_name(value: object) -> str:
