@@ -83,3 +83,15 @@ def test_an_edited_conv_weight_is_the_culprit_for_openvino_as_for_onnx_runtime(t
     assert {(c.onnx_node, c.pair) for c in report.culprits} == {(node, ORT), (node, OV)}
     assert all(c.verdict == "export" for c in report.culprits)
     assert {(a.onnx_node, a.pair) for a in report.attribution} == {(node, ORT), (node, OV)}
+
+
+@pytest.mark.slow
+def test_the_opset10_mobilenet_resizes_are_the_culprits_for_openvino_as_for_onnx_runtime() -> None:
+    """The example's known export error (opset-10 bilinear Resize), found through OpenVINO too, attribution included."""
+    from trtdiff.examples.mobilenetv2 import deeplabv3plus_mobilenetv2
+
+    report = trtdiff.compare(deeplabv3plus_mobilenetv2(), input_shapes=["1x3x96x96"], opset=10, backends=THREE)
+    assert not report.passed
+    by_pair = {pair: [c.onnx_node for c in report.culprits if c.pair == pair] for pair in (ORT, OV)}
+    assert by_pair[OV] == by_pair[ORT] == ["/decoder/Resize", "/Resize"]
+    assert {(a.onnx_node, a.pair) for a in report.attribution} >= {("/decoder/Resize", OV), ("/Resize", OV)}

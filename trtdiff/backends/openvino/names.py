@@ -10,6 +10,10 @@ no ONNX tensor. So a tensor maps through the port names, exactly; an op maps to 
 its name, else by the ONNX tensors its outputs carry (their producer), else by the longest
 `/`-cut prefix that does (`conv/WithoutBiases` -> `conv`); what maps to nothing is listed,
 never guessed at.
+
+Outputs of ONNX Constant nodes are not returned (as TensorRT returns none): they are weights,
+not computed, and OpenVINO's CPU plugin holds int64 constants as int32, so an INT64_MAX Slice
+end would come back as 2**31 - 1 and read as a difference that no computation made.
 """
 
 from __future__ import annotations
@@ -48,7 +52,10 @@ class TensorMap:
 
 def tensor_map(model: Any, graph: GraphInfo) -> TensorMap:
     """Read an `openvino.Model` (as read from the ONNX file, before any output is added) against `graph`."""
-    wanted = set(graph.node_outputs) - set(graph.graph_inputs)
+    constants = {
+        t for node in graph.nodes if node.op_type == "Constant" and node.domain in ("", "ai.onnx") for t in node.outputs
+    }
+    wanted = set(graph.node_outputs) - set(graph.graph_inputs) - constants
     port_of: dict[str, Port] = {}
     op_types: dict[str, str] = {}
     op_tensors: dict[str, tuple[str, ...]] = {}
