@@ -190,3 +190,14 @@ def test_constants_are_not_returned_so_an_int64_max_held_as_int32_is_no_false_al
         assert backend.available() == {"s", "y"}  # not the Constant outputs: weights, not computed
     report = trtdiff.compare(path, backends=["onnxruntime", "openvino"])
     assert report.passed, [check.id for check in report.checks if not check.passed]
+
+
+def test_the_chunks_of_one_sample_run_the_plain_model_once_and_count_one_sample(graph: GraphInfo) -> None:
+    """The comparison fetches a sample chunk by chunk with the same input arrays: one sample, one plain run."""
+    with OpenVINOBackend(graph, compare=compare_tensors) as backend:
+        fetch(backend, FEEDS, ["c"])
+        fetch(backend, FEEDS, ["r"])
+        check = backend.marking_check(Thresholds())
+        assert (check.samples, check.runs) == (1, 2)
+        fetch(backend, {"x": FEEDS["x"].copy()}, ["c"])  # other arrays: the next sample
+        assert backend.marking_check(Thresholds()).samples == 2
