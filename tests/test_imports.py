@@ -249,6 +249,16 @@ def test_comparing_an_onnx_file_imports_no_torch(tmp_path: Path) -> None:
     _no_torch("-c", code, cwd=tmp_path)
 
 
+def test_openvino_is_imported_only_where_it_runs() -> None:
+    """The backend's modules, the registry and its skip check import no openvino (opt-in costs nothing)."""
+    code = (
+        "import trtdiff.backends.registry, trtdiff.backends.openvino.runtime, trtdiff.backends.openvino.summary; "
+        "from trtdiff.backends.openvino import unavailable; unavailable()"
+    )
+    modules, log = imported_modules("-c", code)
+    assert "openvino" not in modules, f"openvino imported through {' <- '.join(who_imported('openvino', log))}"
+
+
 def _has_gpu_device_nodes() -> bool:
     return any(Path("/dev").glob("nvidia[0-9]*")) or Path("/dev/dxg").exists()
 

@@ -161,6 +161,7 @@ def test_the_registry_names_exactly_the_declared_backends() -> None:
         assert issubclass(cls, OnnxBackend) and cls.name == name
     assert [n for n, spec in BACKENDS.items() if spec.needs_gpu] == ["tensorrt"]
     assert BACKENDS["tensorrt"].extra == "tensorrt-rtx" and BACKENDS["onnxruntime"].extra is None
+    assert BACKENDS["openvino"].extra == "openvino"
 
 
 def test_an_unknown_backend_is_refused_in_one_line_naming_the_choices(graph: GraphInfo) -> None:

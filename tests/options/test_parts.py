@@ -125,7 +125,7 @@ def test_build_settings_to_dict() -> None:
 INVALID = [
     ({"exporter": "onnxscript"}, "exporter"),
     ({"onnx": "m.onnx", "save_onnx": "out.onnx"}, "save_onnx"),
-    ({"backends": ["torch", "openvino"]}, "backends"),
+    ({"backends": ["torch", "tvm"]}, "backends"),
     ({"require": ["tensorrt", "tvm"]}, "require"),
     ({"recordings": {"torch": "t.npz"}}, "recordings"),
     ({"memory_bytes": 0}, "memory_bytes"),

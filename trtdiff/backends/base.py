@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import onnx
 
     from trtdiff.options import BackendOptions, BuildSettings
-    from trtdiff.report import PairMetrics, Thresholds
+    from trtdiff.report import PairMetrics, RuntimeSummary, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
 
 DEFAULT_CHUNK_BYTES = 1 << 30
@@ -101,6 +101,13 @@ class OnnxBackend(ABC):
 
         `sizes` holds expected byte sizes where known (unknown tensors count as one byte).
         """
+
+    def runtime_summary(self, thresholds: Thresholds) -> RuntimeSummary | None:
+        """What a compiled runtime compiled, fused and ran in, for the report's `runtimes` (None: not one).
+
+        Read after the samples ran, before `close()`; `thresholds` judge the marking check.
+        """
+        return None
 
     @property
     def closed(self) -> bool:

@@ -1,10 +1,10 @@
-"""The one place backends are named, chosen and opened: recordings, ONNX Runtime, the ONNX spec, TensorRT.
+"""The one place backends are named, chosen and opened: recordings, ONNX Runtime, the ONNX spec, TensorRT, OpenVINO.
 
 `BACKENDS` maps each name of `trtdiff.options.KNOWN_BACKENDS` to a `BackendSpec`: the class
 that runs it (imported only when one is opened), whether it needs a GPU, the pip extra that
 installs it, and what it is. `open_backend` opens one on an ONNX graph with the comparison's
 options; `open_backends` opens those a comparison chose, in a fixed order (recordings, then
-ONNX Runtime, the spec evaluator, TensorRT), and says why TensorRT was skipped. Both hand back
+ONNX Runtime, the spec evaluator, TensorRT, OpenVINO), and says why TensorRT or OpenVINO was skipped. Both hand back
 context managers: every backend opened is closed when the `with` block ends, errors included,
 and when opening a later one fails, the ones opened before it are closed.
 """
@@ -88,6 +88,15 @@ BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
             extra="tensorrt-rtx",
             title="TensorRT",
             describes="TensorRT (or TensorRT-RTX): a marked engine with debug tensors beside the plain engine",
+        ),
+        "openvino": BackendSpec(
+            "openvino",
+            "onnx",
+            "trtdiff.backends.openvino.runtime:OpenVINOBackend",
+            needs_gpu=False,
+            extra="openvino",
+            title="OpenVINO",
+            describes="OpenVINO (CPU plugin by default, f32): compiled models with added outputs beside the plain one",
         ),
     }
 )
@@ -212,10 +221,10 @@ def open_backends(
 ) -> OpenedBackends:
     """Open the ONNX backends among `names` on `graph` (recordings replace running a backend).
 
-    TensorRT that cannot run here is skipped with the reason (a BackendError naming `require`
-    when it is required). `compare_outputs`: how TensorRT compares its plain and marked
-    engines' outputs; `engine`: the engine settings it builds with. Use the result in a `with`
-    block: it closes what it opened.
+    TensorRT that cannot run here, and OpenVINO where it is not installed, are skipped with the
+    reason (a BackendError naming `require` when required). `compare_outputs`: how TensorRT and
+    OpenVINO compare their plain and marked models' outputs; `engine`: the engine settings
+    TensorRT builds with. Use the result in a `with` block: it closes what it opened.
     """
     with ExitStack() as stack:
         opened: list[OnnxBackend] = [
@@ -234,6 +243,11 @@ def open_backends(
                         notes.append(
                             f"no engine written to {engine_path}: TensorRT did not run; `trtdiff build` builds one"
                         )
+                    continue
+            if spec.name == "openvino":
+                skipped = _openvino_skipped(options)
+                if skipped is not None:
+                    notes.append(f"OpenVINO skipped: {skipped}")
                     continue
             backend = open_backend(
                 spec.name,
@@ -263,3 +277,13 @@ def _tensorrt_skipped(options: BackendOptions) -> TensorRTSummary | None:
     if "tensorrt" in options.require:
         raise BackendError(f"TensorRT cannot run here: {reason}", parameter="require", value="tensorrt")
     return skipped(reason, version)
+
+
+def _openvino_skipped(options: BackendOptions) -> str | None:
+    """The one-line reason OpenVINO cannot run here (not installed), or None; BackendError when it is required."""
+    from trtdiff.backends.openvino import unavailable
+
+    reason = unavailable()
+    if reason is not None and "openvino" in options.require:
+        raise BackendError(f"OpenVINO cannot run here: {reason}", parameter="require", value="openvino")
+    return reason

@@ -34,13 +34,14 @@ Exporter = Literal["auto", "torchscript", "dynamo"]
 Precision = Literal["fp32", "fp16", "bf16"]
 PrecisionConstraints = Literal["none", "obey", "prefer"]
 OutputsMode = Literal["all", "unfused", "none"]
-OnnxBackendName = Literal["onnxruntime", "onnx-reference", "tensorrt"]
+OnnxBackendName = Literal["onnxruntime", "onnx-reference", "tensorrt", "openvino"]
 SweepPrecision = Literal["fp32", "tf32", "fp16"]
 
-KNOWN_BACKENDS = ("torch", "onnxruntime", "onnx-reference", "tensorrt")
-ONNX_BACKENDS: tuple[OnnxBackendName, ...] = ("onnxruntime", "onnx-reference", "tensorrt")
+KNOWN_BACKENDS = ("torch", "onnxruntime", "onnx-reference", "tensorrt", "openvino")
+ONNX_BACKENDS: tuple[OnnxBackendName, ...] = ("onnxruntime", "onnx-reference", "tensorrt", "openvino")
 DEFAULT_BACKENDS = ("torch", "onnxruntime", "tensorrt")
 DEFAULT_PROVIDER = "auto"
+DEFAULT_OPENVINO_DEVICE = "CPU"
 DEFAULT_TORCH_DEVICE = "auto"
 DEFAULT_OPSET = 17
 DEFAULT_CHUNK_BYTES = 1 << 30
@@ -236,7 +237,8 @@ class BackendOptions:
     backends: tuple[str, ...] | None = option(None, group=BACKENDS, commands=COMPARE, metavar="LIST",
                                               parse=_backends, default_text="torch,onnxruntime,tensorrt",
                                               help="Comma-separated backends (torch, onnxruntime, onnx-reference, "
-                                                   "tensorrt); TensorRT only where it can run.")
+                                                   "tensorrt, openvino); TensorRT only where it can run; "
+                                                   "openvino only when asked.")
     require: tuple[str, ...] = option((), group=BACKENDS, commands=COMPARE, metavar="LIST",
                                       parse=_backends,
                                       help="Backends that must run (e.g. tensorrt): exit 2 instead of skipping.")
@@ -244,6 +246,10 @@ class BackendOptions:
                                metavar="NAME", help="ONNX Runtime execution provider: auto (CUDAExecutionProvider "
                                                     "where onnxruntime-gpu has it, TF32 off unless --tf32; else "
                                                     "CPUExecutionProvider), or a provider's name.")
+    openvino_device: str = option(DEFAULT_OPENVINO_DEVICE, group=BACKENDS, commands=("compare", "run"),
+                                  metavar="DEVICE", help="OpenVINO device the openvino backend compiles for (CPU; "
+                                                         "another plugin's name where one is installed), "
+                                                         "inference precision f32.")
     torch_device: str = option(DEFAULT_TORCH_DEVICE, group=BACKENDS, commands=COMPARE, metavar="DEVICE",
                                help="Where the PyTorch reference runs and is compared: auto (a CUDA GPU when torch "
                                     "sees one, else cpu), cpu, cuda, cuda:1 …")

@@ -627,6 +627,7 @@ def _report(
         notes=notes,
         timings={k: round(v, 4) for k, v in timings.items()},
         tensorrt=ran_summary(prepared.backends, run.options.thresholds) or prepared.tensorrt,
+        runtimes=tuple(s for b in prepared.backends if (s := b.runtime_summary(run.options.thresholds)) is not None),
         samples=mark_failures(results, checks),
         checks=tuple(checks),
         segmentation=segmentation,

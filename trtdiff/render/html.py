@@ -45,7 +45,8 @@ from trtdiff.render.format import (
     verdict_text,
 )
 from trtdiff.render.html_plots import depth_svg, samples_svg
-from trtdiff.report import Attribution, BackendPair, Culprit, ErrorFigures, Layer, Report
+from trtdiff.render.runtimes import runtime_lines
+from trtdiff.report import Attribution, BackendPair, Culprit, ErrorFigures, Layer, Report, RuntimeSummary
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1f2328;margin:0;
@@ -114,6 +115,7 @@ def html_body(report: Report) -> str:
         _checks(report),
         _segmentation(report),
         _tensorrt(report),
+        *(_runtime(summary) for summary in report.runtimes),
         _layers(report),
         _environment(report),
     ]
@@ -373,6 +375,15 @@ def _tensorrt(report: Report) -> str:
     if trt.marking_check is not None and trt.marking_check.status == "changed":
         changed = f"<p class='fail'><b>{esc(marking_changed_line(trt))}</b></p>\n"
     return f"<h2>TensorRT</h2>\n{changed}<p>{text}{notes}</p>"
+
+
+def _runtime(summary: RuntimeSummary) -> str:
+    """A compiled runtime's lines (render/runtimes.py), the alarm in red."""
+    lines = [
+        f"<p class='fail'><b>{esc(line.text)}</b></p>" if line.alarm else f"<p>{esc(line.text)}</p>"
+        for line in runtime_lines(summary)
+    ]
+    return f"<h2>{esc(summary.title)}</h2>\n" + "\n".join(lines)
 
 
 def _pair_cells(layer: Layer, pair: BackendPair, local: bool) -> list[str]:

@@ -164,6 +164,13 @@ def _properties(parent: ET.Element, report: Report) -> None:
     facts += [(f"environment.{key}", text) for key, text in report.environment.items()]
     if report.tensorrt is not None:
         facts += [("tensorrt.status", report.tensorrt.status), ("tensorrt.version", report.tensorrt.version)]
+    for runtime in report.runtimes:
+        check = runtime.marking_check
+        facts += [
+            (f"{runtime.backend}.version", runtime.version),
+            (f"{runtime.backend}.precision", runtime.precision_compiled),
+        ]
+        facts += [(f"{runtime.backend}.marking_check", check.status if check is not None else None)]
     for name, fact in facts:
         if fact is not None:
             ET.SubElement(parent, "property", {"name": name, "value": _clean(str(fact))})

@@ -31,7 +31,8 @@ from trtdiff.render.format import (
     segmentation_parts,
     suspects_text,
 )
-from trtdiff.report import Report, ThresholdCheck
+from trtdiff.render.runtimes import runtime_lines
+from trtdiff.report import Report, RuntimeSummary, ThresholdCheck
 from trtdiff.report.text import markdown, markdown_code
 
 
@@ -46,6 +47,7 @@ def render_markdown(report: Report) -> str:
         _drift(report),
         _segmentation(report),
         _tensorrt(report),
+        *(_runtime(summary) for summary in report.runtimes),
         _environment(report),
     ]
     return "\n\n".join(part for part in parts if part) + "\n"
@@ -178,6 +180,12 @@ def _tensorrt(report: Report) -> str:
     if trt.marking_check is not None and trt.marking_check.status == "changed":
         line = f"**{_text(marking_changed_line(trt))}**\n\n" + line
     return line
+
+
+def _runtime(summary: RuntimeSummary) -> str:
+    """A compiled runtime's lines (render/runtimes.py), the alarm in bold."""
+    lines = [f"**{_text(line.text)}**" if line.alarm else _text(line.text) for line in runtime_lines(summary)]
+    return "  \n".join(lines)
 
 
 def _environment(report: Report) -> str:

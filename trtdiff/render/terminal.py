@@ -38,6 +38,7 @@ from trtdiff.render.format import (
     short_pair,
     suspects_text,
 )
+from trtdiff.render.runtimes import runtime_lines
 from trtdiff.render.safe_text import SafeText
 from trtdiff.report import BackendPair, BuildReport, Layer, PairingSummary, Report, TensorRTSummary
 from trtdiff.report.text import plain
@@ -156,6 +157,9 @@ def _header(report: Report, console: Console) -> None:
         console.print(SafeText(pairing_line(summary, len(report.not_compared))))
     if report.tensorrt is not None and report.tensorrt.status != "skipped":
         _tensorrt_lines(report.tensorrt, console)
+    for runtime in report.runtimes:
+        for said in runtime_lines(runtime):
+            console.print(SafeText(said.text, style="bold red" if said.alarm else ""))
     for note in report.notes:
         console.print(_note(note))
 

@@ -2,6 +2,7 @@
 
 Every stage reads these types and renderers read nothing else, so they sit at the bottom of
 the house: `model` (the Report and its parts), `tensorrt` (what was built or run),
+`runtime` (what any compiled runtime, OpenVINO today, compiled, fused and ran in),
 `serialization` (dataclasses <-> JSON). This face re-exports the model, so
 `trtdiff.report.Report` is the name callers use."""
 
@@ -34,6 +35,7 @@ from trtdiff.report.model import (
     Reason as Reason,
     ReasonMetric as ReasonMetric,
     Report as Report,
+    RuntimeSummary as RuntimeSummary,
     SampleResult as SampleResult,
     SegmentationSummary as SegmentationSummary,
     TensorRTStatus as TensorRTStatus,

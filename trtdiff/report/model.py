@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from trtdiff.options import Thresholds
 from trtdiff.options.resolved import ResolvedOption
+from trtdiff.report.runtime import RuntimeSummary as RuntimeSummary  # every compiled runtime's part, re-exported
 from trtdiff.report.serialization import from_jsonable, to_jsonable
 from trtdiff.report.tensorrt import (  # the report's TensorRT parts, re-exported
     BuildReport as BuildReport,
@@ -472,6 +473,7 @@ class Report:
     notes: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
     tensorrt: TensorRTSummary | None = None
+    runtimes: tuple[RuntimeSummary, ...] = ()
     samples: tuple[SampleResult, ...] = ()
     checks: tuple[ThresholdCheck, ...] = ()
     segmentation: SegmentationSummary | None = None

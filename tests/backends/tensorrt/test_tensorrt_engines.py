@@ -25,6 +25,8 @@ trt = pytest.importorskip(
 )
 
 from trtdiff.analysis.metrics import compare_tensors  # noqa: E402
+from trtdiff.backends.compiled.answer import AnswerCheck, minimal_marks  # noqa: E402
+from trtdiff.backends.compiled.precision import asked_types, layer_precisions  # noqa: E402
 from trtdiff.backends.tensorrt import (  # noqa: E402
     BuildSettings,
     budget_of,
@@ -36,12 +38,10 @@ from trtdiff.backends.tensorrt import (  # noqa: E402
     marking,
     parse_onnx,
 )
-from trtdiff.backends.tensorrt.answer import AnswerCheck, minimal_marks  # noqa: E402
 from trtdiff.backends.tensorrt.builder import configure  # noqa: E402
 from trtdiff.backends.tensorrt.importing import tensorrt_info  # noqa: E402
 from trtdiff.backends.tensorrt.marking import plan_marks  # noqa: E402
 from trtdiff.backends.tensorrt.onnx_files import save_for_parser  # noqa: E402
-from trtdiff.backends.tensorrt.precision import asked_types, layer_precisions  # noqa: E402
 from trtdiff.backends.tensorrt.summary import summarize  # noqa: E402
 from trtdiff.report import Thresholds  # noqa: E402
 from trtdiff.source.onnx_graph import GraphInfo, load_graph  # noqa: E402

@@ -11,8 +11,9 @@ can build (TensorRT importable) and run (a CUDA GPU the installed TensorRT suppo
 
 from __future__ import annotations
 
+from trtdiff.backends.compiled import answer, precision
+from trtdiff.backends.compiled.fusion import EngineLayer, FusionReport, fusions_split
 from trtdiff.backends.tensorrt import (
-    answer,
     budget,
     buffers,
     builder,
@@ -22,7 +23,6 @@ from trtdiff.backends.tensorrt import (
     logger,
     marking,
     names,
-    precision,
     runtime,
 )
 from trtdiff.backends.tensorrt.budget import DEFAULT_MARK_BUDGET, Budget, budget_of, run_groups
@@ -34,13 +34,7 @@ from trtdiff.backends.tensorrt.builder import (
     parse_onnx,
 )
 from trtdiff.backends.tensorrt.cache import cache_key, load_engine, save_engine
-from trtdiff.backends.tensorrt.fusion import (
-    EngineLayer,
-    FusionReport,
-    fusion_from_inspector,
-    fusion_from_plan,
-    fusions_split,
-)
+from trtdiff.backends.tensorrt.fusion import fusion_from_inspector, fusion_from_plan
 from trtdiff.backends.tensorrt.importing import GpuInfo, Probe, TensorRTInfo, import_tensorrt, probe, tensorrt_info
 from trtdiff.backends.tensorrt.marking import MarkPlan, SkippedTensor
 from trtdiff.backends.tensorrt.result import BuildResult, EnginePlan

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import onnx
 
+from trtdiff.backends.compiled.precision import asked_types
 from trtdiff.backends.tensorrt import cache
 from trtdiff.backends.tensorrt.api import member
 from trtdiff.backends.tensorrt.budget import budget_of, resolved_sizes
@@ -34,7 +35,6 @@ from trtdiff.backends.tensorrt.logger import shared_logger, step
 from trtdiff.backends.tensorrt.marking import apply_marks, plan_marks, require_debug_tensors
 from trtdiff.backends.tensorrt.names import index_network, subgraph_names
 from trtdiff.backends.tensorrt.onnx_files import save_for_parser
-from trtdiff.backends.tensorrt.precision import asked_types
 from trtdiff.backends.tensorrt.result import BuildResult, EnginePlan
 from trtdiff.errors import BackendError, OptionError, param
 from trtdiff.options import BuildSettings

@@ -26,12 +26,11 @@ import json
 import re
 import struct
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from trtdiff.backends.compiled.fusion import EngineLayer, FusionReport
 from trtdiff.errors import describe_error
-from trtdiff.report import FusionSplit
 
 if TYPE_CHECKING:
     from trtdiff.backends.tensorrt.api import Engine, TrtModule
@@ -81,51 +80,6 @@ TRT_API = (
     "ProfilingVerbosity.DETAILED",
 )
 TRT_OPTIONAL_API: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class EngineLayer:
-    """One engine layer (or kernel of a fused region), its ONNX nodes and the types it writes.
-
-    `how`: "metadata" or "name" (where the ONNX nodes came from). `output_types`: precision as
-    built, e.g. ("FP32",), where the source says; () where it does not.
-    """
-
-    name: str
-    onnx_nodes: tuple[str, ...]
-    how: str
-    layer_type: str | None = None
-    tactic: str | None = None
-    output_types: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class FusionReport:
-    """Engine layers with their ONNX nodes, and where that information came from.
-
-    `tf32`: whether the engine may use TF32 (the plan header's flag, where the plan carries it).
-    """
-
-    layers: tuple[EngineLayer, ...]
-    source: str
-    note: str | None = None  # why the source is not the engine inspector, where it was asked first
-    tf32: bool | None = None
-
-    def fused(self) -> tuple[EngineLayer, ...]:
-        """Layers that compute more than one ONNX node."""
-        return tuple(layer for layer in self.layers if len(layer.onnx_nodes) > 1)
-
-    def layer_of(self) -> dict[str, str]:
-        """ONNX node name -> the engine layer that computes it."""
-        return {node: layer.name for layer in self.layers for node in layer.onnx_nodes}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "note": self.note,
-            "tf32": self.tf32,
-            "layers": [asdict(layer) for layer in self.layers],
-        }
 
 
 class NodeIndex:
@@ -262,17 +216,6 @@ def engine_fusion(engine: Engine | None, trt: TrtModule, graph: GraphInfo, plans
             inspected.layers, inspected.source, inspected.note, bool(int(header.group(1))) if header else None
         )
     return inspected
-
-
-def fusions_split(plain: FusionReport, marked: FusionReport) -> tuple[FusionSplit, ...]:
-    """The fused layers of the plain engine whose ONNX nodes the marked engine computes in several layers."""
-    marked_layer = marked.layer_of()
-    split: list[FusionSplit] = []
-    for layer in plain.fused():
-        into = tuple(dict.fromkeys(marked_layer[n] for n in layer.onnx_nodes if n in marked_layer))
-        if len(into) > 1:
-            split.append(FusionSplit(layer.name, layer.onnx_nodes, into))
-    return tuple(split)
 
 
 def _layer(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from trtdiff.backends.tensorrt.fusion import fusion_from_plan
 
 if TYPE_CHECKING:
-    from trtdiff.backends.tensorrt.fusion import FusionReport
+    from trtdiff.backends.compiled.fusion import FusionReport
     from trtdiff.backends.tensorrt.importing import TensorRTInfo
     from trtdiff.backends.tensorrt.marking import MarkPlan
     from trtdiff.options import BuildSettings

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, OpenRequest, chunk_names
+from trtdiff.backends.compiled.answer import AnswerCheck, Bisection, judged, minimal_marks, still_changes
 from trtdiff.backends.tensorrt import cache
-from trtdiff.backends.tensorrt.answer import AnswerCheck, Bisection, minimal_marks
 from trtdiff.backends.tensorrt.budget import run_groups
 from trtdiff.backends.tensorrt.buffers import cuda_initialized, to_numpy
 from trtdiff.backends.tensorrt.builder import build_engine, build_with_marks
@@ -34,7 +34,7 @@ from trtdiff.backends.tensorrt.fusion import engine_fusion
 from trtdiff.backends.tensorrt.importing import import_tensorrt, probe
 from trtdiff.backends.tensorrt.logger import shared_logger
 from trtdiff.backends.tensorrt.settings import engine_settings
-from trtdiff.errors import BackendError, describe_error
+from trtdiff.errors import BackendError
 
 if TYPE_CHECKING:
     from typing import Self
@@ -42,10 +42,10 @@ if TYPE_CHECKING:
     import torch
 
     from trtdiff.backends.base import OutputComparison
+    from trtdiff.backends.compiled.fusion import FusionReport
     from trtdiff.backends.tensorrt.api import Runtime
     from trtdiff.backends.tensorrt.builder import BuildResult
     from trtdiff.backends.tensorrt.execution import DebugMode
-    from trtdiff.backends.tensorrt.fusion import FusionReport
     from trtdiff.backends.tensorrt.marking import MarkPlan
     from trtdiff.options import BuildSettings
     from trtdiff.report import MarkingCheck, Thresholds
@@ -279,8 +279,6 @@ class TensorRTBackend(OnnxBackend):
 
     def marking_check(self, thresholds: Thresholds) -> MarkingCheck:
         """Whether marking changed the answer over the samples run, bisecting the marks where asked (settings)."""
-        import dataclasses
-
         from trtdiff.report import MarkingCheck
 
         if self.build.plain is None:
@@ -288,21 +286,13 @@ class TensorRTBackend(OnnxBackend):
         answer = self.answer
         if answer is None:
             return MarkingCheck(status="not run", reason="the backend was opened without an output comparison")
-        verdict = answer.verdict(thresholds)
-        wanted = self.build.settings.bisect_marks
-        bisect = verdict.status == "changed" if wanted is None else (wanted and answer.differs())
-        if not bisect or self.build.mark_plan.mode != "all" or answer.witness is None:
-            return verdict
-        try:
-            found = self.bisect(thresholds)
-        except Exception as error:  # noqa: BLE001 -- the check stands without the bisection; say why
-            return dataclasses.replace(verdict, bisect_note=f"bisection failed: {describe_error(error)}")
-        reverse = self._reverse
-        return dataclasses.replace(
-            verdict,
-            bisected=tuple(reverse.get(t, t) for t in found.marks),
-            bisect_builds=found.builds,
-            bisect_note=found.note,
+        return judged(
+            answer,
+            thresholds,
+            lambda: self.bisect(thresholds),
+            strict=self.build.settings.bisect_marks,
+            can_bisect=self.build.mark_plan.mode == "all",
+            rename=self._reverse,
         )
 
     def bisect(self, thresholds: Thresholds) -> Bisection:
@@ -330,7 +320,7 @@ class TensorRTBackend(OnnxBackend):
             finally:
                 session.release()
                 _release_cached_memory()
-            return check.differs() if strict else check.changed(thresholds)
+            return still_changes(check, thresholds, strict)
 
         return minimal_marks(self.build.mark_plan.debug, changes)
 

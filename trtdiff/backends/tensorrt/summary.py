@@ -6,16 +6,21 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from trtdiff.backends.tensorrt.fusion import SOURCE_INSPECTOR, fusions_split
-from trtdiff.backends.tensorrt.precision import NO_INSPECTOR, layer_precisions
+from trtdiff.backends.compiled.fusion import fusions_split
+from trtdiff.backends.compiled.precision import layer_precisions
+from trtdiff.backends.tensorrt.fusion import SOURCE_INSPECTOR
 from trtdiff.report import EngineLayerInfo, LayerPrecision, MarkingCheck, NotReturned, PlainEngine, TensorRTSummary
 
 if TYPE_CHECKING:
+    from trtdiff.backends.compiled.fusion import FusionReport
     from trtdiff.backends.tensorrt.builder import BuildResult
-    from trtdiff.backends.tensorrt.fusion import FusionReport
     from trtdiff.report import TensorRTStatus
     from trtdiff.source.onnx_graph import GraphInfo
 
+NO_INSPECTOR = (
+    "the engine inspector's figures (it needs a deserialized engine, so a GPU this TensorRT supports; none "
+    "here): the plan's are shown"
+)
 NOT_RUN_HERE = "`trtdiff build` runs no engine; `compare` on a GPU this TensorRT supports runs both engines"
 
 

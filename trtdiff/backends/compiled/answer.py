@@ -1,4 +1,6 @@
-"""Did marking change the answer? The plain engine's final outputs against the marked engine's, and a bisection.
+"""Did marking change the answer? The plain model's final outputs against the marked model's, and a bisection.
+
+Shared by the compiled runtimes (TensorRT engines, OpenVINO compiled models); written first for TensorRT.
 
 Marking tensors can change what TensorRT builds (fusion, memory reuse, precision), and so the
 numbers (NVIDIA/TensorRT #3258, #4338, #4400, #4804). The comparison therefore runs the plain
@@ -177,3 +179,45 @@ def minimal_marks(
             f"stopped after {max_builds} builds; the answer changes with these {len(narrowed)} marks",
         )
     return Bisection(tuple(found), builds)
+
+
+def judged(
+    answer: AnswerCheck,
+    thresholds: Thresholds,
+    bisect: Callable[[], Bisection],
+    *,
+    strict: bool | None = None,
+    can_bisect: bool = True,
+    rename: Mapping[str, str] | None = None,
+) -> MarkingCheck:
+    """The check as the report states it, the marks bisected where asked (`bisect` runs the runtime's search).
+
+    `strict`: None bisects when the answer changed beyond the thresholds, True as soon as the
+    outputs differ at all, False never. `can_bisect` False (a mode whose marks the runtime
+    picks): never. `rename`: the runtime's tensor names -> ONNX names, for the marks found.
+    A bisection that fails leaves the check standing, with a note saying why.
+    """
+    import dataclasses
+
+    from trtdiff.errors import describe_error
+
+    verdict = answer.verdict(thresholds)
+    wanted = verdict.status == "changed" if strict is None else (strict and answer.differs())
+    if not wanted or not can_bisect or answer.witness is None:
+        return verdict
+    try:
+        found = bisect()
+    except Exception as error:  # noqa: BLE001 -- the check stands without the bisection; say why
+        return dataclasses.replace(verdict, bisect_note=f"bisection failed: {describe_error(error)}")
+    names = rename or {}
+    return dataclasses.replace(
+        verdict,
+        bisected=tuple(names.get(t, t) for t in found.marks),
+        bisect_builds=found.builds,
+        bisect_note=found.note,
+    )
+
+
+def still_changes(check: AnswerCheck, thresholds: Thresholds, strict: bool) -> bool:
+    """A bisection step's answer: outputs that differ at all (`strict`), else beyond the thresholds."""
+    return check.differs() if strict else check.changed(thresholds)

@@ -20,7 +20,7 @@ import numpy as np
 from trtdiff.report import LayerPrecision
 
 if TYPE_CHECKING:
-    from trtdiff.backends.tensorrt.fusion import FusionReport
+    from trtdiff.backends.compiled.fusion import FusionReport
     from trtdiff.source.onnx_graph import GraphInfo
 
 # Float precisions by bits: what "lower" and "higher" compare.
@@ -38,14 +38,10 @@ _NUMPY_NAMES = {
 }
 MISSING_ASKED = "asked: the ONNX file gives no type for this layer's output"
 MISSING_BUILT_PLAN = "built: the plan names no type for what this layer writes"
-NO_INSPECTOR = (
-    "the engine inspector's figures (it needs a deserialized engine, so a GPU this TensorRT supports; none "
-    "here): the plan's are shown"
-)
 
 
 def asked_types(graph: GraphInfo) -> dict[str, str]:
-    """ONNX node name -> the precision name of its first output, in the model TensorRT parsed."""
+    """ONNX node name -> the precision name of its first output, in the model the runtime read."""
     asked: dict[str, str] = {}
     for node in graph.nodes:
         outputs = [o for o in node.outputs if o]
@@ -58,9 +54,12 @@ def asked_types(graph: GraphInfo) -> dict[str, str]:
 def layer_precisions(
     fusion: FusionReport, asked: Mapping[str, str], order: Mapping[str, int]
 ) -> tuple[LayerPrecision, ...]:
-    """Each engine layer's built type against what its last ONNX node asks for (`order`: node positions)."""
+    """Each engine layer's built type against what its last ONNX node asks for (`order`: node positions).
+
+    Layers that compute no ONNX node (layout reorders a runtime adds) have nothing asked: they get no row.
+    """
     rows: list[LayerPrecision] = []
-    for layer in fusion.layers:
+    for layer in (layer for layer in fusion.layers if layer.onnx_nodes):
         last = max(layer.onnx_nodes, key=lambda node: order.get(node, -1))
         want = asked.get(last)
         built = _widest(layer.output_types)

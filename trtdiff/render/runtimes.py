@@ -1,0 +1,114 @@
+"""Every compiled runtime's summary (the report's `runtimes`) in words: one function, for every renderer.
+
+The terminal, Markdown and HTML views print these lines, each escaping them its own way, so a
+runtime added to the report needs no renderer code. The first line is the alarm when marking
+changed the answer (said before anything else about the runtime, as for TensorRT).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trtdiff.render.format import cosine, plural, sci
+from trtdiff.report import MarkingCheck, RuntimeSummary
+
+LISTED = 5  # names quoted in one line
+
+
+@dataclass(frozen=True)
+class RuntimeLine:
+    """One line about a runtime; `alarm`: say it loudly (marking changed the answer)."""
+
+    text: str
+    alarm: bool = False
+
+
+def runtime_lines(summary: RuntimeSummary) -> list[RuntimeLine]:
+    """What the runtime compiled, fused, split, ran in and left unmapped, and the marking check, in words."""
+    title = summary.title
+    check = summary.marking_check
+    lines: list[RuntimeLine] = []
+    if check is not None and check.status == "changed":
+        lines.append(RuntimeLine(f"{title}: {marking_changed(check)}", alarm=True))
+    precision = summary.precision_asked or "?"
+    if summary.precision_compiled and summary.precision_compiled != summary.precision_asked:
+        precision += f" asked, {summary.precision_compiled} compiled"
+    lines.append(
+        RuntimeLine(
+            f"{title} {summary.version or '?'} on {summary.device or '?'}: inference precision {precision}; "
+            f"{plural(summary.compiled_models, 'compiled model')} ({summary.compile_seconds:.2f}s), "
+            f"{summary.marked} tensors returned through added outputs"
+        )
+    )
+    lines.append(RuntimeLine(_fusion(summary)))
+    if summary.layer_precisions:
+        lines.append(RuntimeLine(_precision(summary)))
+    unmapped = _unmapped(summary)
+    if unmapped:
+        lines.append(RuntimeLine(unmapped))
+    if check is not None and check.status != "changed":
+        why = f": {check.reason}" if check.reason else ""
+        figures = f" over {plural(check.samples, 'sample')} (worst rel err {sci(check.rel_err)})" if check.runs else ""
+        lines.append(RuntimeLine(f"marking check (plain vs marked outputs): {check.status}{figures}{why}"))
+    lines += [RuntimeLine(f"note: {note}") for note in summary.notes]
+    return lines
+
+
+def marking_changed(check: MarkingCheck) -> str:
+    """The plain model's outputs differ from the marked one's beyond the thresholds: by how much, and which marks."""
+    figures = f"worst on {check.worst_output}: rel err {sci(check.rel_err)}, cosine {cosine(check.cosine)}"
+    named = ""
+    if check.bisected:
+        named = f"; marking {_listed(check.bisected)} changes it (bisected in {check.bisect_builds} compilations)"
+    elif check.bisect_note:
+        named = f"; {check.bisect_note}"
+    return f"marking changed the answer: the plain model's outputs differ from the marked model's ({figures}){named}"
+
+
+def _fusion(summary: RuntimeSummary) -> str:
+    fused = summary.fused_layers
+    text = plural(summary.runtime_layers, "executed layer")
+    if fused:
+        nodes = sum(len(layer.onnx_nodes) for layer in fused)
+        biggest = max(len(layer.onnx_nodes) for layer in fused)
+        text += f"; fused {nodes} ONNX nodes into {plural(len(fused), 'layer')} (largest: {biggest} nodes)"
+    split = len(summary.fusions_split)
+    text += f"; the marked models split {split} of them" if fused else ""
+    return f"{text} (source: {summary.fusion_source or 'none'})"
+
+
+def _precision(summary: RuntimeSummary) -> str:
+    rows = summary.layer_precisions
+    lower = [r for r in rows if r.flag == "lower"]
+    higher = sum(1 for r in rows if r.flag == "higher")
+    unknown = sum(1 for r in rows if r.missing)
+    same = len(rows) - len(lower) - higher - unknown
+    kinds = ", ".join(sorted({r.built for r in rows if r.built and not r.flag and not r.missing})) or "-"
+    text = (
+        f"precision as run: {plural(same, 'layer')} as asked ({kinds}), {len(lower)} lower, {higher} higher, "
+        f"{unknown} unknown"
+    )
+    if lower:
+        shown = "; ".join(f"{r.layer} {r.built} for {r.asked}" for r in lower[:LISTED])
+        text += f" (lower: {shown}{'; …' if len(lower) > LISTED else ''})"
+    return text
+
+
+def _unmapped(summary: RuntimeSummary) -> str:
+    parts = []
+    if summary.unmapped_tensors:
+        parts.append(
+            f"{plural(len(summary.unmapped_tensors), 'ONNX tensor')} with no {summary.title} tensor, not compared "
+            f"({_listed(summary.unmapped_tensors)})"
+        )
+    if summary.unmapped_ops:
+        parts.append(
+            f"{plural(len(summary.unmapped_ops), 'runtime op name')} no ONNX node answers to "
+            f"({_listed(summary.unmapped_ops)})"
+        )
+    return "unmapped: " + "; ".join(parts) if parts else ""
+
+
+def _listed(names: tuple[str, ...]) -> str:
+    more = f" and {len(names) - LISTED} more" if len(names) > LISTED else ""
+    return ", ".join(names[:LISTED]) + more
