@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from trtdiff.backends.base import OnnxBackend
     from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.backends.pytorch.reference import TorchReference
+    from trtdiff.backends.registry import OpenedBackends
     from trtdiff.options import BuildSettings
     from trtdiff.report import TensorRTSummary
 
@@ -132,24 +133,19 @@ def prepare(
     engine_path = check_new_file(options.runtime.save_engine, options.force, "save_engine")
     source, backends, notes = _loaded(model, options, backends, first_feeds, timings, say)
     precision = run_precision(options.runtime.precision, source.given_graph)
-    reference = _reference(source, options, backends, golden=precision != "fp32")
+    golden = precision != "fp32"  # reduced precision is judged against PyTorch in float64
+    reference = _reference(source, options, backends, golden=golden)
     recording = _recording(record or _capturing(capture), reference, source, say, timings)
     with ExitStack() as stack:  # closed last in, first out: the backends, then the folder they read
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-")))
         graph, exporter, recorded = _export_then_record(
-            source, options.export, save_path, folder, notes, recording, timings, say, golden=precision != "fp32"
+            source, options.export, save_path, folder, notes, recording, timings, say, golden=golden
         )
         graph, converted = in_precision(graph, precision, folder, options.runtime.keep_fp32)
         notes += converted
         feeds = onnx_feeds(graph, source.feeds)
         engine = engine_settings(options.runtime, feeds)  # every engine of the comparison is built with these
-        say("preparing backends (a TensorRT engine build can take minutes)")
-        with timed(timings, "backends"):
-            opened = stack.enter_context(
-                open_backends(
-                    graph, feeds, options.runtime, backends, engine_path, compare_outputs=compare_tensors, engine=engine
-                )
-            )
+        opened = stack.enter_context(_opened(graph, feeds, options, backends, engine_path, engine, timings, say))
         yield Prepared(
             loaded=source.loaded,
             graph=graph,
@@ -169,6 +165,27 @@ def prepare(
             engine=engine,
             precision=precision,
         )
+
+
+@contextmanager
+def _opened(
+    graph: GraphInfo,
+    feeds: dict[str, np.ndarray],
+    options: CompareOptions,
+    backends: Sequence[str],
+    engine_path: Path | None,
+    engine: BuildSettings,
+    timings: dict[str, float],
+    say: Progress,
+) -> Iterator[OpenedBackends]:
+    """The ONNX backends opened on `graph` (timed), closed when the block ends."""
+    say("preparing backends (a TensorRT engine build can take minutes)")
+    with timed(timings, "backends"):
+        opening = open_backends(
+            graph, feeds, options.runtime, backends, engine_path, compare_outputs=compare_tensors, engine=engine
+        )
+    with opening as opened:
+        yield opened
 
 
 def _emulated(backends: Sequence[OnnxBackend], precision: GraphPrecision) -> list[str]:

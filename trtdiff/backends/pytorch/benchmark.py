@@ -29,10 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from trtdiff.backends.pytorch.capture import resolve_device
+from trtdiff.backends.pytorch.capture import QuietMode, resolve_device
 from trtdiff.backends.store import to_host
 from trtdiff.errors import ModelRunError, cause_line
 
@@ -81,7 +80,7 @@ def benchmark_errors(
     return {key: error for key, error in errors.items() if key in same}, []
 
 
-class RoundedOutputs(TorchDispatchMode):
+class RoundedOutputs(QuietMode):
     """Every floating op output rounded to `dtype` and back: float16 storage, float32 arithmetic inside each op.
 
     That is how PyTorch computes float16 on the CPU (each kernel accumulates in float32 and writes
@@ -94,11 +93,6 @@ class RoundedOutputs(TorchDispatchMode):
     def __init__(self, dtype: torch.dtype) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch declares no types here
         self.dtype = dtype
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        """As capture's recorder: no dynamo import for a mode that is never compiled."""
-        return False
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None

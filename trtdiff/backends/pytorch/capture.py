@@ -52,7 +52,16 @@ from trtdiff.backends.store import TensorStore, to_host
 from trtdiff.errors import InputError, ModelRunError, OptionError, TrtdiffError, cause_line, interrupts_kept, param
 
 
-class _Recorder(TorchDispatchMode):
+class QuietMode(TorchDispatchMode):
+    """A dispatch mode that is never compiled: torch need not wrap `__torch_dispatch__` in dynamo's disable,
+    whose first call imports dynamo and sympy (about a second). Every mode trtdiff enters is one."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
+class _Recorder(QuietMode):
     """Records computing aten ops (see op_kinds) with their inputs' producers and sources."""
 
     def __init__(
@@ -76,12 +85,6 @@ class _Recorder(TorchDispatchMode):
         self._nested = 0  # inside a fused kernel's decomposition (see _decompose)
         self._deferred: list[tuple[str, torch.Tensor]] = []  # values made there, for `visit`
         self._uncopied: dict[int, list[str]] = {}  # storage address -> keys kept without a copy
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        """Keep torch from wrapping `__torch_dispatch__` in dynamo's disable, whose first call imports dynamo and
-        sympy (about a second); this mode is never compiled."""
-        return False
 
     def hold(self, key: str, tensor: torch.Tensor) -> None:
         """Show a value to `visit` as it is produced, then keep it (those in `keep`, when given).
@@ -416,7 +419,7 @@ def _on_device(module: torch.nn.Module, device: str, tf32: bool) -> Iterator[Non
             module.to(original)
 
 
-class ConvolutionTf32(TorchDispatchMode):
+class ConvolutionTf32(QuietMode):
     """Every convolution with TF32 as asked, also where a trace baked the flag in.
 
     A traced archive calls `aten::_convolution` with `allow_tf32` written in as a constant (True
@@ -428,11 +431,6 @@ class ConvolutionTf32(TorchDispatchMode):
     def __init__(self, tf32: bool) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch declares no types here
         self.tf32 = tf32
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        """As _Recorder: no dynamo import for a mode that is never compiled."""
-        return False
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
