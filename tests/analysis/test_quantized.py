@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import onnx
 import pytest
 from click.testing import CliRunner
 
@@ -21,7 +22,7 @@ from trtdiff.cli.app import main
 from trtdiff.errors import ConfigError, OptionError
 from trtdiff.options import CompareOptions
 from trtdiff.options.config import load_config
-from trtdiff.pairing.qdq import quantizations, weight_dequantizers
+from trtdiff.pairing.qdq import quantizations, unquantized, weight_dequantizers
 from trtdiff.report import ErrorFigures, Report
 from trtdiff.source.onnx_graph import load_graph
 
@@ -77,6 +78,9 @@ def test_a_doubled_dequantize_scale_is_the_culprit_at_that_dequantize(
     # the node reading that DequantizeLinear's output, as ModelOpt's nodes_to_exclude takes it
     assert culprit.exclude == ("^/Add$",) and excluded.read_text() == "^/Add$\n"
     assert "keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): ^/Add$" in text
+    # and the list is checked: with the Q/DQ in front of /Add removed, the outputs pass again
+    checked = "exclusion list checked: with the activation Q/DQ in front of /Add removed (the weights stay quantized)"
+    assert f"{checked} the final outputs pass every check" in report.notes
     older = json.loads(out.read_text())  # a report written before the fields reads them as absent
     for entry in older["culprits"]:
         del entry["quantization"]
@@ -92,6 +96,21 @@ def test_the_graph_says_what_is_quantized(qdq_files: dict[str, Path]) -> None:
     assert found["x_DequantizeLinear_Output"].dtype == "int8"
     assert len(weight_dequantizers(graph)) == 6  # weights and biases: constants, listed, not compared
     assert quantizations(load_graph(qdq_files["int8"].with_name("float.onnx"))) == {}  # FP32: nothing
+
+
+def test_unquantizing_a_node_rewires_its_inputs_to_the_float_tensors(qdq_files: dict[str, Path]) -> None:
+    """As ModelOpt's nodes_to_exclude leaves a node: its activation inputs unquantized, a clipping Q/DQ (zero point
+    at the type's lowest value, where quantize_static folded a Relu) replaced by a Relu, the Q/DQ nothing reads
+    any more dropped, the weights' DequantizeLinears kept."""
+    graph = load_graph(qdq_files["int8"])
+    model = unquantized(graph, ["/Add"])
+    nodes = {node.name: node for node in model.graph.node}
+    relus = [f"{t}/trtdiff.unquantized_relu" for t in ("/relu_1/Relu_output_0", "/relu/Relu_output_0")]
+    assert list(nodes["/Add"].input) == relus and all(nodes[r].op_type == "Relu" for r in relus)
+    assert f"{DOUBLED}" not in nodes  # read by /Add alone: dropped with its QuantizeLinear
+    assert "/relu/Relu_output_0_DequantizeLinear" in nodes  # still read by conv2
+    assert len([n for n in nodes.values() if n.op_type == "DequantizeLinear" and "weight" in n.name]) == 3
+    onnx.checker.check_model(model)
 
 
 def test_the_step_figure_and_its_noise_level() -> None:

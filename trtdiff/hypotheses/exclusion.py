@@ -1,24 +1,33 @@
-"""Does keeping the culprits in FP32 fix an FP16 comparison? Convert again, compare again, and say.
+"""Does keeping the culprits in higher precision fix the comparison? Rewrite the graph, compare again, say.
 
 The exclusion list (`--exclude-list`, each culprit's `exclude`) is a promise: keep these nodes in
-higher precision and the finding goes away. Where trtdiff itself converted the FP32 graph to FP16
-(`--precision fp16`), it checks the promise: `with_exclusion_checked` converts the graph again with
-those nodes kept in FP32 (onnxconverter-common's node_block_list, the `keep_fp32` option), compares
-once more with the same options but no culprit pass, and adds one note saying whether every check
-then passes. A graph that came in FP16 (or quantized) is not converted by trtdiff: nothing is
-checked there, and the note says nothing.
+higher precision and the finding goes away. `with_exclusion_checked` checks it where trtdiff can
+make that graph, compares once more with the same options but no culprit pass, and adds one note
+saying whether the final outputs then pass every check (the gate's; the layers of a rewritten
+graph pair differently, so their check is not the question):
+- an FP32 graph trtdiff converted to FP16 (`--precision fp16`) is converted again with those
+  nodes kept in FP32 (onnxconverter-common's node_block_list, the `keep_fp32` option);
+- a QDQ file gets the activation Q/DQ in front of those nodes removed (pairing.qdq.unquantized),
+  as ModelOpt's `nodes_to_exclude` leaves them; the weights stay quantized (the float weights are
+  not in the file), so a fault in a weight's Q/DQ is not undone this way.
+A graph that came in FP16 is not converted by trtdiff: nothing is checked there.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import onnx
+
 from trtdiff.errors import OptionError
+from trtdiff.pairing.qdq import has_qdq, unquantized
 from trtdiff.pipeline.comparison import compare_once
+from trtdiff.source.onnx_graph import load_graph
 
 if TYPE_CHECKING:
     import torch
@@ -36,28 +45,54 @@ def with_exclusion_checked(
     progress: Progress | None = None,
     name_of: Callable[[str], str] = str,
 ) -> Report:
-    """`report`, with a note on whether its culprits' nodes kept in FP32 make every check pass (see above)."""
+    """`report`, with a note on whether its culprits' nodes kept in higher precision make every check pass."""
     nodes = excluded_nodes(report)
-    if report.passed or not nodes or options.runtime.precision != "fp16" or options.runtime.keep_fp32:
+    if report.passed or not nodes or options.runtime.keep_fp32:
         return report
-    if progress is not None:
-        progress("converting again with the culprits' nodes kept in FP32 and comparing (the exclusion list)")
-    again = options.with_fields(keep_fp32=nodes, culprit=False, save_repro=None)
-    try:
-        checked = compare_once(model, again, progress=None, name_of=name_of).report
-    except OptionError:  # the graph was not converted by trtdiff (it came in FP16): nothing to check
-        return report
-    flag = f"{name_of('keep_fp32')} {','.join(nodes)}"
-    if checked.passed:
-        note = f"exclusion list checked: with {', '.join(nodes)} kept in FP32 ({flag}) every check passes"
+    if options.runtime.precision == "fp16":
+        how = f"with {', '.join(nodes)} kept in FP32 ({name_of('keep_fp32')} {','.join(nodes)})"
+        checked = _again(model, options.with_fields(keep_fp32=nodes), progress, name_of, how)
+    elif report.onnx_path is not None and has_qdq(graph := load_graph(report.onnx_path)):
+        with tempfile.TemporaryDirectory(prefix="trtdiff-") as folder:
+            path = Path(folder) / f"{graph.path.stem}.unquantized.onnx"
+            onnx.save(unquantized(graph, nodes), str(path))
+            how = f"with the activation Q/DQ in front of {', '.join(nodes)} removed (the weights stay quantized)"
+            given = isinstance(model, (str, Path)) and str(model) == report.onnx_path
+            checked = _again(
+                path if given else model,
+                options if given else options.with_fields(onnx=str(path)),
+                progress,
+                name_of,
+                how,
+            )
     else:
-        failed = checked.failed_checks
-        note = (
-            f"exclusion list checked: with {', '.join(nodes)} kept in FP32 ({flag}) {len(failed)} of "
-            f"{len(checked.checks)} checks still fail (first: {failed[0].id if failed else '?'}): keeping these "
-            "nodes is not enough"
-        )
-    return dataclasses.replace(report, notes=(*report.notes, note))
+        return report
+    return report if checked is None else dataclasses.replace(report, notes=(*report.notes, checked))
+
+
+def _again(
+    model: str | Path | torch.nn.Module,
+    options: CompareOptions,
+    progress: Progress | None,
+    name_of: Callable[[str], str],
+    how: str,
+) -> str | None:
+    """The note on comparing `model` again with `options` (the culprits' nodes in higher precision, `how`): do the
+    final outputs pass every check? None where the options cannot apply (a graph trtdiff did not convert)."""
+    if progress is not None:
+        progress("comparing again with the culprits' nodes in higher precision (the exclusion list)")
+    try:
+        checked = compare_once(model, options.with_fields(culprit=False, save_repro=None), name_of=name_of).report
+    except OptionError:  # e.g. keep_fp32 on a graph that came in FP16: trtdiff converts nothing to check
+        return None
+    final = [check for check in checked.checks if check.scope != "layers"]
+    failed = [check for check in final if not check.passed]
+    if final and not failed:
+        return f"exclusion list checked: {how} the final outputs pass every check"
+    return (
+        f"exclusion list checked: {how} {len(failed)} of {len(final)} checks of the final outputs still fail "
+        f"(first: {failed[0].id if failed else '?'}): keeping these nodes is not enough"
+    )
 
 
 def excluded_nodes(report: Report) -> tuple[str, ...]:

@@ -17,12 +17,15 @@ them yet). Only what the graph says is read: no value is computed to decide a pa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
+    import onnx
+
     from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.source.onnx_graph import GraphInfo, NodeInfo
 
@@ -154,6 +157,65 @@ def to_exclude(graph: GraphInfo, node_name: str) -> tuple[str, ...]:
         return ()
     near = [graph.node_of(t) for t in node.inputs] + [n for n in graph.nodes if set(node.outputs) & set(n.inputs)]
     return (node.name,) if any(n is not None and n.op_type in _QDQ for n in near) else ()
+
+
+def unquantized(graph: GraphInfo, nodes: Sequence[str]) -> onnx.ModelProto:
+    """A copy of the model with `nodes`' activation inputs unquantized, as ModelOpt's `nodes_to_exclude`
+    leaves them: each input a DequantizeLinear computes from a QuantizeLinear of a float tensor reads
+    that float tensor instead (weights stay as they are: the float ones are not in the file).
+
+    A Q/DQ whose zero point is its type's lowest value represents no negative value: it clips at zero,
+    and quantize_static folds a Relu into it that way; a Relu then stands in for it. The Q/DQ nodes
+    nothing reads any more are dropped.
+    """
+    import onnx
+    from onnx import helper
+
+    model = onnx.ModelProto()
+    model.CopyFrom(graph.model)
+    constants = _constants(graph)
+    wanted, relus = set(nodes), {o for n in model.graph.node for o in n.output}  # relus: names taken
+    ordered: list[onnx.NodeProto] = []
+    for node in model.graph.node:
+        for i, tensor in enumerate(node.input if node.name in wanted else ()):
+            float_input = _quantized_from(graph, tensor, constants)
+            if float_input is None:
+                continue
+            source, clips = float_input
+            if clips:  # the Relu right before its reader: the float tensor is computed before the Q/DQ was
+                relu = f"{source}/trtdiff.unquantized_relu"
+                if relu not in relus:  # one Relu for every reader (and none again in a file unquantized before)
+                    ordered.append(helper.make_node("Relu", [source], [relu], name=relu))
+                    relus.add(relu)
+                source = relu
+            node.input[i] = source
+        ordered.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(_read(ordered, {o.name for o in model.graph.output}))
+    return model
+
+
+def _read(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
+    """`nodes` without the Q/DQ nodes nothing reads any more (those the rewiring left behind), repeatedly."""
+    while True:
+        read = outputs | {t for n in nodes for t in n.input}
+        kept = [n for n in nodes if n.op_type not in _QDQ or any(o in read for o in n.output)]
+        if len(kept) == len(nodes):
+            return kept
+        nodes = kept
+
+
+def _quantized_from(graph: GraphInfo, tensor: str, constants: dict[str, np.ndarray]) -> tuple[str, bool] | None:
+    """(the float tensor, whether its Q/DQ clips at zero) where an activation Q/DQ pair computes `tensor`."""
+    dequantize = graph.node_of(tensor)
+    if dequantize is None or dequantize.op_type != "DequantizeLinear" or dequantize.inputs[0] in constants:
+        return None
+    quantize = graph.node_of(dequantize.inputs[0])
+    if quantize is None or quantize.op_type != "QuantizeLinear":
+        return None
+    zero = constants.get(quantize.inputs[2]) if len(quantize.inputs) > 2 and quantize.inputs[2] else None
+    clips = zero is not None and zero.dtype.kind in "iu" and int(zero.reshape(-1)[0]) == np.iinfo(zero.dtype).min
+    return quantize.inputs[0], clips
 
 
 def exclude_pattern(node_name: str) -> str:
