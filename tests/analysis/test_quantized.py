@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
@@ -54,7 +55,7 @@ def test_a_clean_quantized_model_passes_at_the_defaults(qdq_files: dict[str, Pat
     # the DQ after conv1 stands for PyTorch's relu, which quantize_static folded into the Q/DQ
     first = next(layer for layer in dequantized if layer.onnx_node == "/relu/Relu_output_0_DequantizeLinear")
     assert first.pairing == "quantized" and first.torch_op is not None and "relu" in first.torch_op
-    (check,) = [c for c in report.checks if c.threshold == "max_quant_steps"]
+    (check,) = [c for c in report.checks if c.threshold == "max_quant_steps" and c.scope == "outputs"]
     assert check.passed and check.metric == "quant_steps" and check.limit == 8.0
     assert not [c for c in report.checks if c.threshold in ("min_cosine", "rtol")]  # the output is quantized
 
@@ -96,6 +97,29 @@ def test_the_graph_says_what_is_quantized(qdq_files: dict[str, Path]) -> None:
     assert found["x_DequantizeLinear_Output"].dtype == "int8"
     assert len(weight_dequantizers(graph)) == 6  # weights and biases: constants, listed, not compared
     assert quantizations(load_graph(qdq_files["int8"].with_name("float.onnx"))) == {}  # FP32: nothing
+
+
+def test_each_quantized_weight_is_compared_with_its_pytorch_parameter(
+    qdq_files: dict[str, Path], tmp_path: Path
+) -> None:
+    """A weight quantized to the nearest step is within half a step of its parameter; one whose scale was
+    doubled afterwards (its own initializer) is off by up to half its range, and the weights check names it."""
+    clean = trtdiff.compare(small_cnn(), onnx=str(qdq_files["int8"]), input_shapes=SHAPE, backends=BACKENDS)
+    assert len(clean.weights) == 6 and all(w.parameter is not None for w in clean.weights)
+    assert all(w.steps is not None and w.steps <= 0.5 + 1e-6 for w in clean.weights)
+    (check,) = [c for c in clean.checks if c.scope == "weights"]
+    assert check.passed and check.id == "weights/max-quant-steps/torch" and check.compared == 6
+
+    model = onnx.load(str(qdq_files["int8"]))
+    init = next(i for i in model.graph.initializer if i.name == "conv2.weight_scale")
+    init.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(init) * np.float32(2), init.name))
+    doubled = tmp_path / "weight_doubled.onnx"
+    onnx.save(model, str(doubled))
+    report = trtdiff.compare(small_cnn(), onnx=str(doubled), input_shapes=SHAPE, backends=BACKENDS)
+    (check,) = [c for c in report.checks if c.scope == "weights"]
+    assert not check.passed and check.failing_samples == ("conv2.weight_DequantizeLinear",)
+    assert check.worst is not None and check.worst > 50  # each weight off by itself: up to 127 steps
+    assert not report.passed
 
 
 def test_unquantizing_a_node_rewires_its_inputs_to_the_float_tensors(qdq_files: dict[str, Path]) -> None:

@@ -19,11 +19,15 @@ import numpy as np
 
 from trtdiff.analysis.noise import QUANT_PERCENTILE, quant_steps
 from trtdiff.backends.store import to_host
-from trtdiff.report import Reason
+from trtdiff.pairing.qdq import weight_quantizations
+from trtdiff.report import QuantizedWeight, Reason
 
 if TYPE_CHECKING:
+    import onnx
+
     from trtdiff.pairing.qdq import Quantization
     from trtdiff.report import PairMetrics, Thresholds
+    from trtdiff.source.onnx_graph import GraphInfo, NodeInfo
 
 _KEPT = frozenset({"non_finite", "shape", "mismatches"})  # reasons that stand whatever the precision
 
@@ -51,3 +55,56 @@ def in_steps(
     if steps > thresholds.max_quant_steps:
         reasons.append(Reason("quant_steps", steps, thresholds.max_quant_steps, detail=quantization.node))
     return dataclasses.replace(metrics, quant_steps=steps, reasons=tuple(reasons), diverged=bool(reasons))
+
+
+def quantized_weights(graph: GraphInfo, parameters: Mapping[str, np.ndarray]) -> tuple[QuantizedWeight, ...]:
+    """Every weight and bias DequantizeLinear of `graph`, against the PyTorch parameter it quantizes where
+    the file names one (`QuantizedWeight`); () for a graph with no Q/DQ (nothing read).
+
+    A weight quantized correctly is within half a step of its parameter everywhere (round to nearest; a
+    symmetric range covers the largest value): the figure is the max, not a percentile, since nothing
+    about a constant varies with the input.
+    """
+    weights = weight_quantizations(graph)
+    if not weights:
+        return ()
+    constants = {init.name: init for init in graph.model.graph.initializer}
+    found = []
+    for node in (n for n in graph.nodes if n.name in weights):
+        name = node.inputs[0].removesuffix("_quantized")  # quantize_static's and ModelOpt's naming
+        parameter = parameters.get(name)
+        steps = _weight_steps(graph, node, constants, parameter) if parameter is not None else None
+        quantization = weights[node.name]
+        described = quantization.describe() if quantization is not None else ""
+        found.append(QuantizedWeight(node.name, name if parameter is not None else None, steps, described))
+    return tuple(found)
+
+
+def _weight_steps(
+    graph: GraphInfo, node: NodeInfo, constants: Mapping[str, onnx.TensorProto], parameter: np.ndarray
+) -> float | None:
+    """max |(q - zero point) x scale - parameter| / scale, per channel along the node's axis; None where the
+    inputs are not constants or the shapes differ."""
+    from onnx import numpy_helper
+
+    if not all(t in constants for t in node.inputs[:2]):
+        return None
+    values = numpy_helper.to_array(constants[node.inputs[0]]).astype(np.float64)
+    if parameter.shape != values.shape:
+        return None
+    zero_name = node.inputs[2] if len(node.inputs) > 2 else ""
+    zero = numpy_helper.to_array(constants[zero_name]).astype(np.float64) if zero_name in constants else np.zeros(())
+    axis = next((int(a.i) for a in graph.model.graph.node[node.index].attribute if a.name == "axis"), 1)
+    scale = _along(numpy_helper.to_array(constants[node.inputs[1]]).astype(np.float64), values.ndim, axis)
+    zero = _along(zero, values.ndim, axis)
+    error = np.abs((values - zero) * scale - parameter.astype(np.float64))
+    return float(np.max(error / np.where(scale > 0, scale, np.inf), initial=0.0))
+
+
+def _along(value: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    """A per-channel scale or zero point (one value per index along `axis`) shaped to broadcast over a weight."""
+    if value.size == 1:
+        return value.reshape(())
+    shape = [1] * ndim
+    shape[axis % ndim] = value.size
+    return value.reshape(shape)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         CheckScope,
         Layer,
         PairMetrics,
+        QuantizedWeight,
         SampleResult,
         SegmentationSummary,
         Threshold,
@@ -77,6 +78,18 @@ def output_checks(
                 checks.append(_check("outputs", threshold, metric, pair, limit, worst, failing, len(samples)))
         checks.append(_finite_check(samples, figures, thresholds.allow_nonfinite, pair))
     return checks
+
+
+def weight_checks(weights: Sequence[QuantizedWeight], thresholds: Thresholds) -> list[ThresholdCheck]:
+    """A QDQ file's weights and biases against the PyTorch parameters they quantize, in steps of their
+    scale (analysis.quant.quantized_weights), against `max_quant_steps`; none where no weight was compared."""
+    compared = [(w.node, w.steps) for w in weights if w.steps is not None]
+    if not compared:
+        return []
+    limit = thresholds.max_quant_steps
+    failing = tuple(name for name, steps in compared if _breaks(steps, limit, False))
+    worst = _worst(compared, max)
+    return [_check("weights", "max_quant_steps", "quant_steps", "torch", limit, worst, failing, len(compared))]
 
 
 def _finite_check(

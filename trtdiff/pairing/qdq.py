@@ -78,11 +78,20 @@ def quantizations(graph: GraphInfo) -> dict[str, Quantization]:
 
 
 def weight_dequantizers(graph: GraphInfo) -> list[str]:
-    """The DequantizeLinear nodes whose input is a constant (weights, biases): listed, not compared."""
+    """The DequantizeLinear nodes whose input is a constant (weights, biases): not compared as tensors."""
+    return list(weight_quantizations(graph))
+
+
+def weight_quantizations(graph: GraphInfo) -> dict[str, Quantization | None]:
+    """Each weight or bias DequantizeLinear (its input a constant) -> its quantization (None: no constant scale)."""
     if not has_qdq(graph):
-        return []
+        return {}
     constants = _constants(graph)
-    return [n.name for n in graph.nodes if n.op_type == "DequantizeLinear" and n.inputs and n.inputs[0] in constants]
+    return {
+        n.name: _quantization(n, constants)
+        for n in graph.nodes
+        if n.op_type == "DequantizeLinear" and n.inputs and n.inputs[0] in constants
+    }
 
 
 def dequantized_keys(graph: GraphInfo, capture: TorchCapture, keys: dict[str, str]) -> dict[str, tuple[str, str]]:

@@ -37,11 +37,11 @@ from trtdiff.analysis.nonfinite import first_non_finite, non_finite_backends
 from trtdiff.analysis.reduced import ReducedPrecision
 from trtdiff.analysis.results import build_layers, environment, mark_failures, pairing_summary, sample_results
 from trtdiff.backends.base import chunk_names
-from trtdiff.backends.store import TensorStore, release_memory
+from trtdiff.backends.store import TensorStore, release_memory, to_host
 from trtdiff.errors import OptionError, param
-from trtdiff.gate.checks import layer_checks, miou_checks, output_checks
+from trtdiff.gate.checks import layer_checks, miou_checks, output_checks, weight_checks
 from trtdiff.options import CompareOptions
-from trtdiff.pairing.qdq import quantizations
+from trtdiff.pairing.qdq import has_qdq, quantizations
 from trtdiff.pipeline.prepare import Prepared, Progress, Record, onnx_feeds, prepare, timed
 from trtdiff.pipeline.progress import sample_step, sample_total
 from trtdiff.report import Report, all_pairs
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         FirstDivergence,
         Layer,
         NonFinite,
+        QuantizedWeight,
         SampleResult,
         SegmentationSummary,
         ThresholdCheck,
@@ -215,6 +216,17 @@ class _Run:
     def judge(self) -> Judge:
         """How each pair of values is judged: the thresholds, in quantization steps or noise ratio where they apply."""
         return Judge(self.options.thresholds, quantizations(self.prepared.graph), self.reference.reduced)
+
+    @cached_property
+    def weights(self) -> tuple[QuantizedWeight, ...]:
+        """A QDQ file's weight DequantizeLinears against the PyTorch parameters (analysis.quant); () without Q/DQ."""
+        module, graph = self.prepared.loaded.module, self.prepared.graph
+        if module is None or not has_qdq(graph):
+            return ()
+        from trtdiff.analysis.quant import quantized_weights
+
+        parameters = {name: to_host(value.float()) for name, value in module.state_dict().items()}
+        return quantized_weights(graph, parameters)
 
     @cached_property
     def streams(self) -> bool:
@@ -451,6 +463,7 @@ def _checks(
     if not gate.many or gate.per_layer:
         checks += layer_checks(layers, results[0].name if results else "input", run.pairs)
     checks += output_checks(results, options.thresholds, run.pairs)
+    checks += weight_checks(run.weights, options.thresholds)
     if segmentation is not None:
         checks += miou_checks(results, segmentation, gate, run.pairs, run.backends[0])
     elif gate.min_miou is not None or gate.max_miou_drop is not None:
@@ -636,6 +649,7 @@ def _report(
         drift=findings.drift,
         attribution=findings.attribution,
         non_finite=non_finite,
+        weights=run.weights,
         trtdiff_version=__version__,
     )
 

@@ -187,6 +187,11 @@ def _general(figure: float | None) -> str:
 
 def check_message(check: ThresholdCheck, report: Report) -> str:
     """One line on what a check measured, e.g. "min-cosine 0.9999 on final outputs of 3 sample(s): worst ..."."""
+    if check.scope == "weights":
+        return (
+            f"max-quant-steps {check.limit:g} on {check.compared} quantized weights against the PyTorch "
+            f"parameters: worst {_general(check.worst)} steps ({check.worst_sample})"
+        )
     if check.threshold in _THRESHOLD_WORDS:
         return (
             f"{_THRESHOLD_WORDS[check.threshold]} {check.limit:g} on final outputs of {check.compared} sample(s): "

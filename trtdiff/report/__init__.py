@@ -32,6 +32,7 @@ from trtdiff.report.model import (
     PairingSummary as PairingSummary,
     PairMetrics as PairMetrics,
     PlainEngine as PlainEngine,
+    QuantizedWeight as QuantizedWeight,
     Reason as Reason,
     ReasonMetric as ReasonMetric,
     Report as Report,

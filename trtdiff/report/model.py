@@ -37,7 +37,7 @@ READABLE_SCHEMAS = (2, 3)
 ReasonMetric = Literal[
     "cosine", "rel_err", "max_abs", "non_finite", "shape", "mismatches", "quant_steps", "noise_ratio"
 ]
-CheckScope = Literal["outputs", "layers", "agreement", "labels"]
+CheckScope = Literal["outputs", "layers", "agreement", "labels", "weights"]
 CheckMetric = Literal[
     "cosine",
     "rel_err",
@@ -398,6 +398,22 @@ class SampleResult:
 
 
 @dataclass(frozen=True)
+class QuantizedWeight:
+    """A weight (or bias) DequantizeLinear of a QDQ file, against the PyTorch parameter it quantizes.
+
+    `parameter`: the PyTorch name (the quantized initializer's, "conv1.weight_quantized", less its
+    suffix), None where no parameter of the model has it (listed, not compared). `steps`: the largest
+    |dequantized - parameter| in steps of the scale of its channel: at most half a step when the
+    weight is quantized correctly (round to nearest), None when not compared.
+    """
+
+    node: str
+    parameter: str | None
+    steps: float | None
+    quantization: str
+
+
+@dataclass(frozen=True)
 class ThresholdCheck:
     """One threshold on one backend pair (or one backend, against labels), over every sample.
 
@@ -482,6 +498,7 @@ class Report:
     drift: Drift | None = None
     attribution: tuple[Attribution, ...] = ()
     non_finite: tuple[NonFinite, ...] = ()
+    weights: tuple[QuantizedWeight, ...] = ()
     simplified: Report | None = None
     options: dict[str, ResolvedOption] = field(default_factory=dict)
     trtdiff_version: str = "unknown"
