@@ -130,3 +130,12 @@ def test_a_saved_report_of_the_schema_before_runtimes_renders_tensorrt(trt_ran: 
     assert result.exit_code == 0, result.output
     assert "TensorRT: tensorrt 10.9.0" in markdown.read_text()
     assert Report.from_json(path.read_text()).compiled_runtimes[0].backend == "tensorrt"
+
+
+def test_a_skipped_tensorrt_still_names_its_installed_version_in_the_environment(trt_skipped: Report) -> None:
+    """As before the move onto compiled runtimes: the version installed is an environment fact, run or not."""
+    assert trt_skipped.tensorrt is not None
+    installed = dataclasses.replace(trt_skipped.tensorrt, version="tensorrt_rtx 1.7.1")
+    report = dataclasses.replace(trt_skipped, tensorrt=installed)
+    assert "· tensorrt\\_rtx 1.7.1 ·" in render_markdown(report)
+    assert "<dt>tensorrt</dt><dd>tensorrt_rtx 1.7.1</dd>" in render_html(report)

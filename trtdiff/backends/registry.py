@@ -101,7 +101,8 @@ BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
             needs_gpu=False,
             extra="openvino",
             title="OpenVINO",
-            describes="OpenVINO (CPU plugin by default, f32): compiled models with added outputs beside the plain one",
+            describes="OpenVINO (CPU plugin by default, the graph's precision): compiled models with added outputs "
+            "beside the plain one",
             compiled=True,
         ),
     }

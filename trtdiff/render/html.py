@@ -432,7 +432,7 @@ def _layers(report: Report) -> str:
 def _environment(report: Report) -> str:
     env = dict(report.environment)
     for runtime in report.compiled_runtimes:
-        if runtime.version and runtime.status != "skipped":
+        if runtime.version:
             env.setdefault(runtime.backend, runtime.version)
         for name, value in runtime.facts:
             if name == "gpu":

@@ -172,7 +172,7 @@ def _environment(report: Report) -> str:
     runtimes = report.compiled_runtimes
     for runtime in runtimes:
         version = runtime.version
-        if version and runtime.backend not in env and runtime.status != "skipped":
+        if version and runtime.backend not in env:
             parts.append(_text(version if version.startswith(runtime.backend) else f"{runtime.backend} {version}"))
     gpu = env.get("gpu") or next((value for r in runtimes for name, value in r.facts if name == "gpu"), None)
     parts.append(f"GPU {_text(gpu)}" if gpu else f"CPU {_text(env.get('cpu', '?'))}")
