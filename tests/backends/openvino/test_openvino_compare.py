@@ -114,6 +114,9 @@ def test_fp16_asks_openvino_for_f16_and_the_report_says_what_the_cpu_plugin_chos
     assert len(emulated) == (chosen != "f16")
     if chosen != "f16":
         assert f"compiled {chosen} (no native FP16 on CPU" in emulated[0]
+    lower = [row for row in runtime.layer_precisions if row.flag == "lower" and row.asked == "FP16"]
+    assert (chosen == "bf16") == bool(lower)  # BF16 where FP16 is asked: flagged, not "as asked"
+    assert all(row.built == "BF16" for row in lower)
 
 
 def test_the_repro_readme_of_an_openvino_culprit_replays_it_in_openvino(tmp_path: Path) -> None:
