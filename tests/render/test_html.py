@@ -109,14 +109,16 @@ def test_passing_and_single_sample(passing: Report) -> None:
 
 
 def test_tensorrt_sections(trt_skipped: Report, trt_ran: Report) -> None:
-    assert "<h2>TensorRT</h2>\n<p>skipped: no CUDA GPU: torch.cuda.is_available() is False</p>" in render_html(
-        trt_skipped
+    """TensorRT through the one function every compiled runtime goes through (render/runtimes.py, issue 31)."""
+    assert "<h2>TensorRT</h2>\n<p>TensorRT: skipped — no CUDA GPU: torch.cuda.is_available() is False</p>" in (
+        render_html(trt_skipped)
     )
     text = render_html(trt_ran)
     assert (
-        "<p>ran: tensorrt 10.9.0, fp32, TF32 off, outputs unfused: 2 marked, 1 not returned, 1 fused layers, "
-        "3 engine layers, built in 1.50s<br><span class='muted'>note: built with 1 GiB workspace</span></p>"
+        "<h2>TensorRT</h2>\n<p>TensorRT: tensorrt 10.9.0, fp32, TF32 off, outputs unfused: 2 marked, 1 not returned</p>"
     ) in text
+    assert "<p>marked engine: 123,456 bytes, 3 engine layers, built in 1.50s</p>" in text
+    assert "fused 2 ONNX nodes into 1 layer" in text and "<p>note: built with 1 GiB workspace</p>" in text
     assert "<th>onnxruntime~tensorrt<br>cosine</th>" in text
     assert text.count("<td class='num'>—</td>") == 6, "the fused Relu has no TensorRT figures"
 

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
+from pathlib import Path
 
+from click.testing import CliRunner
 from conftest import base_report
 from rich.console import Console
 
+from trtdiff.cli.app import main
+from trtdiff.render.format import escape_html
 from trtdiff.render.html import render_html
 from trtdiff.render.junit import render_junit
 from trtdiff.render.markdown import render_markdown
@@ -82,3 +87,55 @@ def test_every_view_shows_every_runtime_through_the_one_function() -> None:
     assert "<h2>OpenVINO</h2>" in html and "<p class='fail'><b>OpenVINO: marking changed the answer" in html
     assert '<property name="openvino.marking_check" value="changed" />' in render_junit(report)
     assert "OpenVINO" not in _terminal(base_report()) and "OpenVINO" not in render_markdown(base_report())
+
+
+def test_tensorrt_and_openvino_in_one_run_both_render_through_the_one_function(trt_ran: Report) -> None:
+    """Issue 31: TensorRT's summary is one of the compiled runtimes, shown by the same lines as OpenVINO's."""
+    report = dataclasses.replace(trt_ran, runtimes=(CHANGED,))
+    assert [r.backend for r in report.compiled_runtimes] == ["tensorrt", "openvino"]
+    trt = report.compiled_runtimes[0]
+    assert trt.title == "TensorRT" and trt.status == "ran" and ("gpu", "NVIDIA H200") in trt.facts
+    assert trt.unmapped_tensors == ("/backbone/Relu_output_0: fused into a Conv layer",)
+    terminal, markdown, html = _terminal(report), render_markdown(report), render_html(report)
+    for summary in report.compiled_runtimes:
+        for line in runtime_lines(summary):
+            assert line.text[:60] in terminal and escape_html(line.text) in html
+    assert "TensorRT: tensorrt 10.9.0, fp32, TF32 off, outputs unfused: 2 marked, 1 not returned" in markdown
+    assert "**OpenVINO: marking changed the answer" in markdown
+    assert html.index("<h2>TensorRT</h2>") < html.index("<h2>OpenVINO</h2>")
+    junit = render_junit(report)
+    for fact in ("tensorrt.status", "tensorrt.gpu", "openvino.status", "openvino.marking_check"):
+        assert f'<property name="{fact}"' in junit
+
+
+def test_tensorrt_marking_changed_speaks_of_engines_and_builds(trt_ran: Report) -> None:
+    check = CHANGED.marking_check
+    assert trt_ran.tensorrt is not None and check is not None
+    report = dataclasses.replace(trt_ran, tensorrt=dataclasses.replace(trt_ran.tensorrt, marking_check=check))
+    first = runtime_lines(report.compiled_runtimes[0])[0]
+    assert first.alarm and first.text.startswith(
+        "TensorRT: marking changed the answer: the plain engine's outputs differ from the marked engine's"
+    )
+    assert first.text.endswith("marking dq_out changes it (bisected in 3 builds)")
+
+
+def test_a_saved_report_of_the_schema_before_runtimes_renders_tensorrt(trt_ran: Report, tmp_path: Path) -> None:
+    """A report written before `runtimes` existed (TensorRT in `tensorrt` alone) loads and renders the same way."""
+    data = json.loads(trt_ran.to_json())
+    del data["runtimes"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    markdown = tmp_path / "old.md"
+    result = CliRunner().invoke(main, ["report", str(path), "--markdown", str(markdown)])
+    assert result.exit_code == 0, result.output
+    assert "TensorRT: tensorrt 10.9.0" in markdown.read_text()
+    assert Report.from_json(path.read_text()).compiled_runtimes[0].backend == "tensorrt"
+
+
+def test_a_skipped_tensorrt_still_names_its_installed_version_in_the_environment(trt_skipped: Report) -> None:
+    """As before the move onto compiled runtimes: the version installed is an environment fact, run or not."""
+    assert trt_skipped.tensorrt is not None
+    installed = dataclasses.replace(trt_skipped.tensorrt, version="tensorrt_rtx 1.7.1")
+    report = dataclasses.replace(trt_skipped, tensorrt=installed)
+    assert "· tensorrt\\_rtx 1.7.1 ·" in render_markdown(report)
+    assert "<dt>tensorrt</dt><dd>tensorrt_rtx 1.7.1</dd>" in render_html(report)

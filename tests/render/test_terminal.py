@@ -122,8 +122,8 @@ def test_tensorrt_ran_three_pairs_fit_80_columns(trt_ran: Report) -> None:
     rows = lines(text)
     assert (
         "TensorRT: tensorrt 10.9.0, fp32, TF32 off, outputs unfused: 2 marked, 1 not returned "
-        "1 engine, at most 1 run per sample engine fused 2 ONNX nodes into 1 layer (largest: 2 nodes); source: "
-        "engine inspector"
+        "1 engine, at most 1 run per sample marked engine: 123,456 bytes, 3 engine layers, built in 1.50s "
+        "3 executed layers; fused 2 ONNX nodes into 1 layer (largest: 2 nodes) (source: engine inspector)"
     ) in flat(text)
     assert "# op  module / node    pt~ort   max|Δ|   pt~trt   max|Δ|  ort~trt   max|Δ|" in rows
     assert "2 Relu …kbone.stem.1 1.000000 6.00e-07        -        -        -        - ok" in rows

@@ -24,7 +24,8 @@ that rises by no more than 1 - min-cosine.
 The samples (and the reference's values on each, a PyTorch recording per sample) are read
 once into a tensor store (memory up to its budget, then disk); then each injected model is
 opened, run on every stored sample and closed before the next, so one engine is loaded at a
-time. A TensorRT failure on an injected model is a note; the attributions already made stand.
+time. A compiled runtime's failure (TensorRT, OpenVINO) on an injected model is a note; the
+attributions already made stand.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.segmentation import SegmentationTally, segmentation_output
 from trtdiff.analysis.shadow import as_onnx, inject
 from trtdiff.backends.base import fetch
+from trtdiff.backends.registry import BACKENDS, tolerates_rewrite_failure
 from trtdiff.backends.store import TensorStore
 from trtdiff.errors import describe_error
 from trtdiff.report import Attribution, number
@@ -75,7 +77,7 @@ def attribute(
 
     The samples (and the reference's values on each) are read once into a store; each set of
     culprits is injected once, and each injection runs over the stored samples with its own
-    runner, opened and closed in turn. A TensorRT failure there is added to `notes`.
+    runner, opened and closed in turn. A compiled runtime's failure there is added to `notes`.
     """
     injections: dict[tuple[BackendPair, frozenset[str]], _Injection] = {}
 
@@ -270,11 +272,12 @@ class _Injection:
             for item in stored:
                 self.add(*_load(item, store))
         except Exception as error:
-            if self.pair.candidate != "tensorrt" or notes is None:
+            if notes is None or not tolerates_rewrite_failure(self.pair.candidate):
                 raise
             self.unavailable = True
+            title = BACKENDS[self.pair.candidate].title
             notes.append(
-                f"attribution: TensorRT failed on the model injected at {self.culprit.onnx_node}, so its "
+                f"attribution: {title} failed on the model injected at {self.culprit.onnx_node}, so its "
                 f"attribution is missing ({describe_error(error)}); the comparison and the other attributions stand"
             )
         finally:

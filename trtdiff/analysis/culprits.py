@@ -23,6 +23,7 @@ import numpy as np
 from trtdiff.analysis.noise import is_noise
 from trtdiff.analysis.shadow import ShadowModel, as_onnx, build_shadow, embed, submodel, typed_inputs
 from trtdiff.backends.base import fetch
+from trtdiff.backends.registry import BACKENDS, tolerates_rewrite_failure
 from trtdiff.errors import describe_error
 from trtdiff.pairing.qdq import exclude_pattern, to_exclude
 from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures, number
@@ -93,8 +94,8 @@ def local_errors(
     """The local error of every compared node, per pair whose reference and candidate allow it.
 
     Each candidate is opened on the shadow model, run, and closed before the next (one engine
-    at a time). A TensorRT failure there becomes a line in `notes` and that pair has no local
-    errors; everything measured before stands.
+    at a time). A compiled runtime's failure there (TensorRT, OpenVINO: BackendSpec.compiled)
+    becomes a line in `notes` and that pair has no local errors; everything measured before stands.
     """
     runs: list[LocalRun] = []
     for name, reference in references.items():
@@ -119,11 +120,11 @@ def local_errors(
                     run = _run_local(pair, runner, shadow, feeds, reference, judge, chunk_bytes)
                     runs.append(dataclasses.replace(run, overflowed=overflowed))
             except Exception as error:
-                if pair.candidate != "tensorrt" or notes is None:
+                if notes is None or not tolerates_rewrite_failure(pair.candidate):
                     raise
                 notes.append(
-                    f"culprits: TensorRT failed on the shadow model, so {pair} has no local errors "
-                    f"({describe_error(error)}); the comparison above stands"
+                    f"culprits: {BACKENDS[pair.candidate].title} failed on the shadow model, so {pair} has no local "
+                    f"errors ({describe_error(error)}); the comparison above stands"
                 )
     return runs
 

@@ -13,7 +13,9 @@ maintainers need to see the culprit for themselves, without the model or trtdiff
   standalone file; TensorRT's as the comparison ran it);
 - `repro.json` (what `trtdiff repro` reads) and a README with the one command that shows the
   divergence: `trtdiff repro FOLDER`, and Polygraphy's (from `polygraphy_inputs.json` and
-  `polygraphy_reference.json`, its own formats), written where Polygraphy is installed.
+  `polygraphy_reference.json`, its own formats), written where Polygraphy is installed; where
+  the culprit's pair involves OpenVINO, a Python snippet replaying the subgraph in OpenVINO
+  (it has no command for it).
 """
 
 from __future__ import annotations
@@ -366,7 +368,34 @@ def _readme(
         "```",
         "",
     ]
+    if "openvino" in manifest["pair"].split("~"):
+        lines += _openvino_lines(context)
     return "\n".join(lines)
+
+
+def _openvino_lines(context: ReproContext) -> list[str]:
+    """A Python snippet replaying the subgraph in OpenVINO (it has no command for it), compiled as trtdiff did."""
+    from trtdiff.backends.openvino.runtime import HINTS
+    from trtdiff.source.fp16 import graph_precision
+
+    hint = HINTS[graph_precision(context.graph)]
+    return [
+        f"With OpenVINO (CPU plugin, inference precision {hint} as trtdiff compiled it; another device's name "
+        "for `--openvino-device`):",
+        "",
+        "```python",
+        "import numpy as np, openvino as ov",
+        "core = ov.Core()",
+        f"compiled = core.compile_model(core.read_model('{SUBGRAPH}'), 'CPU',",
+        f"                              {{'INFERENCE_PRECISION_HINT': '{hint}'}})",
+        "feeds = dict(np.load('inputs.npz'))",
+        "got = np.asarray(compiled(feeds)[compiled.output(0)]).ravel()",
+        "want = np.load('outputs/reference.npy').ravel()",
+        "print('cosine', got @ want / np.linalg.norm(got) / np.linalg.norm(want),",
+        "      'rel-err', np.abs(got - want).max() / np.abs(want).max())",
+        "```",
+        "",
+    ]
 
 
 def _figures_table(reference: np.ndarray, outputs: Mapping[str, np.ndarray], thresholds: Thresholds) -> list[str]:

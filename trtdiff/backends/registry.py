@@ -39,7 +39,10 @@ class BackendSpec:
     `opens`: "module:Class" of its `OnnxBackend`, imported when one is opened (None for the
     PyTorch reference, which is captured from the model, not opened on an ONNX file).
     `needs_gpu`: it runs nothing without a CUDA GPU. `extra`: the pip extra that installs
-    it (None: a core dependency). `title`: its name in sentences.
+    it (None: a core dependency). `title`: its name in sentences. `compiled`: a compiling
+    (fusing) runtime (TensorRT, OpenVINO): a failure of it on a model trtdiff rewrote (the
+    culprit pass's shadow model, attribution's injected one) is a note of the report, not the
+    end of a comparison already made (`tolerates_rewrite_failure`).
     """
 
     name: str
@@ -49,6 +52,7 @@ class BackendSpec:
     extra: str | None
     title: str
     describes: str
+    compiled: bool = False
 
 
 BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
@@ -88,6 +92,7 @@ BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
             extra="tensorrt-rtx",
             title="TensorRT",
             describes="TensorRT (or TensorRT-RTX): a marked engine with debug tensors beside the plain engine",
+            compiled=True,
         ),
         "openvino": BackendSpec(
             "openvino",
@@ -96,11 +101,19 @@ BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
             needs_gpu=False,
             extra="openvino",
             title="OpenVINO",
-            describes="OpenVINO (CPU plugin by default, f32): compiled models with added outputs beside the plain one",
+            describes="OpenVINO (CPU plugin by default, the graph's precision): compiled models with added outputs "
+            "beside the plain one",
+            compiled=True,
         ),
     }
 )
 """Every backend by name, in the order they are opened (the names of trtdiff.options.KNOWN_BACKENDS)."""
+
+
+def tolerates_rewrite_failure(name: str) -> bool:
+    """Whether backend `name` failing on a rewritten model (culprit pass, attribution) is a note: a compiled runtime."""
+    spec = BACKENDS.get(name)
+    return spec is not None and spec.compiled
 
 
 def backend_spec(name: str) -> BackendSpec:

@@ -249,7 +249,8 @@ class BackendOptions:
     openvino_device: str = option(DEFAULT_OPENVINO_DEVICE, group=BACKENDS, commands=("compare", "run"),
                                   metavar="DEVICE", help="OpenVINO device the openvino backend compiles for (CPU; "
                                                          "another plugin's name where one is installed), "
-                                                         "inference precision f32.")
+                                                         "inference precision the graph's (f32; f16 with "
+                                                         "--precision fp16).")
     torch_device: str = option(DEFAULT_TORCH_DEVICE, group=BACKENDS, commands=COMPARE, metavar="DEVICE",
                                help="Where the PyTorch reference runs and is compared: auto (a CUDA GPU when torch "
                                     "sees one, else cpu), cpu, cuda, cuda:1 …")

@@ -27,7 +27,6 @@ from trtdiff.render.format import (
     inputs_text,
     layer_index,
     limit_text,
-    marking_changed_line,
     miou,
     miou_lost,
     non_finite_counts_text,
@@ -36,7 +35,6 @@ from trtdiff.render.format import (
     non_finite_text,
     percent,
     plural,
-    precision_text,
     reasons_text,
     sci,
     shape_text,
@@ -114,8 +112,7 @@ def html_body(report: Report) -> str:
         else "",
         _checks(report),
         _segmentation(report),
-        _tensorrt(report),
-        *(_runtime(summary) for summary in report.runtimes),
+        *(_runtime(summary) for summary in report.compiled_runtimes),
         _layers(report),
         _environment(report),
     ]
@@ -356,27 +353,6 @@ def _segmentation(report: Report) -> str:
     )
 
 
-def _tensorrt(report: Report) -> str:
-    trt = report.tensorrt
-    if trt is None:
-        return ""
-    if trt.status == "skipped":
-        text = f"skipped: {esc(trt.reason or 'no reason given')}"
-    else:
-        precision = precision_text(trt.precision, trt.tf32)
-        text = (
-            f"{esc(trt.status)}: {esc(trt.version or '?')}, {esc(precision)}, outputs {esc(trt.outputs_mode or '?')}: "
-            f"{trt.marked} marked, {len(trt.not_returned)} not returned, {len(trt.fused_layers)} fused layers, "
-            f"{trt.engine_layers} engine layers, built in {trt.build_seconds:.2f}s"
-            + (" (from the engine cache)" if trt.from_cache else "")
-        )
-    notes = "".join(f"<br><span class='muted'>note: {esc(n)}</span>" for n in trt.notes)
-    changed = ""
-    if trt.marking_check is not None and trt.marking_check.status == "changed":
-        changed = f"<p class='fail'><b>{esc(marking_changed_line(trt))}</b></p>\n"
-    return f"<h2>TensorRT</h2>\n{changed}<p>{text}{notes}</p>"
-
-
 def _runtime(summary: RuntimeSummary) -> str:
     """A compiled runtime's lines (render/runtimes.py), the alarm in red."""
     lines = [
@@ -455,11 +431,12 @@ def _layers(report: Report) -> str:
 
 def _environment(report: Report) -> str:
     env = dict(report.environment)
-    trt = report.tensorrt
-    if trt is not None and trt.version and "tensorrt" not in env:
-        env["tensorrt"] = trt.version
-    if trt is not None and trt.gpu:
-        env.setdefault("gpu", trt.gpu)
+    for runtime in report.compiled_runtimes:
+        if runtime.version:
+            env.setdefault(runtime.backend, runtime.version)
+        for name, value in runtime.facts:
+            if name == "gpu":
+                env.setdefault("gpu", value)
     env["trtdiff"] = report.trtdiff_version
     order = ["trtdiff", "torch", "onnx", "onnxruntime", "tensorrt", "torch_device", "gpu", "cpu", "python", "platform"]
     keys = [k for k in order if k in env] + [k for k in env if k not in order]

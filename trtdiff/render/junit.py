@@ -39,14 +39,13 @@ _ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 def render_junit(report: Report) -> str:
     """The report as a JUnit XML document (testsuites > testsuite "trtdiff" > one testcase per check)."""
     checks = list(report.checks)
-    trt = report.tensorrt
-    skipped_trt = trt is not None and trt.status == "skipped"
+    skipped = [runtime for runtime in report.compiled_runtimes if runtime.status == "skipped"]
     failures = sum(not check.passed for check in checks)
     counts = {
-        "tests": str(len(checks) + int(skipped_trt)),
+        "tests": str(len(checks) + len(skipped)),
         "failures": str(failures),
         "errors": "0",
-        "skipped": str(int(skipped_trt)),
+        "skipped": str(len(skipped)),
         "time": f"{sum(report.timings.values()):.3f}",
     }
     root = ET.Element("testsuites", {"name": SUITE, **counts})
@@ -59,9 +58,12 @@ def render_junit(report: Report) -> str:
                 case, "failure", {"message": _clean(failure_message(check, report)), "type": f"threshold.{check.scope}"}
             )
             failure.text = _ILLEGAL_XML.sub("?", failure_text(check, report))
-    if trt is not None and skipped_trt:
-        case = ET.SubElement(suite, "testcase", {"classname": f"{SUITE}.tensorrt", "name": "tensorrt", "time": "0"})
-        ET.SubElement(case, "skipped", {"message": _clean(f"TensorRT skipped: {trt.reason or 'no reason given'}")})
+    for runtime in skipped:  # a compiled runtime asked for and not run here
+        case = ET.SubElement(
+            suite, "testcase", {"classname": _clean(f"{SUITE}.{runtime.backend}"), "name": runtime.backend, "time": "0"}
+        )
+        message = f"{runtime.title} skipped: {runtime.reason or 'no reason given'}"
+        ET.SubElement(case, "skipped", {"message": _clean(message)})
     if report.notes:
         ET.SubElement(suite, "system-out").text = "\n".join(_clean(note) for note in report.notes)
     ET.indent(root)
@@ -162,15 +164,15 @@ def _properties(parent: ET.Element, report: Report) -> None:
     culprits = [c.onnx_node for c in culprits_of(report)]
     facts += [("culprit", culprits[0]), ("culprits", ",".join(culprits))] if culprits else []
     facts += [(f"environment.{key}", text) for key, text in report.environment.items()]
-    if report.tensorrt is not None:
-        facts += [("tensorrt.status", report.tensorrt.status), ("tensorrt.version", report.tensorrt.version)]
-    for runtime in report.runtimes:
+    for runtime in report.compiled_runtimes:
         check = runtime.marking_check
         facts += [
+            (f"{runtime.backend}.status", runtime.status),
             (f"{runtime.backend}.version", runtime.version),
             (f"{runtime.backend}.precision", runtime.precision_compiled),
         ]
         facts += [(f"{runtime.backend}.marking_check", check.status if check is not None else None)]
+        facts += [(f"{runtime.backend}.{name}", value) for name, value in runtime.facts if name != "status"]
     for name, fact in facts:
         if fact is not None:
             ET.SubElement(parent, "property", {"name": name, "value": _clean(str(fact))})

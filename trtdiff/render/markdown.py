@@ -23,11 +23,9 @@ from trtdiff.render.format import (
     inherited_text,
     inputs_text,
     limit_text,
-    marking_changed_line,
     noise_text,
     non_finite_lines,
     plural,
-    precision_text,
     segmentation_parts,
     suspects_text,
 )
@@ -46,8 +44,7 @@ def render_markdown(report: Report) -> str:
         _divergence(report),
         _drift(report),
         _segmentation(report),
-        _tensorrt(report),
-        *(_runtime(summary) for summary in report.runtimes),
+        *(_runtime(summary) for summary in report.compiled_runtimes),
         _environment(report),
     ]
     return "\n\n".join(part for part in parts if part) + "\n"
@@ -161,27 +158,6 @@ def _segmentation(report: Report) -> str:
     return f"**Segmentation** ({summary.num_classes} classes{ignore}): " + "; ".join(items)
 
 
-def _tensorrt(report: Report) -> str:
-    trt = report.tensorrt
-    if trt is None:
-        return ""
-    if trt.status == "skipped":
-        return f"**TensorRT:** skipped — {_text(trt.reason or 'no reason given')}"
-    details = [
-        _text(trt.version or "version unknown"),
-        _text(precision_text(trt.precision, trt.tf32)),
-        f"outputs {_text(trt.outputs_mode or '?')}",
-        f"{trt.marked} marked",
-        f"{len(trt.not_returned)} not returned",
-    ]
-    if trt.gpu:
-        details.append(_text(trt.gpu))
-    line = f"**TensorRT:** {_text(trt.status)} — " + ", ".join(details)
-    if trt.marking_check is not None and trt.marking_check.status == "changed":
-        line = f"**{_text(marking_changed_line(trt))}**\n\n" + line
-    return line
-
-
 def _runtime(summary: RuntimeSummary) -> str:
     """A compiled runtime's lines (render/runtimes.py), the alarm in bold."""
     lines = [f"**{_text(line.text)}**" if line.alarm else _text(line.text) for line in runtime_lines(summary)]
@@ -193,9 +169,12 @@ def _environment(report: Report) -> str:
     parts = [f"trtdiff {_text(report.trtdiff_version)}"]
     parts += [f"{name} {_text(env[name])}" for name in ("torch", "onnx") if name in env]
     parts += [_text(env[name]) for name in report.backends if name != "torch" and name in env]
-    if report.tensorrt is not None and report.tensorrt.version and "tensorrt" not in env:
-        parts.append(_text(report.tensorrt.version))
-    gpu = env.get("gpu") or (report.tensorrt.gpu if report.tensorrt else None)
+    runtimes = report.compiled_runtimes
+    for runtime in runtimes:
+        version = runtime.version
+        if version and runtime.backend not in env:
+            parts.append(_text(version if version.startswith(runtime.backend) else f"{runtime.backend} {version}"))
+    gpu = env.get("gpu") or next((value for r in runtimes for name, value in r.facts if name == "gpu"), None)
     parts.append(f"GPU {_text(gpu)}" if gpu else f"CPU {_text(env.get('cpu', '?'))}")
     if "python" in env:
         parts.append(f"python {_text(env['python'])}")

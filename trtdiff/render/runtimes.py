@@ -1,8 +1,9 @@
-"""Every compiled runtime's summary (the report's `runtimes`) in words: one function, for every renderer.
+"""Every compiled runtime's summary (`Report.compiled_runtimes`) in words: one function, for every renderer.
 
 The terminal, Markdown and HTML views print these lines, each escaping them its own way, so a
 runtime added to the report needs no renderer code. The first line is the alarm when marking
-changed the answer (said before anything else about the runtime, as for TensorRT).
+changed the answer (said before anything else about the runtime); a runtime skipped here has
+one line, with the reason.
 """
 
 from __future__ import annotations
@@ -26,20 +27,14 @@ class RuntimeLine:
 def runtime_lines(summary: RuntimeSummary) -> list[RuntimeLine]:
     """What the runtime compiled, fused, split, ran in and left unmapped, and the marking check, in words."""
     title = summary.title
+    if summary.status == "skipped":
+        return [RuntimeLine(f"{title}: skipped — {summary.reason or 'no reason given'}")]
     check = summary.marking_check
     lines: list[RuntimeLine] = []
     if check is not None and check.status == "changed":
-        lines.append(RuntimeLine(f"{title}: {marking_changed(check)}", alarm=True))
-    precision = summary.precision_asked or "?"
-    if summary.precision_compiled and summary.precision_compiled != summary.precision_asked:
-        precision += f" asked, {summary.precision_compiled} compiled"
-    lines.append(
-        RuntimeLine(
-            f"{title} {summary.version or '?'} on {summary.device or '?'}: inference precision {precision}; "
-            f"{plural(summary.compiled_models, 'compiled model')} ({summary.compile_seconds:.2f}s), "
-            f"{summary.marked} tensors returned through added outputs"
-        )
-    )
+        lines.append(RuntimeLine(f"{title}: {marking_changed(check, summary)}", alarm=True))
+    lines.append(RuntimeLine(summary.headline or _headline(summary)))
+    lines += [RuntimeLine(detail) for detail in summary.details]
     lines.append(RuntimeLine(_fusion(summary)))
     if summary.layer_precisions:
         lines.append(RuntimeLine(_precision(summary)))
@@ -54,15 +49,31 @@ def runtime_lines(summary: RuntimeSummary) -> list[RuntimeLine]:
     return lines
 
 
-def marking_changed(check: MarkingCheck) -> str:
+def marking_changed(check: MarkingCheck, summary: RuntimeSummary) -> str:
     """The plain model's outputs differ from the marked one's beyond the thresholds: by how much, and which marks."""
     figures = f"worst on {check.worst_output}: rel err {sci(check.rel_err)}, cosine {cosine(check.cosine)}"
     named = ""
     if check.bisected:
-        named = f"; marking {_listed(check.bisected)} changes it (bisected in {check.bisect_builds} compilations)"
+        builds = plural(check.bisect_builds, summary.build_word)
+        named = f"; marking {_listed(check.bisected)} changes it (bisected in {builds})"
     elif check.bisect_note:
         named = f"; {check.bisect_note}"
-    return f"marking changed the answer: the plain model's outputs differ from the marked model's ({figures}){named}"
+    artifact = summary.artifact
+    return (
+        f"marking changed the answer: the plain {artifact}'s outputs differ from the marked {artifact}'s "
+        f"({figures}){named}"
+    )
+
+
+def _headline(summary: RuntimeSummary) -> str:
+    precision = summary.precision_asked or "?"
+    if summary.precision_compiled and summary.precision_compiled != summary.precision_asked:
+        precision += f" asked, {summary.precision_compiled} compiled"
+    return (
+        f"{summary.title} {summary.version or '?'} on {summary.device or '?'}: inference precision {precision}; "
+        f"{plural(summary.compiled_models, 'compiled ' + summary.artifact)} ({summary.compile_seconds:.2f}s), "
+        f"{summary.marked} tensors returned through added outputs"
+    )
 
 
 def _fusion(summary: RuntimeSummary) -> str:
@@ -73,7 +84,7 @@ def _fusion(summary: RuntimeSummary) -> str:
         biggest = max(len(layer.onnx_nodes) for layer in fused)
         text += f"; fused {nodes} ONNX nodes into {plural(len(fused), 'layer')} (largest: {biggest} nodes)"
     split = len(summary.fusions_split)
-    text += f"; the marked models split {split} of them" if fused else ""
+    text += f"; the marked {summary.artifact}s split {split} of them" if fused and summary.compiled_models > 1 else ""
     return f"{text} (source: {summary.fusion_source or 'none'})"
 
 

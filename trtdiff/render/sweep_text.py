@@ -33,17 +33,16 @@ def render_sweep(sweep: Sweep, console: Console) -> None:
         row = _row(entry)
         table.add_row(*([*row[:2], entry.precision or "-", *row[2:]] if with_precision else row))
     console.print(table)
-    skipped_trt = [
-        e
+    skipped = [
+        runtime
         for e in sweep.entries
-        if e.precision and e.report and e.report.tensorrt and e.report.tensorrt.status == "skipped"
+        if e.precision and e.report
+        for runtime in e.report.compiled_runtimes
+        if runtime.status == "skipped"
     ]
-    if skipped_trt and skipped_trt[0].report is not None and skipped_trt[0].report.tensorrt is not None:
+    for runtime in {r.backend: r for r in skipped}.values():
         console.print(
-            SafeText(
-                f"precision rows compare TensorRT, which was skipped here: {skipped_trt[0].report.tensorrt.reason}",
-                style="dim",
-            )
+            SafeText(f"precision rows compare {runtime.title}, which was skipped here: {runtime.reason}", style="dim")
         )
     passing = ", ".join(
         f"{e.report.opset}/{e.report.exporter}" + (f"/{e.precision}" if e.precision else "")

@@ -155,9 +155,9 @@ def _header(report: Report, console: Console) -> None:
     summary = report.pairing
     if report.reference == "torch":
         console.print(SafeText(pairing_line(summary, len(report.not_compared))))
-    if report.tensorrt is not None and report.tensorrt.status != "skipped":
-        _tensorrt_lines(report.tensorrt, console)
-    for runtime in report.runtimes:
+    for runtime in report.compiled_runtimes:
+        if runtime.status == "skipped":
+            continue  # the notes say so, with the reason
         for said in runtime_lines(runtime):
             console.print(SafeText(said.text, style="bold red" if said.alarm else ""))
     for note in report.notes:

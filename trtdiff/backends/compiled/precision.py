@@ -6,8 +6,10 @@ really does is read from the built engine: the engine inspector's DETAILED layer
 (`Format/Datatype` of each output) where an engine can be loaded, else the plan's compiled
 program (fusion.py: the descriptors of the tensors each kernel writes). "Asked" is the ONNX
 type of the layer's last node output in the model TensorRT parsed (the FP16 conversion where
-one was made). A layer whose float type is lower or higher than asked is flagged; where a
-figure is missing, `missing` says which and why.
+one was made). A layer whose float type is lower or higher than asked is flagged (BF16 where
+FP16 is asked is lower, 8 bits of mantissa to 11, as OpenVINO's CPU plugin runs an f16 hint
+on CPUs without native FP16; FP16 where BF16 is asked too, for its range); where a figure is
+missing, `missing` says which and why.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ def _widest(types: tuple[str, ...]) -> str | None:
 def _flag(asked: str | None, built: str | None) -> Literal["lower", "higher"] | None:
     if asked is None or built is None or asked not in FLOAT_BITS or built not in FLOAT_BITS:
         return None
+    if {asked, built} == {"FP16", "BF16"}:  # same width, each loses what the other keeps: mantissa or range
+        return "lower"
     if FLOAT_BITS[built] < FLOAT_BITS[asked]:
         return "lower"
     if FLOAT_BITS[built] > FLOAT_BITS[asked]:

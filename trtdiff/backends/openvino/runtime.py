@@ -1,10 +1,14 @@
 """OpenVINO as an `OnnxBackend`: the plain compiled model that ships, and marked ones with added outputs.
 
 The ONNX file is read once (`Core.read_model`, the bytes ONNX Runtime ran) and compiled
-for the device (`--openvino-device`, CPU by default) with the inference precision set to
-f32 explicitly: the CPU plugin otherwise runs bf16 where the CPU has it (AMX, AVX512-BF16),
-which would be a different model from the one being compared. The precision the compiled
-model reports back is the one `describe()` names.
+for the device (`--openvino-device`, CPU by default) with the inference precision set
+explicitly to the one the graph computes in (f32, or f16 for `--precision fp16`'s converted
+graph): unset, the CPU plugin runs bf16 where the CPU has it (AMX, AVX512-BF16), which would
+be a different model from the one being compared. The plugin may still choose another: a CPU
+without native FP16 compiles the f16 hint as bf16 (this project's AMD EPYC) or f32. The
+precision the compiled model reports back is the one `describe()` names, and `emulates`
+says so, with the precisions its executed layers report (runtimePrecision), when it is not
+the one asked.
 
 Intermediates come from added outputs (`Model.add_outputs`) on a copy of the read model:
 one compiled model per group of wanted tensors (the comparison's chunks), a few kept for the
@@ -30,6 +34,7 @@ from trtdiff.backends.openvino import import_openvino, version
 from trtdiff.backends.openvino.names import TensorMap, tensor_map
 from trtdiff.errors import BackendError, OptionError, first_line
 from trtdiff.options import DEFAULT_OPENVINO_DEVICE
+from trtdiff.source.fp16 import graph_precision
 
 if TYPE_CHECKING:
     from typing import Self
@@ -38,7 +43,7 @@ if TYPE_CHECKING:
     from trtdiff.report import MarkingCheck, RuntimeSummary, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
 
-INFERENCE_PRECISION = "f32"
+HINTS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}  # the graph's precision -> INFERENCE_PRECISION_HINT
 KEPT_MARKED = 4  # marked compiled models kept for the next sample (one per chunk of wanted tensors)
 _LISTED = 5  # names quoted in a note
 
@@ -61,14 +66,19 @@ class OpenVINOBackend(OnnxBackend):
         *,
         compare: OutputComparison | None = None,
         bisect_marks: bool | None = None,
+        precision: str | None = None,
     ) -> None:
         """`compare`: how the plain model's outputs are compared with a marked one's (none: that check is not run).
+
+        `precision`: the inference precision hint (f32, f16, bf16); None: the one the graph's own
+        types compute in (f16 for `--precision fp16`'s converted graph, else f32).
 
         `bisect_marks`: None bisects the marks when marking changed the answer beyond the
         thresholds, True as soon as the outputs differ at all, False never.
         """
         ov = import_openvino()
         self.graph, self.device = graph, device
+        self.precision_asked = precision or HINTS[graph_precision(graph)]
         self._core = ov.Core()
         devices = list(self._core.available_devices)
         if device not in devices:
@@ -86,7 +96,6 @@ class OpenVINOBackend(OnnxBackend):
         self.answer = AnswerCheck(compare) if compare is not None else None
         self._compare, self.bisect_marks = compare, bisect_marks
         self._plain_run: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None  # inputs, outputs
-        self.precision_asked = INFERENCE_PRECISION
         self.marked_compiles = 0
         self.marked_tensors: set[str] = set()
         self.version = version()
@@ -106,7 +115,7 @@ class OpenVINOBackend(OnnxBackend):
     def _compile(self, model: Any, what: str) -> Any:
         started = time.perf_counter()
         try:
-            compiled = self._core.compile_model(model, self.device, {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISION})
+            compiled = self._core.compile_model(model, self.device, {"INFERENCE_PRECISION_HINT": self.precision_asked})
         except Exception as error:
             raise BackendError(
                 f"{self.graph.path}: OpenVINO ({self.device}) cannot compile {what}: {_message(error)}"
@@ -122,6 +131,29 @@ class OpenVINOBackend(OnnxBackend):
 
     def describe(self) -> str:
         return f"openvino {self.version} ({self.device_text()}, inference precision {self.inference_precision})"
+
+    def emulates(self, precision: str) -> str | None:
+        """Where the plugin compiled another precision than the reduced one asked (no native FP16 on this CPU)."""
+        if precision == "fp32" or self.inference_precision == self.precision_asked:
+            return None
+        from trtdiff.backends.openvino.fusion import runtime_graph
+
+        counts: dict[str, int] = {}
+        for layer in runtime_graph(self.plain, self.graph).fusion.layers if self.plain is not None else ():
+            for kind in layer.output_types[:1]:
+                counts[kind] = counts.get(kind, 0) + 1
+        ran = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items(), key=lambda item: -item[1]))
+        chosen = self.inference_precision
+        why = {
+            "bf16": "bf16 keeps float32's range with 8 bits of mantissa to FP16's 11, so its error is larger than "
+            "FP16's and an FP16 overflow vanishes",
+            "f32": "an FP16 overflow vanishes and its figures understate FP16's own error",
+        }.get(chosen, f"its figures are {chosen}'s, not {precision}'s")
+        return (
+            f"OpenVINO's {self.device} plugin was asked for INFERENCE_PRECISION_HINT {self.precision_asked} and "
+            f"compiled {chosen} (no native {precision.upper()} on {self.device_text()}; executed layers by "
+            f"runtimePrecision: {ran or 'not read'}): {why}"
+        )
 
     def device_text(self) -> str:
         """The device and, where its plugin says, its full name (CPU: AMD EPYC)."""
