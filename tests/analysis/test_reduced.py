@@ -163,3 +163,11 @@ def test_the_cli_judges_fp16_and_writes_the_noise_ratio(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     ratios = [m["noise_ratio"] for layer in data["layers"] for m in layer["pairs"].values()]
     assert ratios and all(r is not None and r < 3 for r in ratios if r is not None)
+
+
+def test_two_runs_of_a_compiled_runtime_are_held_to_the_precisions_noise() -> None:
+    """The plain model against the marked one: at FP16 a split fusion rounds once more, within FP16's noise."""
+    thresholds = Thresholds()
+    assert Judge(thresholds).between_runs() == thresholds
+    widened = Judge(thresholds, reduced=ReducedPrecision("fp16")).between_runs()
+    assert widened.rtol == pytest.approx(8 * 2.0**-10) and widened.min_cosine == thresholds.min_cosine

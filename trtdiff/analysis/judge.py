@@ -8,11 +8,13 @@ object, built once per comparison, used by the engine, the culprit pass and the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trtdiff.analysis.metrics import compare_tensors
+from trtdiff.analysis.noise import REDUCED_LEVELS
 from trtdiff.analysis.quant import in_steps
 from trtdiff.analysis.reduced import ReducedPrecision, in_noise
 
@@ -28,6 +30,15 @@ class Judge:
     thresholds: Thresholds
     quantized: Mapping[str, Quantization] = field(default_factory=dict)
     reduced: ReducedPrecision | None = None
+
+    def between_runs(self) -> Thresholds:
+        """What two runs of one compiled runtime (the plain model against the marked one) are held to: the
+        thresholds, with rtol widened at reduced precision to the noise it makes (`max_noise_ratio` ULP of
+        it), since splitting a fusion rounds an FP16 value once more."""
+        if self.reduced is None:
+            return self.thresholds
+        noise = self.thresholds.max_noise_ratio * REDUCED_LEVELS[self.reduced.precision].rel_err
+        return dataclasses.replace(self.thresholds, rtol=max(self.thresholds.rtol, noise))
 
     def __call__(self, tensor: str, reference: Any, candidate: Any, pair: BackendPair | None = None) -> PairMetrics:
         """The metrics of `candidate` against `reference` for `tensor`, judged in its units (`pair`: whose values)."""
