@@ -238,6 +238,7 @@ class Engine:
                 group = list(part)
                 done.update(group)
                 yield group, {s.name: part if s is driver else s.values(group) for s in current.sources}
+                del part  # compared and dropped by the caller: not held through the backend's next run
         rest = [t for t in current.tensors if t not in done]
         for group in chunk_names(rest, self.sizes, self.chunk_bytes) if rest else []:
             yield group, {s.name: {} if s is driver else s.values(group) for s in current.sources}

@@ -207,9 +207,13 @@ class OnnxRuntimeBackend(OnnxBackend):
             later = {t for next_segment, _ in segments[position + 1 :] for t in next_segment.inputs}
             frontier = {t: v for t, v in frontier.items() if t in later}
             frontier.update((t, made[t]) for t in segment.handed_on if t in later)
-            chunk = {t: np.asarray(made[self._output_of.get(t, t)].numpy()) for t in segment.wanted}
-            del made, values
+            del values
+            chunk: dict[str, np.ndarray] = {}
+            for tensor in segment.wanted:  # each copied to numpy and its OrtValue let go: one chunk held, not two
+                chunk[tensor] = np.asarray(made.pop(self._output_of.get(tensor, tensor)).numpy())
+            del made
             yield chunk
+            del chunk  # the caller has compared and dropped it: not held through the next segment's run
 
     def _segments(
         self, names: tuple[str, ...], sizes: Mapping[str, int] | None, max_bytes: int

@@ -85,6 +85,11 @@ def plan_segments(
     return _segments(graph, groups, wanted, sizes)
 
 
+def largest_frontier(segments: Sequence[Segment]) -> int:
+    """The most bytes of live tensors held between segments (what a segment reads and hands on), 0 for none."""
+    return max((s.frontier_bytes for s in segments), default=0)
+
+
 def _segments(
     graph: GraphInfo, groups: list[list[int]], wanted: Sequence[str], sizes: Mapping[str, int]
 ) -> list[Segment]:
