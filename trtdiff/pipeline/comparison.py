@@ -244,11 +244,27 @@ class _Run:
 
     def engine(self) -> Engine:
         graph = self.prepared.graph
-        tensors = self.layer_tensors()
-        sizes = {t: n for t in tensors if (n := graph.tensor_type(t).nbytes()) is not None}
-        runtime = self.options.runtime
-        chunk = min(runtime.chunk_bytes, runtime.memory_bytes)  # what a backend returns at once stays under the limit
-        return Engine(self.pairs, self.judge, tuple(graph.graph_outputs), sizes, chunk)
+        return Engine(self.pairs, self.judge, tuple(graph.graph_outputs), self.sizes, self.chunk_bytes)
+
+    @cached_property
+    def sizes(self) -> dict[str, int]:
+        """Expected bytes of sample 0's tensors, where the graph's types say."""
+        graph = self.prepared.graph
+        return {t: n for t in self.layer_tensors() if (n := graph.tensor_type(t).nbytes()) is not None}
+
+    @cached_property
+    def chunk_bytes(self) -> int:
+        """What one source returns at once, within `--memory-limit` (L).
+
+        Streamed (one chunk, nothing of the reference held) or held on a GPU: up to L. Held over several
+        chunks: the reference's values take up to L/2 in memory (its store, `store_bytes`), and
+        the other half is shared by one chunk of each ONNX backend and the reference's values of
+        that chunk read back from the store.
+        """
+        runtime, capture = self.options.runtime, self.reference.capture
+        if self.streams or capture is None or capture.device != "cpu":  # none of the reference held on the host
+            return min(runtime.chunk_bytes, runtime.memory_bytes)
+        return max(1, min(runtime.chunk_bytes, store_bytes(runtime.memory_bytes) // (1 + len(self.prepared.backends))))
 
     @cached_property
     def judge(self) -> Judge:
@@ -268,8 +284,8 @@ class _Run:
             return False
         if self.options.analysis.culprit or self.shared:
             return False
-        engine = self.engine()
-        return len(chunk_names(self.layer_tensors(), engine.sizes, engine.chunk_bytes)) == 1
+        runtime = self.options.runtime
+        return len(chunk_names(self.layer_tensors(), self.sizes, min(runtime.chunk_bytes, runtime.memory_bytes))) == 1
 
     def hold_what_is_read(self) -> None:
         """Drop the first recording's values nothing reads: all but the outputs when streamed, else unpaired ones."""
@@ -330,7 +346,7 @@ class _Run:
             return CapturedValues(reference.capture, reference.pairing, outputs)
         assert reference.recorder is not None
         stack = self.stack if self.stack is not None else ExitStack()
-        store = stack.enter_context(reference.recorder.store())
+        store = stack.enter_context(TensorStore(store_bytes(reference.recorder.memory_bytes)))
         recorded = reference.recorder.record(self.prepared.model_feeds, store=store)  # sample 0, as recorded
         recorded.retain(self._kept(recorded, reference.pairing))
         return CapturedValues(recorded, reference.pairing, outputs)
@@ -392,9 +408,14 @@ def _record_first(stack: ExitStack) -> Record:
     """Record PyTorch once on the inputs, into a store of the reference's that `stack` closes."""
 
     def record(reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
-        return reference.record(feeds, store=stack.enter_context(reference.store()))
+        return reference.record(feeds, store=stack.enter_context(TensorStore(store_bytes(reference.memory_bytes))))
 
     return record
+
+
+def store_bytes(limit: int) -> int:
+    """The reference's share of `--memory-limit` held in memory: half (the other half: the chunks compared)."""
+    return max(1, limit // 2)
 
 
 class SharedRecording:
