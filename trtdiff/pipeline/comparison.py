@@ -347,9 +347,17 @@ class _Run:
         assert reference.recorder is not None
         stack = self.stack if self.stack is not None else ExitStack()
         store = stack.enter_context(TensorStore(store_bytes(reference.recorder.memory_bytes)))
-        recorded = reference.recorder.record(self.prepared.model_feeds, store=store)  # sample 0, as recorded
+        # sample 0, as recorded; only what is read is kept, so nothing is spilled to disk and then deleted
+        recorded = reference.recorder.record(self.prepared.model_feeds, store=store, keep=self.read_keys)
         recorded.retain(self._kept(recorded, reference.pairing))
         return CapturedValues(recorded, reference.pairing, outputs)
+
+    @cached_property
+    def read_keys(self) -> frozenset[str]:
+        """The recorded values a later recording keeps: those the culprit pass and attribution read, the outputs."""
+        capture, pairing = self.reference.capture, self.reference.pairing
+        assert capture is not None and pairing is not None
+        return frozenset((*self._kept(capture, pairing), *capture.output_keys))
 
     def _streamed(self) -> StreamedValues:
         """Sample 0's reference, streamed through the comparison (the engine records it as it compares)."""
@@ -645,9 +653,9 @@ class _Recapture:
             return captured.values
         if self.store is not None:
             self.store.close()
-        self.store = recorder.store()
+        self.store = TensorStore(store_bytes(recorder.memory_bytes))
         feeds = dict(zip(self.run.prepared.input_names, sample.values, strict=False))
-        recorded = recorder.record(feeds, store=self.store)
+        recorded = recorder.record(feeds, store=self.store, keep=self.run.read_keys)  # what attribution reads
         return CapturedValues(recorded, captured.pairing, captured.outputs).values
 
 
