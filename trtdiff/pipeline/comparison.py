@@ -42,6 +42,7 @@ from trtdiff.errors import OptionError, param
 from trtdiff.gate.checks import layer_checks, miou_checks, output_checks
 from trtdiff.options import CompareOptions
 from trtdiff.pairing.qdq import quantizations
+from trtdiff.pipeline.memory import check_frontier, store_bytes
 from trtdiff.pipeline.prepare import Prepared, Progress, Record, onnx_feeds, prepare, timed
 from trtdiff.pipeline.progress import sample_step, sample_total
 from trtdiff.report import Report, all_pairs
@@ -145,47 +146,10 @@ def _open_run(
     run = _Run(
         prepared, options, reference, _backends_run(prepared, reference), name_of, repro, stack=stack, shared=shared
     )
-    _check_frontier(run)
+    engine = run.engine()
+    check_frontier(prepared.graph, run.layer_tensors(), engine.sizes, engine.chunk_bytes, options.runtime.memory_bytes)
     run.hold_what_is_read()
     return run
-
-
-def _check_frontier(run: _Run, available: int | None = None) -> None:
-    """Refuse, before any backend runs, a chunked comparison whose least memory does not fit here.
-
-    Over several chunks the ONNX graph runs in segments (backends.segments): the live tensors
-    between two of them (the frontier) are held besides the `--memory-limit`. Where the
-    largest frontier and the limit together pass the memory available (`source.inputs.
-    available_memory`), the run could only fail midway: it is refused with the figure it needs.
-    """
-    from trtdiff.backends.segments import largest_frontier, plan_segments
-    from trtdiff.source.inputs import available_memory
-
-    engine, graph, limit = run.engine(), run.prepared.graph, run.options.runtime.memory_bytes
-    tensors = run.layer_tensors()
-    if len(chunk_names(tensors, engine.sizes, engine.chunk_bytes)) <= 1:
-        return
-    frontier = largest_frontier(plan_segments(graph, tensors, engine.sizes, engine.chunk_bytes))
-    available = available_memory() if available is None else available
-    if available is None or frontier + limit <= available:
-        return
-    lower = (
-        f"lower {param('memory_bytes')} (to {_size(available - frontier)} at most) or " if available > frontier else ""
-    )
-    raise OptionError(
-        f"the ONNX graph at these inputs holds up to {_size(frontier)} of live tensors between the segments it runs "
-        f"in, beside the {_size(limit)} of the limit: {_size(frontier + limit)} in all, but {_size(available)} of "
-        f"memory is available here; {lower}give a smaller input shape",
-        parameter="memory_bytes",
-        value=limit,
-    )
-
-
-def _size(count: int) -> str:
-    """Bytes as --memory-limit reads them (GB = 2**30), rounded down: 1288490188 -> '1.1GB'."""
-    if count >= (1 << 30) // 10:
-        return f"{int(count * 10 / (1 << 30)) / 10}GB"
-    return f"{count >> 20}MB" if count >= 1 << 20 else f"{count >> 10}KB"
 
 
 def _compare_samples(
@@ -419,11 +383,6 @@ def _record_first(stack: ExitStack) -> Record:
         return reference.record(feeds, store=stack.enter_context(TensorStore(store_bytes(reference.memory_bytes))))
 
     return record
-
-
-def store_bytes(limit: int) -> int:
-    """The reference's share of `--memory-limit` held in memory: half (the other half: the chunks compared)."""
-    return max(1, limit // 2)
 
 
 class SharedRecording:
