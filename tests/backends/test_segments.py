@@ -178,3 +178,18 @@ def test_a_chunked_comparison_runs_onnx_runtime_once_per_segment_with_the_figure
     assert backend.session_runs == backend.sessions_made - 1  # each segment ran once; the whole graph never
     assert [(la.tensor, la.pairs) for la in one.layers] == [(la.tensor, la.pairs) for la in chunked.layers]
     assert one.samples[0].outputs == chunked.samples[0].outputs and one.passed and chunked.passed
+
+
+def test_segments_made_at_one_batch_run_another_of_a_dynamic_batch_graph(tmp_path: Path) -> None:
+    case = next(c for c in CASES if c.name == "groupnorm")
+    graph = load_graph(export_case(case, tmp_path, dynamic_batch=True))
+    with OnnxRuntimeBackend(graph) as backend:
+        wanted = [t for t in graph.node_outputs if t in backend.available()]
+        for batch in (1, 3):  # the segments' sessions are made at the first batch and reused at the second
+            shape = "x".join([str(batch), *case.shape.split("x")[1:]])
+            feeds = make_inputs(["x"], shapes=[shape], seed=batch)
+            whole = fetch(backend, feeds, wanted)
+            values = {t: v for c in backend.run(feeds, wanted, max_bytes=1) for t, v in c.items()}
+            assert backend.sessions_made > 2 and values.keys() == whole.keys()
+            for name, value in whole.items():
+                np.testing.assert_array_equal(values[name], value, err_msg=name, strict=True)

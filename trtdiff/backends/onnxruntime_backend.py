@@ -251,7 +251,9 @@ class OnnxRuntimeBackend(OnnxBackend):
         for arg in (*session.get_inputs(), *session.get_outputs()):
             element = _element_type(arg.type)
             if element is not None:
-                types[arg.name] = helper.make_tensor_type_proto(element, _dims(arg.shape))
+                known = self.graph.tensor_type(arg.name).shape  # ORT reports an unknown rank as [], as a scalar's
+                shape = arg.shape if arg.shape or known == () else known
+                types[arg.name] = helper.make_tensor_type_proto(element, _dims(shape))
         for raw, exposed in self._output_of.items():  # read through a Cast: bfloat16, the shape as exposed
             if raw != exposed and exposed in types:
                 shape = types[exposed].tensor_type.shape
@@ -301,10 +303,13 @@ def _element_type(text: str) -> int | None:
 
 
 def _dims(shape: Sequence[Any] | None) -> list[int | str | None] | None:
-    """A shape as ONNX Runtime reports it, as `helper.make_tensor_type_proto` takes it (symbols and unknowns kept)."""
-    if shape is None:
-        return None
-    return [d if isinstance(d, int | str) else None for d in shape]
+    """A segment input's shape: the rank ONNX Runtime inferred, every dimension left open.
+
+    ONNX Runtime checks the values fed against a declared shape, and a dimension it inferred
+    for the whole graph may differ from what a node made at run time (it only warns there):
+    the value is fed as it came out, whatever its dimensions.
+    """
+    return None if shape is None else [None] * len(shape)
 
 
 def _ort_feeds(feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
