@@ -1,6 +1,6 @@
 """The ONNX graph run in segments (backends.segments): the values of one whole run, every node run once.
 
-Real exports and real ONNX Runtime sessions: a CNN, the transformer block, a scripted If,
+Real exports and real ONNX Runtime sessions: a CNN, the transformer block, a scripted If, DeepLabV3+,
 and the transformer block converted to FP16 as trtdiff converts it.
 """
 
@@ -32,6 +32,12 @@ def _block(folder: Path) -> tuple[Path, str]:
     return export(transformer_block(), "1x16x32", folder / "block.onnx", 17), "1x16x32"
 
 
+def _deeplab(folder: Path) -> tuple[Path, str]:
+    from trtdiff.examples.deeplabv3plus import deeplabv3plus_resnet
+
+    return export(deeplabv3plus_resnet(), "1x3x64x64", folder / "deeplab.onnx", 13), "1x3x64x64"
+
+
 def _if(folder: Path) -> tuple[Path, str]:
     case = next(c for c in CASES if c.name == "if-branch")
     return export_case(case, folder), case.shape
@@ -45,6 +51,7 @@ MODELS: dict[str, Callable[[Path], tuple[Path, str]]] = {
     "cnn": _cnn,
     "transformer": _block,
     "if": _if,
+    "deeplab": _deeplab,  # Resize fed its sizes across a cut
     "fp16": _fp16,
 }
 

@@ -303,13 +303,14 @@ def _element_type(text: str) -> int | None:
 
 
 def _dims(shape: Sequence[Any] | None) -> list[int | str | None] | None:
-    """A segment input's shape: the rank ONNX Runtime inferred, every dimension left open.
+    """A shape as ONNX Runtime reports it, as `helper.make_tensor_type_proto` takes it (symbols and unknowns kept).
 
-    ONNX Runtime checks the values fed against a declared shape, and a dimension it inferred
-    for the whole graph may differ from what a node made at run time (it only warns there):
-    the value is fed as it came out, whatever its dimensions.
+    The dimensions are kept, not left open: ONNX Runtime's shape inference inside a segment
+    reads them (a Resize checks its `sizes` input's length against the rank).
     """
-    return None if shape is None else [None] * len(shape)
+    if shape is None:
+        return None
+    return [d if isinstance(d, int | str) else None for d in shape]
 
 
 def _ort_feeds(feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
