@@ -63,6 +63,10 @@ class BackendValues:
     def values(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         return fetch(self.backend, self.feeds, list(names))
 
+    def chunks(self, names: Sequence[str], sizes: Mapping[str, int], budget: int) -> Iterator[dict[str, np.ndarray]]:
+        """`names` in the backend's own chunks under `budget`: one run of the graph for all of them where it can."""
+        return self.backend.run(self.feeds, names, sizes=sizes, max_bytes=budget)
+
 
 @dataclass(frozen=True)
 class CapturedValues:
@@ -208,8 +212,7 @@ class Engine:
                 continue
             metrics: dict[str, dict[BackendPair, PairMetrics]] = {}
             kept: dict[str, dict[str, np.ndarray]] = {source.name: {} for source in current.sources}
-            for group in groups:
-                values = {source.name: source.values(group) for source in current.sources}
+            for group, values in self._chunks(current):
                 for name, tensors in values.items():
                     kept[name].update((t, to_host(v)) for t, v in tensors.items() if t in self.outputs)
                 for tensor in group:
@@ -217,7 +220,28 @@ class Engine:
                     if entry:
                         metrics[tensor] = entry
                 del values
-            yield Compared(current.sample, metrics, kept)
+            ordered = {t: metrics[t] for t in current.tensors if t in metrics}  # as asked, whatever the chunks' order
+            yield Compared(current.sample, ordered, kept)
+
+    def _chunks(self, current: Pass) -> Iterator[tuple[list[str], dict[str, dict[str, np.ndarray]]]]:
+        """Each chunk's tensors and every source's values of them, one chunk at a time.
+
+        The first ONNX backend sets the chunks: it runs its graph once for all of them
+        (segment by segment where they do not fit in one chunk, backends.segments), and every
+        other source is asked for the same tensors. Tensors it does not have come after, in
+        chunks of the budget.
+        """
+        driver = next((s for s in current.sources if isinstance(s, BackendValues)), None)
+        done: set[str] = set()
+        if driver is not None:
+            for part in driver.chunks(current.tensors, self.sizes, self.chunk_bytes):
+                group = list(part)
+                done.update(group)
+                yield group, {s.name: part if s is driver else s.values(group) for s in current.sources}
+                del part  # compared and dropped by the caller: not held through the backend's next run
+        rest = [t for t in current.tensors if t not in done]
+        for group in chunk_names(rest, self.sizes, self.chunk_bytes) if rest else []:
+            yield group, {s.name: {} if s is driver else s.values(group) for s in current.sources}
 
     def _streamed(self, current: Pass, streamed: StreamedValues) -> Compared:
         """One chunk: the other sources fetched, then the reference streamed through them (see the module docstring)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ import onnx
 from onnx import TensorProto
 
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, OpenRequest, chunk_names, expose_node_outputs
+from trtdiff.backends.segments import Segment, plan_segments, segment_model
 from trtdiff.errors import BackendError, OptionError, first_line
 from trtdiff.options import DEFAULT_PROVIDER
 
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 _ORT_FATAL = 4  # ONNX Runtime's log severity: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
 # Protobuf cannot serialize a message of 2 GB or more; a margin below it for the exposed outputs.
 PROTOBUF_LIMIT = (1 << 31) - (64 << 20)
+# A segment of the graph and the session that runs it (backends.segments).
+_Runnable = tuple[Segment, Any]
 
 
 class OnnxRuntimeBackend(OnnxBackend):
@@ -63,10 +67,13 @@ class OnnxRuntimeBackend(OnnxBackend):
         # session's own level below is what keeps a run quiet; the default covers loading the model.
         ort.set_default_logger_severity(_ORT_FATAL)
         options.log_severity_level = _ORT_FATAL
+        self._options = options
+        self._plans: dict[tuple[Any, ...], list[_Runnable] | None] = {}
+        self.session_runs = 0
+        """How many times a session ran (the whole graph or one segment): what a test counts."""
+        self.sessions_made = 0
         try:
-            self._session: ort.InferenceSession | None = ort.InferenceSession(
-                self._session_source(model), options, providers=[provider], provider_options=[provider_options]
-            )
+            self._session: ort.InferenceSession | None = self._new_session(model, "model")
         except Exception as error:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
             self._release()  # the weights written beside a large model
             raise BackendError(
@@ -76,19 +83,33 @@ class OnnxRuntimeBackend(OnnxBackend):
 
     def _release(self) -> None:
         self._session = None
+        self._plans.clear()
         if self._folder is not None:
             self._folder.cleanup()
             self._folder = None
 
-    def _session_source(self, model: onnx.ModelProto) -> bytes | str:
+    def _new_session(self, model: onnx.ModelProto, stem: str) -> Any:
+        """A session of `model` with this backend's options and provider (`stem` names its file, if it needs one)."""
+        import onnxruntime as ort
+
+        self.sessions_made += 1
+        return ort.InferenceSession(
+            self._session_source(model, stem),
+            self._options,
+            providers=[self.provider],
+            provider_options=[self.provider_options],
+        )
+
+    def _session_source(self, model: onnx.ModelProto, stem: str) -> bytes | str:
         """The model as bytes, or, past protobuf's 2 GB, as a file with its weights beside it."""
         if model.ByteSize() < PROTOBUF_LIMIT:
             serialized: bytes = model.SerializeToString()
             return serialized
-        self._folder = tempfile.TemporaryDirectory(prefix="trtdiff-ort-")  # kept while the session lives
-        path = Path(self._folder.name) / "model.onnx"
+        if self._folder is None:
+            self._folder = tempfile.TemporaryDirectory(prefix="trtdiff-ort-")  # kept while the sessions live
+        path = Path(self._folder.name) / f"{stem}.onnx"
         onnx.save_model(
-            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="model.weights"
+            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=f"{stem}.weights"
         )
         return str(path)
 
@@ -118,19 +139,137 @@ class OnnxRuntimeBackend(OnnxBackend):
         sizes: Mapping[str, int] | None = None,
         max_bytes: int = DEFAULT_CHUNK_BYTES,
     ) -> Iterator[dict[str, np.ndarray]]:
+        """One run of the whole graph when the wanted tensors fit in one chunk, else its segments, each run once.
+
+        Over several chunks the graph is cut into segments (backends.segments) whose wanted
+        outputs fit `max_bytes`: each runs once, its wanted outputs are one chunk, and only the
+        frontier later segments read is kept, as ONNX Runtime made it (types included). So
+        every node runs once per call, whatever the budget. The segments' sessions are made on
+        first use and kept for later calls with the same tensors and budget.
+        """
         self._check_open()
         names = [t for t in wanted if t in self._exposed_set]
-        for group in chunk_names(names, sizes, max_bytes):
-            session = self._session
-            if session is None:
-                raise BackendError(f"the {self.name} backend was closed while it ran")
+        if len(chunk_names(names, sizes, max_bytes)) <= 1:
+            if names:
+                yield self._run_whole(feeds, names)
+            return
+        segments = self._segments(tuple(names), sizes, max_bytes) if self.cuts_exact else None
+        if segments is None:  # each chunk runs the whole graph (see `cuts_exact`; or a value at a cut is no tensor)
+            for group in chunk_names(names, sizes, max_bytes):
+                yield self._run_whole(feeds, group)
+            return
+        yield from self._run_segments(segments, feeds)
+
+    @cached_property
+    def cuts_exact(self) -> bool:
+        """Whether a segment boundary leaves every value as one run of the whole graph makes it.
+
+        Not where the CPU provider runs float16 or bfloat16 nodes through float32 kernels: inside
+        one run it drops the casts between two such nodes, so the second reads the first's
+        unrounded float32 result, where a cut would hand on the rounded value (one float16 step
+        apart, measured on the FP16 transformer block). There each chunk runs the whole graph.
+        """
+        if self.provider != CPU_PROVIDER:
+            return True
+        reduced = ("float16", "bfloat16")
+        return not any(
+            (d := self.graph.tensor_type(t).dtype) is not None and d.name in reduced for t in self._output_of
+        )
+
+    def _run_whole(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
+        """`names` from one run of the whole graph."""
+        session = self._live(self._session)
+        self.session_runs += 1
+        try:
+            values = session.run([self._output_of[t] for t in names], _ort_feeds(feeds))
+        except Exception as error:
+            raise self._failed(error) from error
+        return {name: np.asarray(value) for name, value in zip(names, values, strict=True)}
+
+    def _run_segments(
+        self, segments: list[_Runnable], feeds: Mapping[str, np.ndarray]
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Each segment run once on the frontier; its wanted outputs yielded, what no later segment reads dropped."""
+        import onnxruntime as ort
+
+        frontier: dict[str, Any] = {
+            name: value if isinstance(value, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(value)
+            for name, value in _ort_feeds(feeds).items()
+        }
+        for position, (segment, session) in enumerate(segments):
+            fetched = segment.fetched(self._output_of)
+            self.session_runs += 1
             try:
-                values = session.run([self._output_of[t] for t in group], _ort_feeds(feeds))
+                values = self._live(session).run_with_ort_values(fetched, {t: frontier[t] for t in segment.inputs})
             except Exception as error:
+                raise self._failed(error) from error
+            made = dict(zip(fetched, values, strict=True))
+            later = {t for next_segment, _ in segments[position + 1 :] for t in next_segment.inputs}
+            frontier = {t: v for t, v in frontier.items() if t in later}
+            frontier.update((t, made[t]) for t in segment.handed_on if t in later)
+            del values
+            chunk: dict[str, np.ndarray] = {}
+            for tensor in segment.wanted:  # each copied to numpy and its OrtValue let go: one chunk held, not two
+                chunk[tensor] = np.asarray(made.pop(self._output_of.get(tensor, tensor)).numpy())
+            del made
+            yield chunk
+            del chunk  # the caller has compared and dropped it: not held through the next segment's run
+
+    def _segments(
+        self, names: tuple[str, ...], sizes: Mapping[str, int] | None, max_bytes: int
+    ) -> list[_Runnable] | None:
+        """The segments for these tensors and budget, with their sessions (made once, then reused)."""
+        key = (names, max_bytes, tuple((sizes or {}).get(t) for t in names))
+        if key not in self._plans:
+            self._plans[key] = self._open_segments(plan_segments(self.graph, names, sizes, max_bytes))
+        return self._plans[key]
+
+    def _open_segments(self, segments: list[Segment]) -> list[_Runnable] | None:
+        """A session per segment, with the whole graph's session options; None where a cut holds no tensor."""
+        types = self._frontier_types()
+        if any(t not in types for segment in segments for t in segment.inputs):
+            return None
+        opened: list[_Runnable] = []
+        for position, segment in enumerate(segments):
+            model = segment_model(self.graph, segment, types, self._output_of)
+            try:
+                session = self._new_session(model, f"segment{position}")
+            except Exception as error:  # ORT raises its own types; the whole graph did load
                 raise BackendError(
-                    f"{self.graph.path}: ONNX Runtime failed to run the model: {_ort_message(error, self.graph)}"
+                    f"{self.graph.path}: ONNX Runtime cannot load segment {position + 1} of the model: "
+                    f"{_ort_message(error, self.graph)}"
                 ) from error
-            yield {name: np.asarray(value) for name, value in zip(group, values, strict=True)}
+            opened.append((segment, session))
+        return opened
+
+    def _frontier_types(self) -> dict[str, onnx.TypeProto]:
+        """Each tensor's type as ONNX Runtime inferred it for the whole graph (what a cut is fed with)."""
+        from onnx import helper
+
+        session = self._live(self._session)
+        types: dict[str, onnx.TypeProto] = {}
+        for arg in (*session.get_inputs(), *session.get_outputs()):
+            element = _element_type(arg.type)
+            if element is not None:
+                known = self.graph.tensor_type(arg.name).shape  # ORT reports an unknown rank as [], as a scalar's
+                shape = arg.shape if arg.shape or known == () else known
+                types[arg.name] = helper.make_tensor_type_proto(element, _dims(shape))
+        for raw, exposed in self._output_of.items():  # read through a Cast: bfloat16, the shape as exposed
+            if raw != exposed and exposed in types:
+                shape = types[exposed].tensor_type.shape
+                types[raw] = helper.make_tensor_type_proto(TensorProto.BFLOAT16, None)
+                types[raw].tensor_type.shape.CopyFrom(shape)
+        return types
+
+    def _live(self, session: Any) -> Any:
+        if session is None or self._closed:
+            raise BackendError(f"the {self.name} backend was closed while it ran")
+        return session
+
+    def _failed(self, error: BaseException) -> BackendError:
+        return BackendError(
+            f"{self.graph.path}: ONNX Runtime failed to run the model: {_ort_message(error, self.graph)}"
+        )
 
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
@@ -153,6 +292,25 @@ def choose_provider(requested: str, available: Sequence[str], *, tf32: bool) -> 
             value=requested,
         )
     return provider, ({"use_tf32": "1" if tf32 else "0"} if provider == CUDA_PROVIDER else {})
+
+
+def _element_type(text: str) -> int | None:
+    """ONNX's element type of an ONNX Runtime type name ("tensor(float16)"), None for a sequence, map or optional."""
+    if not (text.startswith("tensor(") and text.endswith(")")):
+        return None
+    element: int | None = getattr(TensorProto, text[len("tensor(") : -1].upper(), None)
+    return element
+
+
+def _dims(shape: Sequence[Any] | None) -> list[int | str | None] | None:
+    """A shape as ONNX Runtime reports it, as `helper.make_tensor_type_proto` takes it (symbols and unknowns kept).
+
+    The dimensions are kept, not left open: ONNX Runtime's shape inference inside a segment
+    reads them (a Resize checks its `sizes` input's length against the rank).
+    """
+    if shape is None:
+        return None
+    return [d if isinstance(d, int | str) else None for d in shape]
 
 
 def _ort_feeds(feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:

@@ -279,8 +279,11 @@ class BackendOptions:
                                              "backend.")
     memory_bytes: int = option(DEFAULT_MEMORY_BYTES, group=BACKENDS, commands=COMPARE, flag="--memory-limit",
                                metavar="SIZE", parse=parse_bytes, default_text="2GB",
-                               help="Reference tensors held in RAM (or on its GPU) before spilling to disk; also "
-                                    "the most one backend returns at once.")
+                               help="Memory for the tensors compared: peak memory stays under the runtimes and "
+                                    "weights each backend holds + the largest frontier of the ONNX graph (the live "
+                                    "tensors between the segments it runs in) + this. Half holds the reference's "
+                                    "values (the rest spilled to disk once), half the chunks compared; refused up "
+                                    "front where that cannot fit here.")
     chunk_bytes: int = option(DEFAULT_CHUNK_BYTES, group=BACKENDS, flag=None, parse=parse_bytes, default_text="1GB",
                               help="Intermediates one backend returns at once (compared, then dropped).")
 

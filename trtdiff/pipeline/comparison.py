@@ -42,6 +42,7 @@ from trtdiff.errors import OptionError, param
 from trtdiff.gate.checks import layer_checks, miou_checks, output_checks, weight_checks
 from trtdiff.options import CompareOptions
 from trtdiff.pairing.qdq import has_qdq, quantizations
+from trtdiff.pipeline.memory import check_frontier, store_bytes
 from trtdiff.pipeline.prepare import Prepared, Progress, Record, onnx_feeds, prepare, timed
 from trtdiff.pipeline.progress import sample_step, sample_total
 from trtdiff.report import Report, all_pairs
@@ -146,6 +147,8 @@ def _open_run(
     run = _Run(
         prepared, options, reference, _backends_run(prepared, reference), name_of, repro, stack=stack, shared=shared
     )
+    engine = run.engine()
+    check_frontier(prepared.graph, run.layer_tensors(), engine.sizes, engine.chunk_bytes, options.runtime.memory_bytes)
     run.hold_what_is_read()
     return run
 
@@ -206,11 +209,27 @@ class _Run:
 
     def engine(self) -> Engine:
         graph = self.prepared.graph
-        tensors = self.layer_tensors()
-        sizes = {t: n for t in tensors if (n := graph.tensor_type(t).nbytes()) is not None}
-        runtime = self.options.runtime
-        chunk = min(runtime.chunk_bytes, runtime.memory_bytes)  # what a backend returns at once stays under the limit
-        return Engine(self.pairs, self.judge, tuple(graph.graph_outputs), sizes, chunk)
+        return Engine(self.pairs, self.judge, tuple(graph.graph_outputs), self.sizes, self.chunk_bytes)
+
+    @cached_property
+    def sizes(self) -> dict[str, int]:
+        """Expected bytes of sample 0's tensors, where the graph's types say."""
+        graph = self.prepared.graph
+        return {t: n for t in self.layer_tensors() if (n := graph.tensor_type(t).nbytes()) is not None}
+
+    @cached_property
+    def chunk_bytes(self) -> int:
+        """What one source returns at once, within `--memory-limit` (L).
+
+        Streamed (one chunk, nothing of the reference held) or held on a GPU: up to L. Held over several
+        chunks: the reference's values take up to L/2 in memory (its store, `store_bytes`), and
+        the other half is shared by one chunk of each ONNX backend and the reference's values of
+        that chunk read back from the store.
+        """
+        runtime, capture = self.options.runtime, self.reference.capture
+        if self.streams or capture is None or capture.device != "cpu":  # none of the reference held on the host
+            return min(runtime.chunk_bytes, runtime.memory_bytes)
+        return max(1, min(runtime.chunk_bytes, store_bytes(runtime.memory_bytes) // (1 + len(self.prepared.backends))))
 
     @cached_property
     def judge(self) -> Judge:
@@ -241,8 +260,8 @@ class _Run:
             return False
         if self.options.analysis.culprit or self.shared:
             return False
-        engine = self.engine()
-        return len(chunk_names(self.layer_tensors(), engine.sizes, engine.chunk_bytes)) == 1
+        runtime = self.options.runtime
+        return len(chunk_names(self.layer_tensors(), self.sizes, min(runtime.chunk_bytes, runtime.memory_bytes))) == 1
 
     def hold_what_is_read(self) -> None:
         """Drop the first recording's values nothing reads: all but the outputs when streamed, else unpaired ones."""
@@ -303,10 +322,18 @@ class _Run:
             return CapturedValues(reference.capture, reference.pairing, outputs)
         assert reference.recorder is not None
         stack = self.stack if self.stack is not None else ExitStack()
-        store = stack.enter_context(reference.recorder.store())
-        recorded = reference.recorder.record(self.prepared.model_feeds, store=store)  # sample 0, as recorded
+        store = stack.enter_context(TensorStore(store_bytes(reference.recorder.memory_bytes)))
+        # sample 0, as recorded; only what is read is kept, so nothing is spilled to disk and then deleted
+        recorded = reference.recorder.record(self.prepared.model_feeds, store=store, keep=self.read_keys)
         recorded.retain(self._kept(recorded, reference.pairing))
         return CapturedValues(recorded, reference.pairing, outputs)
+
+    @cached_property
+    def read_keys(self) -> frozenset[str]:
+        """The recorded values a later recording keeps: those the culprit pass and attribution read, the outputs."""
+        capture, pairing = self.reference.capture, self.reference.pairing
+        assert capture is not None and pairing is not None
+        return frozenset((*self._kept(capture, pairing), *capture.output_keys))
 
     def _streamed(self) -> StreamedValues:
         """Sample 0's reference, streamed through the comparison (the engine records it as it compares)."""
@@ -365,7 +392,7 @@ def _record_first(stack: ExitStack) -> Record:
     """Record PyTorch once on the inputs, into a store of the reference's that `stack` closes."""
 
     def record(reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
-        return reference.record(feeds, store=stack.enter_context(reference.store()))
+        return reference.record(feeds, store=stack.enter_context(TensorStore(store_bytes(reference.memory_bytes))))
 
     return record
 
@@ -598,9 +625,9 @@ class _Recapture:
             return captured.values
         if self.store is not None:
             self.store.close()
-        self.store = recorder.store()
+        self.store = TensorStore(store_bytes(recorder.memory_bytes))
         feeds = dict(zip(self.run.prepared.input_names, sample.values, strict=False))
-        recorded = recorder.record(feeds, store=self.store)
+        recorded = recorder.record(feeds, store=self.store, keep=self.run.read_keys)  # what attribution reads
         return CapturedValues(recorded, captured.pairing, captured.outputs).values
 
 

@@ -1,0 +1,96 @@
+"""--memory-limit: a chunked comparison whose least memory cannot fit here is refused before any backend runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+
+import trtdiff
+from tests.cli_output import without_progress
+from tests.culprit_models import small_cnn
+from trtdiff.cli.app import main
+from trtdiff.errors import OptionError
+
+LIMIT = 64 << 10  # a chunk of the small CNN's tensors at 32x32: its graph runs in several segments
+
+
+def _available(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    """The memory this machine is said to have free (what source.inputs reads from /proc/meminfo)."""
+    import trtdiff.source.inputs
+
+    monkeypatch.setattr(trtdiff.source.inputs, "available_memory", lambda: count)
+
+
+def test_a_frontier_that_does_not_fit_beside_the_limit_is_refused_with_the_figure_it_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _available(monkeypatch, LIMIT + 1024)  # the inputs fit (three copies of 12 KB); frontier + limit do not
+    with pytest.raises(OptionError) as caught:
+        trtdiff.compare(small_cnn(), input_shapes=["1x3x32x32"], opset=13, memory_bytes=LIMIT, torch_device="cpu")
+    assert caught.value.parameter == "memory_bytes"
+    message = str(caught.value)
+    assert "of live tensors between the segments" in message and "65KB of memory is available" in message
+    assert "lower" in message and "give a smaller input shape" in message
+
+
+def test_the_refusal_is_one_line_naming_memory_limit_and_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    _available(monkeypatch, LIMIT + 1024)
+    model = ["compare", "tests.culprit_models:small_cnn", "--input-shape", "1x3x32x32", "--opset", "13"]
+    flags = ["--backends", "torch,onnxruntime", "--torch-device", "cpu", "--memory-limit", "64KB"]
+    result = CliRunner().invoke(main, [*model, *flags])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in without_progress(result.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and "--memory-limit" in lines[0] and "Traceback" not in result.stderr, result.stderr
+
+
+def test_with_the_memory_there_is_the_same_comparison_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    _available(monkeypatch, 1 << 30)
+    report = trtdiff.compare(small_cnn(), input_shapes=["1x3x32x32"], opset=13, memory_bytes=LIMIT, torch_device="cpu")
+    assert report.passed and report.layers
+
+
+def test_the_culprit_pass_records_sample_0_again_spilling_only_what_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A streamed comparison whose culprit pass records the reference again: what it spills to disk stays there until
+    the end (it keeps only the values the pass reads), never written and then deleted."""
+    from tests.culprit_models import edited, export, node, set_attribute
+    from trtdiff.backends.store import TensorStore
+    from trtdiff.source.onnx_graph import load_graph
+
+    model = small_cnn()
+    source = export(model, "1x3x64x64", tmp_path / "cnn.onnx", 13)
+
+    def edit(proto: onnx.ModelProto) -> str:
+        target = node(proto, "Conv")
+        set_attribute(target, "dilations", [2, 2])
+        set_attribute(target, "pads", [2, 2, 2, 2])
+        return target.name
+
+    path, name = edited(source, tmp_path / "edited.onnx", edit)
+    graph = load_graph(path)
+    limit = sum(n for t in graph.node_outputs if (n := graph.tensor_type(t).nbytes()) is not None)  # one chunk
+    stores: list[TensorStore] = []
+    deleted: list[tuple[int, object]] = []  # (which store, key) of each value deleted from disk before the end
+    make, discard = TensorStore.__init__, TensorStore.discard
+
+    def noting(self: TensorStore, *args: object, **kwargs: object) -> None:
+        make(self, *args, **kwargs)  # type: ignore[arg-type]
+        stores.append(self)
+
+    def dropping(self: TensorStore, key: object) -> None:
+        if key in self._on_disk:
+            deleted.append((stores.index(self), key))
+        discard(self, key)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TensorStore, "__init__", noting)
+    monkeypatch.setattr(TensorStore, "discard", dropping)
+    report = trtdiff.compare(
+        model, onnx=str(path), input_shapes=["1x3x64x64"], backends=["torch", "onnxruntime"], memory_bytes=limit
+    )
+    assert report.culprit is not None and report.culprit.onnx_node == name
+    assert len(stores) >= 3 and any(s._files_written for s in stores[1:])  # the first, the streamed, the culprit pass's
+    assert [key for index, key in deleted if index > 0] == []
