@@ -271,6 +271,14 @@ def scale_initializer(model: onnx.ModelProto, name: str, factor: float) -> None:
 # The hand edits; each returns the edited node's name.
 
 
+def dilate_first_conv(model: onnx.ModelProto) -> str:
+    """Give the first Conv dilation 2 (and the padding that keeps its shape): a wrong file at one node."""
+    target = node(model, "Conv")
+    set_attribute(target, "dilations", [2, 2])
+    set_attribute(target, "pads", [2, 2, 2, 2])
+    return target.name
+
+
 def resize_asymmetric(model: onnx.ModelProto) -> str:
     target = node(model, "Resize")
     set_attribute(target, "coordinate_transformation_mode", "asymmetric")

@@ -103,18 +103,12 @@ def test_a_streamed_reference_gives_the_figures_of_a_held_one(monkeypatch: pytes
 @pytest.mark.slow
 def test_culprits_are_named_after_a_streamed_comparison(tmp_path: Path) -> None:
     """The culprit pass reads the reference's values: sample 0 is recorded again for it, and finds the edit."""
-    from tests.culprit_models import edited, export, node, set_attribute, small_cnn
+    from tests.culprit_models import dilate_first_conv, edited, export, small_cnn
 
     model = small_cnn()
     source = export(model, "1x3x32x32", tmp_path / "cnn.onnx", 13)
 
-    def edit(proto: onnx.ModelProto) -> str:
-        target = node(proto, "Conv")
-        set_attribute(target, "dilations", [2, 2])
-        set_attribute(target, "pads", [2, 2, 2, 2])
-        return target.name
-
-    path, name = edited(source, tmp_path / "edited.onnx", edit)
+    path, name = edited(source, tmp_path / "edited.onnx", dilate_first_conv)
     report = trtdiff.compare(model, onnx=str(path), input_shapes=["1x3x32x32"], backends=["torch", "onnxruntime"])
     assert not report.passed and report.culprit is not None and report.culprit.onnx_node == name
 

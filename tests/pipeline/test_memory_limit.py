@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import onnx
 import pytest
 from click.testing import CliRunner
 
@@ -57,20 +56,14 @@ def test_the_culprit_pass_records_sample_0_again_spilling_only_what_it_reads(
 ) -> None:
     """A streamed comparison whose culprit pass records the reference again: what it spills to disk stays there until
     the end (it keeps only the values the pass reads), never written and then deleted."""
-    from tests.culprit_models import edited, export, node, set_attribute
+    from tests.culprit_models import dilate_first_conv, edited, export
     from trtdiff.backends.store import TensorStore
     from trtdiff.source.onnx_graph import load_graph
 
     model = small_cnn()
     source = export(model, "1x3x64x64", tmp_path / "cnn.onnx", 13)
 
-    def edit(proto: onnx.ModelProto) -> str:
-        target = node(proto, "Conv")
-        set_attribute(target, "dilations", [2, 2])
-        set_attribute(target, "pads", [2, 2, 2, 2])
-        return target.name
-
-    path, name = edited(source, tmp_path / "edited.onnx", edit)
+    path, name = edited(source, tmp_path / "edited.onnx", dilate_first_conv)
     graph = load_graph(path)
     limit = sum(n for t in graph.node_outputs if (n := graph.tensor_type(t).nbytes()) is not None)  # one chunk
     stores: list[TensorStore] = []
