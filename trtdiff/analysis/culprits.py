@@ -71,12 +71,12 @@ class LocalRun:
         past the type's range from it, and from them in turn, until the values fit again."""
         kept: list[str] = []
         frontier = [tensor]
+        nodes = {node.name: node for node in graph.nodes} if self.overflowed else {}
         while frontier:
             for name in self.overflowed.get(frontier.pop(), ()):
-                node = next((n for n in graph.nodes if n.name == name), None)
-                if name not in kept and node is not None:
+                if name not in kept and name in nodes:
                     kept.append(name)
-                    frontier.extend(node.outputs)
+                    frontier.extend(nodes[name].outputs)
         return tuple(kept)
 
 

@@ -55,8 +55,9 @@ class ReducedPrecision:
 
 
 def in_noise(metrics: PairMetrics, tensor: str, reduced: ReducedPrecision, thresholds: Thresholds) -> PairMetrics:
-    """`metrics` of a float tensor judged by its noise ratio (see the module docstring); others unchanged."""
-    if metrics.rel_err is None or metrics.mismatches is not None or metrics.shape_mismatch or metrics.quant_steps:
+    """`metrics` of a float tensor judged by its noise ratio (see the module docstring); others unchanged.
+    (Quantized tensors never come here: the Judge gives them their steps first.)"""
+    if metrics.rel_err is None or metrics.mismatches is not None or metrics.shape_mismatch:
         return metrics
     ratio = metrics.rel_err / reduced.error(tensor)
     reasons = [r for r in metrics.reasons if r.metric in _KEPT]

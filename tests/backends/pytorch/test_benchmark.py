@@ -57,3 +57,15 @@ def test_a_model_that_cannot_run_in_float64_is_compared_against_its_float32_forw
     )
     assert report.passed, [c.onnx_node for c in report.culprits]
     assert any(n.startswith("the PyTorch model cannot run in float64 (") for n in report.notes)
+
+
+def test_a_golden_reference_casts_the_module_once_for_every_recording_derived_from_it() -> None:
+    """The float64 copy is made once: the later recordings (streamed, the culprit pass) share it."""
+    model = transformer_block()
+    golden = TorchReference(model, dtype="float64")
+    with golden.store() as store:
+        first = golden.record(FEEDS, store=store)
+    again = golden.as_recorded(first)
+    assert golden.cast is not None and again.cast is golden.cast and golden.cast is not model
+    assert next(golden.cast.parameters()).dtype == torch.float64 and next(model.parameters()).dtype == torch.float32
+    assert golden.at("float32").cast is None and golden.at("float32") == TorchReference(model)

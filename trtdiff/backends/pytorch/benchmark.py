@@ -61,11 +61,13 @@ def benchmark_errors(
             if error is not None:
                 errors[key] = error
 
-    bench = golden.as_recorded(recorded).at(dtype)
+    like = golden.as_recorded(recorded)  # attention recorded as the golden's was
     feeds = dict(zip(recorded.input_keys, recorded.inputs, strict=True))
-    emulated = dtype == "float16" and resolve_device(bench.device) == "cpu"
+    emulated = dtype == "float16" and resolve_device(like.device) == "cpu"
     if emulated:  # PyTorch's float16 kernels on the CPU take 9x float32's time: the same rounding, in float32
-        bench, feeds = _rounded(bench, feeds)
+        bench, feeds = _rounded(like, feeds)
+    else:
+        bench = like.at(dtype)
     try:
         with bench.store() as store, RoundedOutputs(torch.float16) if emulated else nullcontext():
             measured = bench.record(feeds, store=store, visit=visit, keep=())
@@ -118,7 +120,7 @@ def _rounded(bench: TorchReference, feeds: dict[str, np.ndarray]) -> tuple[Torch
         name: value.astype(np.float16).astype(np.float32) if value.dtype == np.float32 else value
         for name, value in feeds.items()
     }
-    return dataclasses.replace(bench, module=module, dtype="float32"), rounded
+    return dataclasses.replace(bench, module=module, dtype="float32", cast=None), rounded
 
 
 def _same_ops(golden: TorchCapture, bench: TorchCapture) -> set[str]:

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Container, Mapping
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from trtdiff.backends.store import TensorStore
@@ -41,8 +40,9 @@ class TorchReference:
     recording's store holds in memory (or on its GPU) before spilling to disk; `attention`:
     "auto" for the first recording, the way it chose for the later ones (`as_recorded`);
     `dtype`: what the module computes in: "float32" as the user gave it, "float64" for the
-    golden run of a reduced-precision comparison, "float16"/"bfloat16" for its benchmark (a
-    copy of the module cast to it; the floating inputs cast too).
+    golden run of a reduced-precision comparison, "float16"/"bfloat16" for its benchmark;
+    `cast`: the copy of the module cast to `dtype` (None for float32: the user's own, left
+    alone), made once and shared by every reference derived from this one (`as_recorded`).
     """
 
     module: torch.nn.Module
@@ -51,30 +51,27 @@ class TorchReference:
     memory_bytes: int = DEFAULT_MEMORY_BYTES
     attention: AttentionMode = "auto"
     dtype: str = "float32"
+    cast: torch.nn.Module | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.dtype != "float32" and self.cast is None:  # made once: references derived from this one share it
+            import copy
+
+            import torch
+
+            object.__setattr__(self, "cast", copy.deepcopy(self.module).to(getattr(torch, self.dtype)))
 
     @classmethod
     def of(cls, module: torch.nn.Module, options: BackendOptions, *, golden: bool = False) -> TorchReference:
         """The reference of a comparison with these options: the one place its settings are read from them.
 
         `golden`: the comparison runs in reduced precision, so the reference computes in float64."""
-        return cls(
-            module, options.torch_device, options.tf32, options.memory_bytes, dtype="float64" if golden else "float32"
-        )
+        dtype = "float64" if golden else "float32"
+        return cls(module, options.torch_device, options.tf32, options.memory_bytes, dtype=dtype)
 
     def at(self, dtype: str) -> TorchReference:
         """This reference computing in `dtype` ("float32", "float64", "float16", "bfloat16")."""
-        return dataclasses.replace(self, dtype=dtype)
-
-    @cached_property
-    def _module(self) -> torch.nn.Module:
-        """The module in `dtype`: the user's own for float32, else a copy cast to it (the user's is left alone)."""
-        if self.dtype == "float32":
-            return self.module
-        import copy
-
-        import torch
-
-        return copy.deepcopy(self.module).to(getattr(torch, self.dtype))
+        return dataclasses.replace(self, dtype=dtype, cast=None)
 
     @property
     def settings(self) -> tuple[str, bool, str]:
@@ -84,7 +81,8 @@ class TorchReference:
     def as_recorded(self, first: TorchCapture) -> TorchReference:
         """This reference recording attention as `first` did (op by op or fused), without checking again,
         in the dtype `first` was recorded in (a golden that could not run in float64 fell back to float32)."""
-        return dataclasses.replace(self, attention="decomposed" if first.decomposed else "fused", dtype=first.dtype)
+        recorded = self if first.dtype == self.dtype else self.at(first.dtype)
+        return dataclasses.replace(recorded, attention="decomposed" if first.decomposed else "fused")
 
     def store(self) -> TensorStore:
         """A new store under this reference's memory limit (close it when the values are no longer read)."""
@@ -111,7 +109,7 @@ class TorchReference:
         into = self.store() if store is None else store
         try:
             return capture(
-                self._module,
+                self.module if self.cast is None else self.cast,
                 inputs,
                 device=self.device,
                 tf32=self.tf32,
