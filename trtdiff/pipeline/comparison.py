@@ -458,9 +458,8 @@ def _reduced(prepared: Prepared, expected: Mapping[str, float]) -> ReducedPrecis
     """The reduced precision the ONNX backends compute in (they all run the same graph), None at FP32."""
     if prepared.precision == "fp32":
         return None
-    backends = prepared.backends
-    emulated = frozenset(b.name for b in backends if b.emulates(prepared.precision) is not None)
-    return ReducedPrecision(prepared.precision, expected, frozenset(b.name for b in backends), emulated)
+    backends = frozenset(b.name for b in prepared.backends)
+    return ReducedPrecision(prepared.precision, expected, backends, prepared.emulated)
 
 
 def _backends_run(prepared: Prepared, reference: _Reference) -> tuple[str, ...]:

@@ -95,6 +95,7 @@ class Prepared:
     reference: TorchReference | None  # the PyTorch side, when "torch" is chosen and the model has a module
     engine: BuildSettings  # TensorRT's engine settings: the options' TensorRT part, TF32, the shapes fed
     precision: GraphPrecision = "fp32"  # what the ONNX backends compute in (source.fp16.run_precision)
+    emulated: frozenset[str] = frozenset()  # backends that run that graph without computing in its precision
 
     @property
     def has_torch(self) -> bool:
@@ -146,6 +147,7 @@ def prepare(
         feeds = onnx_feeds(graph, source.feeds)
         engine = engine_settings(options.runtime, feeds)  # every engine of the comparison is built with these
         opened = stack.enter_context(_opened(graph, feeds, options, backends, engine_path, engine, timings, say))
+        emulated = _emulated(opened.backends, precision)
         yield Prepared(
             loaded=source.loaded,
             graph=graph,
@@ -160,10 +162,11 @@ def prepare(
             backends=opened.backends,
             tensorrt=opened.tensorrt,
             engine_path=engine_path,
-            notes=(*notes, *opened.notes, *_emulated(opened.backends, precision)),
+            notes=(*notes, *opened.notes, *(f"{name}: {why}" for name, why in emulated.items())),
             reference=reference,
             engine=engine,
             precision=precision,
+            emulated=frozenset(emulated),
         )
 
 
@@ -188,9 +191,9 @@ def _opened(
         yield opened
 
 
-def _emulated(backends: Sequence[OnnxBackend], precision: GraphPrecision) -> list[str]:
-    """A note for each backend that runs a reduced-precision graph without computing in that precision."""
-    return [f"{b.name}: {why}" for b in backends if (why := b.emulates(precision)) is not None]
+def _emulated(backends: Sequence[OnnxBackend], precision: GraphPrecision) -> dict[str, str]:
+    """Each backend that runs a reduced-precision graph without computing in that precision -> why."""
+    return {b.name: why for b in backends if (why := b.emulates(precision)) is not None}
 
 
 def _capturing(capture: Capture | None) -> Record | None:
