@@ -13,7 +13,9 @@ optimizations off, as trtdiff runs it). trtdiff runs `compare --backends torch,o
 --all --json`, on the CPU and, where torch sees a GPU, with `--torch-device cuda`.
 
 `--lean-floor` also measures the floor ending as the trtdiff command ends, without tearing
-down the interpreter, and gives trtdiff's wall ratio to that too.
+down the interpreter, and gives trtdiff's wall ratio to that too. `--stats` adds `compare
+--capture stats` on the CPU, against the *plain floor*: the same steps with one plain ONNX
+Runtime run (the graph's outputs only), what a comparison of statistics cannot go below.
 
 Every measurement is a fresh process (imports included), timed from start to exit; its
 peak memory is its own maximum resident set (os.wait4). Python bytecode is cached as an
@@ -40,6 +42,7 @@ FLOOR = """
 import io, sys
 import numpy as np, onnx, onnxruntime as ort, torch
 path, side, opset = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+plain = sys.argv[4:] == ["plain"]  # the graph's own outputs only: one plain run
 model = torch.jit.load(path, map_location="cpu")
 x = torch.from_numpy(np.random.default_rng(0).standard_normal((1, 3, side, side), dtype=np.float32))
 with torch.no_grad():
@@ -48,7 +51,7 @@ buffer = io.BytesIO()
 torch.onnx.export(model, (x,), buffer, opset_version=opset, dynamo=False)
 proto = onnx.load_from_string(buffer.getvalue())
 marked = {o.name for o in proto.graph.output}
-for node in proto.graph.node:
+for node in proto.graph.node if not plain else ():
     for name in node.output:
         if name and name not in marked:
             proto.graph.output.append(onnx.ValueInfoProto(name=name))
@@ -192,7 +195,12 @@ def floor_table(args: argparse.Namespace) -> None:
         leans: list[Run] = []
         compares: dict[str, list[Run]] = {_name(d, b): [] for d, b in columns}
         sweeps: list[Run] = []
+        plains: list[Run] = []
+        stats: list[Run] = []
         for _ in range(args.repeat):
+            if args.stats:
+                plains.append(measure([sys.executable, "-c", FLOOR, str(archive), str(side), "17", "plain"], folder))
+                stats.append(compare_run(archive, side, "cpu", [*extra, "--capture", "stats"], folder))
             if not args.no_floor:
                 floors.append(measure([sys.executable, "-c", FLOOR, str(archive), str(side), "17"], folder))
                 if args.lean_floor:
@@ -206,6 +214,8 @@ def floor_table(args: argparse.Namespace) -> None:
         lean_base = median(leans) if leans else None
         row = [f"{side}²", cell(floors, None)] + ([cell(leans, base)] if leans else [])
         row += [cell(runs, base, lean_base) for runs in compares.values()]
+        if args.stats:
+            row += [cell(plains, None), cell(stats, median(plains))]
         if args.sweep:
             one = median(compares[_name("cpu", None)])
             swept = median(sweeps)
@@ -216,10 +226,17 @@ def floor_table(args: argparse.Namespace) -> None:
             for run in runs:
                 if not run.ok:
                     print(f"  {side}² {device}: {run.detail.strip()[-600:]}")
-        noise = ", ".join(f"{name} {spread(r)}" for name, r in [("floor", floors), *compares.items()] if r)
+        for run in stats:
+            if not run.ok:
+                print(f"  {side}² --capture stats: {run.detail.strip()[-600:]}")
+        measured = [("floor", floors), *compares.items(), ("plain floor", plains), ("--capture stats", stats)]
+        noise = ", ".join(f"{name} {spread(r)}" for name, r in measured if r)
         print(f"  {side}²: spread of the runs: {noise}", flush=True)
     header = ["input", "floor"] + (["floor, lean exit"] if args.lean_floor else []) + [_name(d, None) for d in devices]
     header += [_name(d, args.baseline) for d in devices] if args.baseline else []
+    header += (
+        ["plain floor", "trtdiff --capture stats --torch-device cpu (ratios to the plain floor)"] if args.stats else []
+    )
     header += ["sweep of opsets 11,13,17"] if args.sweep else []
     if args.memory_limit:
         first = 3 if args.lean_floor else 2
@@ -294,6 +311,7 @@ def main() -> None:
     parser.add_argument("--baseline", help="also measure the trtdiff of this source tree (e.g. an older checkout)")
     parser.add_argument("--cpu-only", action="store_true", help="no --torch-device cuda row, even with a GPU")
     parser.add_argument("--sweep", action="store_true", help="also a sweep of opsets 11,13,17 on the CPU")
+    parser.add_argument("--stats", action="store_true", help="also --capture stats against the plain floor")
     parser.add_argument("--culprits", action="store_true", help="the culprit step's cost on the examples instead")
     parser.add_argument("--shape", default="1x3x512x512", help="with --culprits")
     parser.add_argument("--opsets", default="10,13,18", help="with --culprits")

@@ -75,3 +75,55 @@ EXPORTED int64_t trtdiff_moments_f32(const float *ref, const float *cand, int64_
     }
     return stop;
 }
+
+/* One float32 tensor's summary (trtdiff.analysis.statistics, `--capture stats`), in one pass.
+ *
+ * For blocks of `block` elements from `start` to `stop` it folds into `out` what
+ * statistics._numpy_summary computes with numpy: out[0] min, out[1] max, out[2] sum, out[3]
+ * sum of squares, each value widened to double (out[0] and out[1] start at +-HUGE_VAL).
+ * A block holding NaN or Inf is left to numpy, as in trtdiff_moments_f32: the pass stops at
+ * that block's start and returns it; a pass that finishes returns `stop`.
+ */
+EXPORTED int64_t trtdiff_summary_f32(const float *x, int64_t start, int64_t stop, int64_t block, double *out) {
+    for (int64_t begin = start; begin < stop; begin += block) {
+        int64_t end = stop - begin > block ? begin + block : stop;
+        double low[LANES], high[LANES], sum[LANES] = {0}, sq[LANES] = {0};
+        for (int k = 0; k < LANES; k++) {
+            low[k] = HUGE_VAL;
+            high[k] = -HUGE_VAL;
+        }
+        int64_t i = begin;
+        for (; i + LANES <= end; i += LANES) {
+            for (int k = 0; k < LANES; k++) {
+                double v = x[i + k];
+                low[k] = v < low[k] ? v : low[k];
+                high[k] = v > high[k] ? v : high[k];
+                sum[k] += v;
+                sq[k] += v * v;
+            }
+        }
+        for (; i < end; i++) {
+            double v = x[i];
+            low[0] = v < low[0] ? v : low[0];
+            high[0] = v > high[0] ? v : high[0];
+            sum[0] += v;
+            sq[0] += v * v;
+        }
+        double block_low = HUGE_VAL, block_high = -HUGE_VAL, block_sum = 0, block_sq = 0;
+        for (int k = 0; k < LANES; k++) {
+            block_low = low[k] < block_low ? low[k] : block_low;
+            block_high = high[k] > block_high ? high[k] : block_high;
+            block_sum += sum[k];
+            block_sq += sq[k];
+        }
+        /* NaN or Inf makes the sum of squares NaN or Inf (a float32 square cannot overflow a double). */
+        if (!isfinite(block_sq)) {
+            return begin;
+        }
+        out[0] = block_low < out[0] ? block_low : out[0];
+        out[1] = block_high > out[1] ? block_high : out[1];
+        out[2] += block_sum;
+        out[3] += block_sq;
+    }
+    return stop;
+}

@@ -3,7 +3,8 @@
 Float32 tensors by cosine and relative error (analysis.metrics); tensors the graph's own Q/DQ
 nodes quantize in quantization steps (analysis.quant); in a reduced-precision comparison, the
 float tensors a reduced-precision backend computes by their noise ratio (analysis.reduced). One
-object, built once per comparison, used by the engine, the culprit pass and the spec's verdict.
+object, built once per comparison, used by the engine, the culprit pass and the spec's verdict;
+`summaries` judges two tensors' statistics (`--capture stats`, analysis.statistics) the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from trtdiff.analysis.quant import in_steps
 from trtdiff.analysis.reduced import ReducedPrecision, in_noise
 
 if TYPE_CHECKING:
+    from trtdiff.analysis.statistics import Summary
     from trtdiff.pairing.qdq import Quantization
     from trtdiff.report import BackendPair, PairMetrics, Thresholds
 
@@ -48,3 +50,32 @@ class Judge:
         if self.reduced is not None and self.reduced.applies(pair):
             return in_noise(metrics, tensor, self.reduced, self.thresholds)
         return metrics
+
+    def summaries(
+        self, tensor: str, reference: Summary, candidate: Summary, pair: BackendPair | None = None
+    ) -> tuple[PairMetrics, bool]:
+        """The bounds two summaries of `tensor` give, judged in its units, and whether the pair is suspicious.
+
+        A verdict from statistics is only ever a proof of failure (analysis.statistics): where the units
+        call for a figure the summaries cannot bound, that figure makes the pair suspicious, not diverged:
+        a quantized tensor's steps, estimated from the sampled values; a reduced-precision tensor's noise
+        ratio where the benchmark has no figure for it (its golden value was not held).
+        """
+        from trtdiff.analysis.statistics import compare_summaries, suspicious
+
+        metrics = compare_summaries(reference, candidate, self.thresholds)
+        flagged = suspicious(reference, candidate, metrics, self.thresholds)
+        if metrics.shape_mismatch or metrics.mismatches is not None or metrics.max_abs is None:
+            return metrics, flagged
+        if tensor in self.quantized:
+            estimated = in_steps(reference.sample, candidate.sample, metrics, tensor, self.quantized, self.thresholds)
+            kept = tuple(r for r in metrics.reasons if r.metric == "non_finite")
+            judged = dataclasses.replace(estimated, reasons=kept, diverged=bool(kept))
+            return judged, bool(kept) or estimated.diverged
+        if self.reduced is not None and self.reduced.applies(pair):
+            judged = in_noise(metrics, tensor, self.reduced, self.thresholds)
+            if tensor not in self.reduced.expected:  # against one ULP only: a hint, not a bound
+                kept = tuple(r for r in judged.reasons if r.metric != "noise_ratio")
+                return dataclasses.replace(judged, reasons=kept, diverged=bool(kept)), judged.diverged
+            return judged, judged.diverged
+        return metrics, flagged

@@ -10,7 +10,7 @@ same places agree, as a -inf attention mask does in every backend; a NaN or Inf 
 other side has something else diverges. Whether final outputs may hold them at all is the
 gate's question (trtdiff.gate.checks), not this one's.
 
-Speed: every figure comes from one pass over the pair, block by block (`_Moments`). A
+Speed: every figure comes from one pass over the pair, block by block (`Moments`). A
 float32 pair, the common case, goes through a compiled kernel (`_kernel.c`, built at install
 where a C compiler is) that reads each block once and widens every value to float64. Other
 pairs, blocks holding NaN or Inf, and installs without the kernel use numpy: a block is read
@@ -54,7 +54,7 @@ _PARALLEL_FROM = 4 * BLOCK  # smaller tensors are compared on the calling thread
 
 
 @dataclass
-class _Moments:
+class Moments:
     """What one pass over a pair (or a block of it) yields; blocks combine by `add`."""
 
     size: int = 0
@@ -71,7 +71,7 @@ class _Moments:
     ref_sq: float = 0.0
     cand_sq: float = 0.0
 
-    def add(self, other: _Moments) -> None:
+    def add(self, other: Moments) -> None:
         self.size += other.size
         self.nan_ref += other.nan_ref
         self.nan_cand += other.nan_cand
@@ -107,10 +107,10 @@ def compare_tensors(reference: Any, candidate: Any, thresholds: Thresholds) -> P
     if not _is_float(reference) and not _is_float(candidate):
         mismatches = int(np.count_nonzero(reference != candidate))
         return _exact(_integer_moments(reference, candidate), mismatches)
-    return _verdict(_numpy_moments(reference, candidate), thresholds)
+    return verdict(_numpy_moments(reference, candidate), thresholds)
 
 
-def _verdict(moments: _Moments, thresholds: Thresholds) -> PairMetrics:
+def verdict(moments: Moments, thresholds: Thresholds) -> PairMetrics:
     """The figures of a float pair, its divergence and the reasons.
 
     A pair with values but none finite on both sides has no figures: cosine, max-abs, mean-abs
@@ -165,7 +165,7 @@ def _relative(max_abs: float, ref_max_abs: float) -> float:
     return max_abs / ref_max_abs if ref_max_abs > 0 else (0.0 if max_abs == 0 else float("inf"))
 
 
-def _cosine(moments: _Moments) -> float:
+def _cosine(moments: Moments) -> float:
     norm_ref, norm_cand = math.sqrt(moments.ref_sq), math.sqrt(moments.cand_sq)
     if norm_ref == 0.0 and norm_cand == 0.0:
         return 1.0
@@ -174,7 +174,7 @@ def _cosine(moments: _Moments) -> float:
     return float(min(1.0, max(-1.0, moments.dot / (norm_ref * norm_cand))))
 
 
-def _exact(moments: _Moments, mismatches: int) -> PairMetrics:
+def _exact(moments: Moments, mismatches: int) -> PairMetrics:
     """Integer and bool tensors: equal or not, with the figures of their difference."""
     size = moments.size
     max_abs, ref_max_abs = moments.max_abs, moments.ref_max_abs
@@ -191,7 +191,7 @@ def _exact(moments: _Moments, mismatches: int) -> PairMetrics:
     )
 
 
-def _integer_moments(reference: np.ndarray, candidate: np.ndarray) -> _Moments:
+def _integer_moments(reference: np.ndarray, candidate: np.ndarray) -> Moments:
     """Max-abs, mean-abs and the reference's magnitude of an integer (or bool) pair, exact where they matter.
 
     float64 holds integers to 2**53 only and int64 differences overflow (2**62 - -2**62), so
@@ -213,7 +213,7 @@ def _integer_moments(reference: np.ndarray, candidate: np.ndarray) -> _Moments:
         diff = np.maximum(r, c).view(np.uint64) - np.minimum(r, c).view(np.uint64)  # wraps to the exact difference
         magnitude = np.where(r < 0, np.uint64(0) - r.view(np.uint64), r.view(np.uint64)) if wide.kind == "i" else r
     size = int(ref.size)
-    return _Moments(
+    return Moments(
         size=size,
         finite=size,
         max_abs=float(int(diff.max())) if size else 0.0,
@@ -245,18 +245,18 @@ def _shape_mismatch(reference: np.ndarray, candidate: np.ndarray) -> PairMetrics
 # --- numpy, on the CPU ------------------------------------------------------------------------------------------
 
 
-def _numpy_moments(reference: np.ndarray, candidate: np.ndarray) -> _Moments:
+def _numpy_moments(reference: np.ndarray, candidate: np.ndarray) -> Moments:
     """One pass over the pair, in blocks, on several threads when it is large."""
     ref, cand = _flat(reference), _flat(candidate)
     size = ref.size
-    workers = min(_threads(), max(1, size // _PARALLEL_FROM))
+    workers = min(threads(), max(1, size // _PARALLEL_FROM))
     if workers <= 1:
         total = _numpy_range(ref, cand, 0, size)
     else:
         blocks = -(-size // BLOCK)
         bounds = [min(size, (blocks * i // workers) * BLOCK) for i in range(workers + 1)]
-        total = _Moments()
-        for part in _executor().map(lambda i: _numpy_range(ref, cand, bounds[i], bounds[i + 1]), range(workers)):
+        total = Moments()
+        for part in executor().map(lambda i: _numpy_range(ref, cand, bounds[i], bounds[i + 1]), range(workers)):
             total.add(part)
     if total.finite and not (math.isfinite(total.ref_sq) and math.isfinite(total.cand_sq)):
         total.dot, total.ref_sq, total.cand_sq = _scaled_products(ref, cand)
@@ -283,11 +283,11 @@ def _flat(array: np.ndarray) -> np.ndarray:
     return array.reshape(-1)
 
 
-def _numpy_range(ref: np.ndarray, cand: np.ndarray, start: int, stop: int) -> _Moments:
+def _numpy_range(ref: np.ndarray, cand: np.ndarray, start: int, stop: int) -> Moments:
     """The moments of elements [start, stop), block by block: the kernel's where it reads them, else numpy's."""
     length = min(BLOCK, max(stop - start, 0))
     scratch = np.empty((3, length), dtype=np.float64)
-    total = _Moments()
+    total = Moments()
     contiguous = ref.flags.c_contiguous and cand.flags.c_contiguous
     kernel = _kernel() if contiguous and ref.dtype == cand.dtype == np.float32 else None
     begin = start
@@ -304,7 +304,7 @@ def _numpy_range(ref: np.ndarray, cand: np.ndarray, start: int, stop: int) -> _M
     return total
 
 
-def _numpy_block(ref: np.ndarray, cand: np.ndarray, scratch: np.ndarray) -> _Moments:
+def _numpy_block(ref: np.ndarray, cand: np.ndarray, scratch: np.ndarray) -> Moments:
     n = ref.size
     r, c, d = scratch[0, :n], scratch[1, :n], scratch[2, :n]
     np.copyto(r, ref, casting="unsafe")
@@ -316,7 +316,7 @@ def _numpy_block(ref: np.ndarray, cand: np.ndarray, scratch: np.ndarray) -> _Mom
     ref_max_abs = float(d.max()) if n else 0.0
     np.subtract(r, c, out=d)
     np.abs(d, out=d)
-    return _Moments(
+    return Moments(
         size=n,
         finite=n,
         max_abs=float(d.max()) if n else 0.0,
@@ -328,14 +328,14 @@ def _numpy_block(ref: np.ndarray, cand: np.ndarray, scratch: np.ndarray) -> _Mom
     )
 
 
-def _numpy_block_non_finite(r: np.ndarray, c: np.ndarray) -> _Moments:
+def _numpy_block_non_finite(r: np.ndarray, c: np.ndarray) -> Moments:
     """A block holding NaN or Inf: count them, and compute the figures over the positions finite on both sides."""
     nan_r, nan_c, inf_r, inf_c = np.isnan(r), np.isnan(c), np.isinf(r), np.isinf(c)
     differ = int(np.count_nonzero((nan_r != nan_c) | ((inf_r | inf_c) & (r != c))))
     finite = ~(nan_r | nan_c | inf_r | inf_c)
     rf, cf = r[finite], c[finite]
     diff = np.abs(rf - cf)
-    return _Moments(
+    return Moments(
         size=r.size,
         nan_ref=int(np.count_nonzero(nan_r)),
         nan_cand=int(np.count_nonzero(nan_c)),
@@ -352,7 +352,24 @@ def _numpy_block_non_finite(r: np.ndarray, c: np.ndarray) -> _Moments:
     )
 
 
-_Kernel = Callable[[np.ndarray, np.ndarray, int, int, _Moments], int]
+_Kernel = Callable[[np.ndarray, np.ndarray, int, int, Moments], int]
+
+
+@cache
+def compiled(name: str) -> Any:
+    """The function `name` of the compiled kernel (`_kernel.c`), or None where it was not built (or lacks it).
+
+    Loaded with ctypes.CDLL, not PyDLL: the GIL is released while it runs, so threads run it side by side.
+    """
+    here = Path(__file__).parent
+    found = [here / f"_kernel{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    path = next((p for p in found if p.is_file()), None)
+    if path is None:
+        return None
+    try:
+        return getattr(ctypes.CDLL(str(path)), name)
+    except (OSError, AttributeError):  # built for another platform, or without the function
+        return None
 
 
 @cache
@@ -363,26 +380,19 @@ def _kernel() -> _Kernel | None:
     to `total` and returns where it stopped: `stop`, or the start of a block holding NaN or Inf.
     Both arrays are one-dimensional and contiguous.
     """
-    here = Path(__file__).parent
-    found = [here / f"_kernel{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
-    path = next((p for p in found if p.is_file()), None)
-    if path is None:
-        return None
-    try:
-        library = ctypes.CDLL(str(path))  # CDLL, not PyDLL: the GIL is released while it runs
-        function = library.trtdiff_moments_f32
-    except (OSError, AttributeError):  # built for another platform, or without the function
+    function = compiled("trtdiff_moments_f32")
+    if function is None:
         return None
     function.restype = ctypes.c_int64
     function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
     function.argtypes += [ctypes.POINTER(ctypes.c_double)]
 
-    def kernel(ref: np.ndarray, cand: np.ndarray, start: int, stop: int, total: _Moments) -> int:
+    def kernel(ref: np.ndarray, cand: np.ndarray, start: int, stop: int, total: Moments) -> int:
         out = (ctypes.c_double * 6)()
         reached = int(function(ref.ctypes.data, cand.ctypes.data, start, stop, BLOCK, out))
         if reached > start:
             total.add(
-                _Moments(
+                Moments(
                     size=reached - start,
                     finite=reached - start,
                     max_abs=out[0],
@@ -413,7 +423,7 @@ on one 33-million-value pair: 2 cores, 2 threads 0.09 s (4: 0.11 s); the 16-core
 0.25 s, 4 threads 0.11 s, 8 threads 0.11 s, 16 threads 0.25 s."""
 
 
-def _threads() -> int:
+def threads() -> int:
     """The comparing threads: the processors this process may run on, MAX_THREADS at most."""
     try:
         cores = len(os.sched_getaffinity(0))
@@ -422,12 +432,12 @@ def _threads() -> int:
     return max(1, min(cores, MAX_THREADS))
 
 
-def _executor() -> ThreadPoolExecutor:
+def executor() -> ThreadPoolExecutor:
     """One pool of comparing threads for the process, made on first use."""
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=_threads(), thread_name_prefix="trtdiff-metrics")
+            _pool = ThreadPoolExecutor(max_workers=threads(), thread_name_prefix="trtdiff-metrics")
         return _pool
 
 
@@ -447,10 +457,10 @@ def _compare_torch(reference: Any, candidate: Any, thresholds: Thresholds) -> Pa
     if not ref.is_floating_point() and not cand.is_floating_point() and not ref.is_complex() and not cand.is_complex():
         mismatches = int((ref != cand).sum())
         return _exact(_integer_moments(to_host(ref), to_host(cand)), mismatches)
-    return _verdict(_torch_moments(ref, cand), thresholds)
+    return verdict(_torch_moments(ref, cand), thresholds)
 
 
-def _torch_moments(reference: torch.Tensor, candidate: torch.Tensor) -> _Moments:
+def _torch_moments(reference: torch.Tensor, candidate: torch.Tensor) -> Moments:
     """One pass over the pair with torch, in float64 blocks; one copy of the figures to the host at the end."""
     import torch
 
@@ -472,7 +482,7 @@ def _torch_moments(reference: torch.Tensor, candidate: torch.Tensor) -> _Moments
         counts = torch.stack([nan_r.sum(), nan_c.sum(), inf_r.sum(), inf_c.sum(), differ.sum(), (~bad).sum()])
         sums.append(torch.cat([counts.to(torch.float64), torch.stack([diff.sum(), r @ c, r @ r, c @ c])]))
         maxima.append(torch.stack([diff.max(), r.abs().max()]))
-    total = _Moments(size=ref.numel())
+    total = Moments(size=ref.numel())
     if not sums:
         return total
     summed = torch.stack(sums).sum(0).tolist()

@@ -42,7 +42,7 @@ def build_layers(
         shape = tuple(int(d) if d is not None else -1 for d in (tensor_type.shape or ()))
         if torch_pair is not None and capture is not None and pairing is not None:
             held = capture.shape_of(torch_pair.key)  # also of a value streamed, not held
-            shape = held if held is not None else tuple(pairing.value(capture, torch_pair.key).shape)
+            shape = held if held is not None else _derived_shape(pairing, capture, torch_pair.key, shape)
         layers.append(
             Layer(
                 tensor=tensor,
@@ -59,6 +59,15 @@ def build_layers(
             )
         )
     return layers
+
+
+def _derived_shape(pairing: Pairing, capture: TorchCapture, key: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A derived value's shape, computed from the capture; the graph's `shape` where the values it is computed
+    from were not held (a recording that only summarized them: `--capture stats`)."""
+    try:
+        return tuple(pairing.value(capture, key).shape)
+    except KeyError:
+        return shape
 
 
 def sample_results(

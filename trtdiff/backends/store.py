@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import shutil
 import tempfile
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -22,10 +22,19 @@ from trtdiff.options import DEFAULT_MEMORY_BYTES
 
 
 class TensorStore:
-    """Named numpy arrays, held in RAM while they fit in the budget, else on disk."""
+    """Named numpy arrays, held in RAM while they fit in the budget, else on disk.
 
-    def __init__(self, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> None:
+    `spills`, when given, says which keys go to disk past the budget; the others are then not kept
+    at all (`dropped` counts them): a recording that only summarizes its values (`--capture
+    stats`) keeps what fits and the final outputs, and writes nothing else to disk.
+    """
+
+    def __init__(
+        self, memory_bytes: int = DEFAULT_MEMORY_BYTES, spills: Callable[[Hashable], bool] | None = None
+    ) -> None:
         self.memory_bytes = memory_bytes
+        self.spills = spills
+        self.dropped = 0
         self._in_memory: dict[Hashable, Any] = {}
         self._on_disk: dict[Hashable, Path] = {}
         self._held = 0
@@ -48,11 +57,15 @@ class TensorStore:
         return self._held
 
     def put(self, key: Hashable, value: Any) -> None:
-        """Hold `value` (a numpy array or a torch tensor) under `key`, in memory within the budget, else on disk."""
+        """Hold `value` (a numpy array or a torch tensor) under `key`, in memory within the budget, else on disk
+        (or nowhere, where `spills` says so)."""
         self.discard(key)
         if self._held + value.nbytes <= self.memory_bytes:
             self._in_memory[key] = value
             self._held += value.nbytes
+            return
+        if self.spills is not None and not self.spills(key):
+            self.dropped += 1
             return
         if self._folder is None:
             self._folder = Path(tempfile.mkdtemp(prefix="trtdiff-store-"))

@@ -14,6 +14,7 @@ from functools import cache
 
 from trtdiff.options.declare import Command, Declared, Option, all_declarations, declarations, option
 from trtdiff.options.parts import (
+    CAPTURES,
     CLI_PARTS,
     COMPARE_PARTS,
     CONSTRAINTS,
@@ -35,6 +36,7 @@ from trtdiff.options.parts import (
     AnalysisOptions,
     BackendOptions,
     BuildSettings,
+    Capture,
     CompareOptions,
     ConfigOptions,
     DemoOptions,
@@ -54,6 +56,7 @@ from trtdiff.options.parts import (
 )
 
 __all__ = [
+    "CAPTURES",
     "CLI_PARTS",
     "COMPARE_PARTS",
     "CONSTRAINTS",
@@ -74,6 +77,7 @@ __all__ = [
     "AnalysisOptions",
     "BackendOptions",
     "BuildSettings",
+    "Capture",
     "Command",
     "CompareOptions",
     "ConfigOptions",

@@ -36,6 +36,7 @@ PrecisionConstraints = Literal["none", "obey", "prefer"]
 OutputsMode = Literal["all", "unfused", "none"]
 OnnxBackendName = Literal["onnxruntime", "onnx-reference", "tensorrt", "openvino"]
 SweepPrecision = Literal["fp32", "tf32", "fp16"]
+Capture = Literal["full", "stats"]
 
 KNOWN_BACKENDS = ("torch", "onnxruntime", "onnx-reference", "tensorrt", "openvino")
 ONNX_BACKENDS: tuple[OnnxBackendName, ...] = ("onnxruntime", "onnx-reference", "tensorrt", "openvino")
@@ -52,6 +53,7 @@ OUTPUT_MODES: tuple[OutputsMode, ...] = ("all", "unfused", "none")
 PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16", "bf16")
 CONSTRAINTS: tuple[PrecisionConstraints, ...] = ("none", "obey", "prefer")
 SWEEP_PRECISIONS: tuple[SweepPrecision, ...] = ("fp32", "tf32", "fp16")
+CAPTURES: tuple[Capture, ...] = ("full", "stats")
 
 MODEL = "Model and inputs"
 EXPORT = "Export"
@@ -427,6 +429,16 @@ class AnalysisOptions:
     save_repro: str | None = option(None, writes=True, group=THRESHOLDS, commands=COMPARE, metavar="DIR",
                                     help="Write each culprit's subgraph as a standalone ONNX file with its inputs, "
                                          "every backend's output and a README with the command that shows it.")
+    capture: Capture = option("full", group=THRESHOLDS, commands=COMPARE,
+                              help="full: every value of every layer compared. stats: per tensor only statistics "
+                                   "made where it lives (NaN/Inf counts, min, max, mean, norm, sampled values), "
+                                   "compared to find the first suspicious layer; then only the layers around it "
+                                   "are compared in full and searched for culprits (large inputs: about one "
+                                   "forward's time; docs/performance.md).")
+
+    def validate(self) -> None:
+        if self.capture not in CAPTURES:
+            raise OptionError(f"unknown; choose one of {', '.join(CAPTURES)}", parameter="capture", value=self.capture)
 
 
 @dataclass(frozen=True)
@@ -553,6 +565,7 @@ class CompareOptions:
         self.runtime.validate()
         self.thresholds.validate()
         self.gate.validate()
+        self.analysis.validate()
         if self.gate.many and self.runtime.recordings:
             raise OptionError(
                 f"a recording holds one sample; drop {param('inputs_dir')}/{param('num_samples')}",

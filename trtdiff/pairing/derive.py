@@ -132,9 +132,10 @@ class Evaluation:
 
     def agrees(self, tensor: str, key: str) -> bool:
         """Whether the derived value of `tensor` is the capture's value `key`, to VOUCH_RTOL of its magnitude."""
-        value = self.derived.get(tensor)
-        reference = as_onnx(self.references.capture.value(key), self.references.graph.tensor_type(tensor))
-        return value is not None and _agrees(value, reference)
+        value, capture = self.derived.get(tensor), self.references.capture
+        if value is None or not capture.holds(key):
+            return False
+        return _agrees(value, as_onnx(capture.value(key), self.references.graph.tensor_type(tensor)))
 
 
 def derive(
@@ -328,8 +329,9 @@ class _References:
     def value(self, tensor: str) -> torch.Tensor | None:
         if tensor not in self._values:
             key = self.keys.get(tensor)
+            held = key is not None and self.capture.holds(key)  # a summarizing recording drops what does not fit
             self._values[tensor] = (
-                None if key is None else as_onnx(self.capture.value(key), self.graph.tensor_type(tensor))
+                as_onnx(self.capture.value(key), self.graph.tensor_type(tensor)) if held and key is not None else None
             )
         return self._values[tensor]
 

@@ -42,6 +42,7 @@ from trtdiff.errors import OptionError, param
 from trtdiff.gate.checks import layer_checks, miou_checks, output_checks, weight_checks
 from trtdiff.options import CompareOptions
 from trtdiff.pairing.qdq import has_qdq, quantizations
+from trtdiff.pipeline.coarse import kept_near, merge, record_summaries, region, statistics_note, statistics_pass
 from trtdiff.pipeline.memory import check_frontier, store_bytes
 from trtdiff.pipeline.prepare import Prepared, Progress, Record, onnx_feeds, prepare, timed
 from trtdiff.pipeline.progress import sample_step, sample_total
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 
     from trtdiff.analysis.culprits import ValuesOf
     from trtdiff.analysis.repro import OnCulprits
+    from trtdiff.analysis.statistics import Summary
     from trtdiff.backends.pytorch.capture import Visit
     from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.backends.pytorch.reference import TorchReference
@@ -103,19 +105,23 @@ def compare_once(
     say = progress or _silent
     timings: dict[str, float] = {}
     samples = SampleSource.open(options, _recorded_inputs(options))
+    statistics = options.analysis.capture == "stats"
+    summaries: dict[str, Summary] = {}  # statistics: PyTorch's, by recorded key, made by the first recording
     with ExitStack() as stack:
+        if statistics:
+            record = record_summaries(stack, summaries)
+        else:
+            record = shared.record if shared is not None else _record_first(stack)
         prepared = stack.enter_context(
-            prepare(
-                model,
-                options,
-                first_feeds=samples.first_feeds(),
-                record=shared.record if shared is not None else _record_first(stack),
-                timings=timings,
-                say=say,
-            )
+            prepare(model, options, first_feeds=samples.first_feeds(), record=record, timings=timings, say=say)
         )
-        run = _open_run(prepared, options, name_of, stack, shared is not None, timings, repro_notes)
-        layers, results, segmentation = _compare_samples(run, samples, timings, say)
+        lent = shared is not None and not statistics
+        run = _open_run(prepared, options, name_of, stack, lent, timings, repro_notes)
+        if statistics:
+            run, layers, results, segmentation = _compare_statistics(run, samples, summaries, timings, say)
+            repro_notes.insert(0, statistics_note(layers, run.region, run.region_first))
+        else:
+            layers, results, segmentation = _compare_samples(run, samples, timings, say)
         divergence = first_divergence(layers, prepared.graph, run.pairs)
         non_finite = _non_finite(run, layers, results, stack, timings)
         findings = _findings(run, layers, divergence, results, segmentation, stack, timings, say)
@@ -176,6 +182,67 @@ def _compare_samples(
     return layers, results, segmentation
 
 
+def _compare_statistics(
+    run: _Run, samples: SampleSource, summaries: Mapping[str, Summary], timings: dict[str, float], say: Progress
+) -> tuple[_Run, list[Layer], list[SampleResult], SegmentationSummary | None]:
+    """`--capture stats` (pipeline.coarse): sample 0 by statistics, the region around its first suspicious layer in
+    full (the run then reads that recording), every sample's outputs in full."""
+    prepared, reference = run.prepared, run.reference
+    graph = prepared.graph
+    say(f"running {', '.join(b.name for b in prepared.backends)} and comparing every layer's statistics")
+    passes = run.passes(samples.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes), say)
+    current = next(passes)
+    captured = run.captured
+    by_tensor = _torch_summaries(captured, summaries) if captured is not None else {}
+    outputs = tuple(graph.graph_outputs)
+    with timed(timings, "run_and_compare"):
+        first, suspicious = statistics_pass(
+            current, by_tensor, run.judge, run.pairs, outputs, run.sizes, run.chunk_bytes
+        )
+    layers = build_layers(graph, first.metrics, reference.pairing, reference.capture)
+    if suspicious and captured is not None:
+        tensors = region([layer.tensor for layer in layers], suspicious[0], outputs)
+        say(f"comparing the {len(tensors)} layers around {suspicious[0]} in full")
+        with timed(timings, "region"):
+            run, full = _region(run, current, tensors, suspicious[0])
+        layers = merge(layers, full)
+    with timed(timings, "samples"):
+        results, segmentation = sample_results(
+            chain([first], run.engine().run(passes)), outputs, run.pairs, run.backends[0], run.options.gate.ignore_index
+        )
+    return run, layers, results, segmentation
+
+
+def _torch_summaries(captured: CapturedValues, summaries: Mapping[str, Summary]) -> dict[str, Summary]:
+    """PyTorch's summaries by ONNX tensor: those the recording made, and the derived values the pairing holds."""
+    from trtdiff.analysis.statistics import summarize
+
+    found: dict[str, Summary] = {}
+    for tensor, key in captured.keys.items():
+        if key in summaries:
+            found[tensor] = summaries[key]
+        elif captured.capture.holds(key):
+            found[tensor] = summarize(captured.capture.native(key))
+    return found
+
+
+def _region(run: _Run, current: Pass, tensors: tuple[str, ...], first: str) -> tuple[_Run, list[Layer]]:
+    """The layers `tensors` compared in full: PyTorch recorded again keeping what they and their culprit pass read."""
+    prepared, reference = run.prepared, run.reference
+    assert reference.recorder is not None and reference.pairing is not None and reference.capture is not None
+    graph, pairing, recorder = prepared.graph, reference.pairing, reference.recorder
+    keep = kept_near(graph, pairing, reference.capture, tensors) | set(reference.capture.output_keys)
+    store = TensorStore(store_bytes(recorder.memory_bytes))
+    if run.stack is not None:
+        run.stack.enter_context(store)
+    recorded = recorder.record(prepared.model_feeds, store=store, keep=keep)
+    captured = CapturedValues(recorded, pairing, tuple(graph.graph_outputs))
+    sources: tuple[ValueSource, ...] = (captured, *(BackendValues(b, prepared.feeds) for b in prepared.backends))
+    compared = next(run.engine().run([Pass(current.sample, sources, tensors)]))
+    fine = dataclasses.replace(run, fine=captured, region=tensors, region_first=first)
+    return fine, build_layers(graph, compared.metrics, pairing, recorded)
+
+
 @dataclass(frozen=True)
 class _Reference:
     """The PyTorch reference: what the capture recorded, which ONNX tensor each value pairs with, how to record again.
@@ -202,6 +269,9 @@ class _Run:
     repro: OnCulprits | None = None
     stack: ExitStack | None = None  # where a recording made for the culprit pass is closed
     shared: bool = False  # the recording is lent by a SharedRecording: held whole, never streamed
+    fine: CapturedValues | None = None  # `--capture stats`: the recording of the region compared in full
+    region: tuple[str, ...] = ()  # `--capture stats`: the layers compared in full (pipeline.coarse)
+    region_first: str | None = None  # the first suspicious layer, which the region is around
 
     @property
     def pairs(self) -> tuple[BackendPair, ...]:
@@ -258,7 +328,7 @@ class _Run:
         capture, pairing = self.reference.capture, self.reference.pairing
         if capture is None or pairing is None or capture.device != "cpu":
             return False
-        if self.options.analysis.culprit or self.shared:
+        if self.options.analysis.culprit or self.shared or self.options.analysis.capture == "stats":
             return False
         runtime = self.options.runtime
         return len(chunk_names(self.layer_tensors(), self.sizes, min(runtime.chunk_bytes, runtime.memory_bytes))) == 1
@@ -315,6 +385,8 @@ class _Run:
         When sample 0 was streamed, the model is recorded again for this (the culprit pass reads it).
         """
         reference = self.reference
+        if self.fine is not None:
+            return self.fine
         if reference.capture is None or reference.pairing is None:
             return None
         outputs = tuple(self.prepared.graph.graph_outputs)
@@ -572,7 +644,12 @@ def _culprits(run: _Run, layers: list[Layer], divergence: FirstDivergence | None
     if wanted is False or (wanted is None and divergence is None):
         return Findings(tuple(layers))
     say("running each node alone on the reference's inputs (local error)")
-    return analyse(run.analysis_inputs(), layers, run.pairs)
+    if run.options.analysis.capture != "stats":
+        return analyse(run.analysis_inputs(), layers, run.pairs)
+    if not run.region:  # nothing suspicious: no layer but the outputs has its values compared
+        return Findings(tuple(layers))
+    findings = analyse(run.analysis_inputs(), [x for x in layers if x.tensor in run.region], run.pairs)
+    return dataclasses.replace(findings, layers=tuple(merge(layers, findings.layers)))
 
 
 def _attribution(

@@ -106,7 +106,8 @@ def check_row(check: ThresholdCheck, report: Report) -> str:
 def _divergence(report: Report) -> str:
     first = report.first_divergence
     if first is None:
-        return f"**First divergence:** none — all {len(report.layers)} compared layers agree."
+        alone = f" ({report.from_statistics} by statistics alone)" if report.from_statistics else ""
+        return f"**First divergence:** none — all {len(report.layers)} compared layers agree{alone}."
     line = (
         f"**First divergence:** {divergence_node(first, _code, _text)} on {_text(str(first.pair))} — "
         f"{_text(divergence_figures(first))}{inherited_text(report, _code)}"

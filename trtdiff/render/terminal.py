@@ -112,8 +112,9 @@ def _verdict_line(report: Report) -> Text:
     if report.first_divergence is None:
         pairs = ", ".join(map(str, report.pairs)) or "no pairs"
         allowed = " NaN/Inf allowed, at the same positions." if report.non_finite else ""
+        alone = f" {report.from_statistics} of them by statistics alone." if report.from_statistics else ""
         return SafeText.assemble(
-            ("PASS", "bold green"), f": all {len(report.layers)} compared tensors agree ({pairs}).{allowed}"
+            ("PASS", "bold green"), f": all {len(report.layers)} compared tensors agree ({pairs}).{allowed}{alone}"
         )
     return SafeText.assemble(
         ("PASS", "bold green"),
@@ -313,6 +314,9 @@ def _table(
     table.add_column("", no_wrap=True)
     for layer in layers:
         table.add_row(*_row(layer.index, layer, pairs, name_width, local))
+    if any(m.statistics for layer in layers for m in layer.pairs.values()):
+        table.caption = "~: from statistics alone (--capture stats): cosine at most, errors at least these"
+        table.caption_justify = "left"
     return table
 
 
@@ -346,6 +350,8 @@ def _row(
         cells.append(SafeText("DIVERGED" if not many else "DIV", style="bold red"))
     else:
         cells.append(_agreeing_label(layer))
+    if any(m.statistics for m in layer.pairs.values()):  # bounds from statistics (--capture stats), not every value
+        cells[-1] = SafeText.assemble(cells[-1], ("~", "dim"))
     return cells
 
 

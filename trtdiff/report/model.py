@@ -171,6 +171,11 @@ class PairMetrics:
     """In a reduced-precision (FP16/BF16) comparison: `rel_err` over the error the precision's
     benchmark makes at this tensor, the figure it is judged by (trtdiff.analysis.noise); None
     in FP32 comparisons and for quantized tensors."""
+    statistics: bool = False
+    """Whether the figures come from per-tensor statistics (`--capture stats`), not from every value: bounds
+    on their failing side (cosine no higher, errors no lower than a full comparison's; a quantized tensor's
+    steps an estimate from sampled values), so a pair they fail fails in full too, and one they pass may not
+    (trtdiff.analysis.statistics)."""
 
 
 @dataclass(frozen=True)
@@ -526,6 +531,11 @@ class Report:
         what renderers show, each through the one function (render/runtimes.py)."""
         trt = () if self.tensorrt is None else (tensorrt_runtime(self.tensorrt),)
         return (*trt, *self.runtimes)
+
+    @property
+    def from_statistics(self) -> int:
+        """How many layers were judged from statistics alone (`--capture stats`): bounds, not every value."""
+        return sum(1 for layer in self.layers if any(m.statistics for m in layer.pairs.values()))
 
     @property
     def failed_checks(self) -> tuple[ThresholdCheck, ...]:

@@ -334,13 +334,14 @@ def capture(
     "fused" record one way without the check (a later sample, recorded as the first was).
 
     `visit` sees every value as it is produced (the comparison streams the reference through
-    it); then only the values named in `keep` are kept, when it is given. Both need one way of
-    recording attention, not "auto", which may record twice. `dtype` ("float64", "float16"):
+    it); then only the values named in `keep` are kept, when it is given. `keep` needs one way of
+    recording attention, not "auto", which may record twice; with "auto", `visit` sees the values
+    of both recordings, the second's under the keys the returned capture holds. `dtype` ("float64", "float16"):
     the floating inputs are cast to it (the module's parameters are the caller's to cast).
     """
     device = resolve_device(device)
     store = store if store is not None else TensorStore()
-    if (visit is not None or keep is not None) and attention == "auto":
+    if keep is not None and attention == "auto":
         raise ValueError("a streamed recording records attention one way: decomposed or fused")
     with _on_device(module, device, tf32):
         if attention == "fused":

@@ -114,6 +114,10 @@ class TorchCapture:
 
         return to_host(self.native(key))
 
+    def holds(self, key: str) -> bool:
+        """Whether `value(key)` is at hand: a model input, or a value in the store (not dropped, not streamed)."""
+        return key.startswith(INPUT_PREFIX) or key in self.store
+
     def native(self, key: str) -> Any:
         """A value as it is held: a numpy array, or a torch tensor on the GPU the reference ran on."""
         if key.startswith(INPUT_PREFIX):

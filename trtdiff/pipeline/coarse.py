@@ -1,0 +1,200 @@
+"""Coarse to fine (`--capture stats`): statistics for every layer, every value only around the first suspicious one.
+
+1. The first recording of PyTorch, the one the pairing reads, summarizes each value as the
+   forward makes it (analysis.statistics) and holds values only within its share of
+   `--memory-limit`, the final outputs always: nothing else is written to disk (`record_summaries`).
+2. Sample 0's tensors come from the ONNX backends chunk by chunk (the first one runs its graph
+   once, in segments where they do not fit), are summarized where they are and dropped; every
+   pair of summaries is judged (`Judge.summaries`), the final outputs compared in full (`statistics_pass`).
+3. Where a layer is suspicious, PyTorch is recorded again keeping only the REGION layers around
+   the first one, the final outputs and what their nodes read (`kept_near`), the backends are
+   asked for those tensors, and those layers are compared in full; the culprit pass then runs on them alone,
+   each node fed the reference's values at its inputs. Every other layer keeps the figures of
+   its statistics, marked so (`PairMetrics.statistics`).
+
+The cost is one forward and one run of each backend, and a second of each only where something
+is suspicious; memory is one chunk, the summaries (a few kilobytes a tensor) and the outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from trtdiff.analysis.control_flow import held_inside
+from trtdiff.analysis.engine import BackendValues, Compared, Pass
+from trtdiff.analysis.statistics import Summary, summarize
+from trtdiff.backends.pytorch.records import OUTPUT_PREFIX
+from trtdiff.backends.store import TensorStore, to_host
+from trtdiff.pipeline.memory import store_bytes
+
+if TYPE_CHECKING:
+    from trtdiff.analysis.judge import Judge
+    from trtdiff.backends.pytorch.records import TorchCapture
+    from trtdiff.backends.pytorch.reference import TorchReference
+    from trtdiff.pairing.pairs import Pairing
+    from trtdiff.report import BackendPair, Layer, PairMetrics
+    from trtdiff.source.onnx_graph import GraphInfo
+
+REGION = 8
+"""Layers compared in full on each side of the first suspicious one (in the order layers are numbered)."""
+
+
+def record_summaries(
+    stack: ExitStack, summaries: MutableMapping[str, Summary]
+) -> Callable[[TorchReference, Mapping[str, np.ndarray]], TorchCapture]:
+    """The first recording of a statistics comparison: each value summarized into `summaries` as it is made.
+
+    Its store (closed by `stack`) holds values within the reference's share of the memory limit,
+    for the pairing's derived values, and the final outputs whatever their size; the rest is dropped.
+    """
+
+    def record(reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
+        store = TensorStore(store_bytes(reference.memory_bytes), spills=_is_output)
+        stack.enter_context(store)
+
+        def visit(key: str, value: Any) -> None:
+            summaries[key] = summarize(value)
+
+        recorded = reference.record(feeds, store=store, visit=visit)
+        made = {record.key for record in recorded.records}  # attention "auto" may have recorded twice
+        for key in [k for k in summaries if k not in made]:
+            del summaries[key]
+        return recorded
+
+    return record
+
+
+def _is_output(key: object) -> bool:
+    return str(key).startswith(OUTPUT_PREFIX)
+
+
+def statistics_pass(
+    current: Pass,
+    reference: Mapping[str, Summary],
+    judge: Judge,
+    pairs: Sequence[BackendPair],
+    outputs: Sequence[str],
+    sizes: Mapping[str, int],
+    chunk_bytes: int,
+) -> tuple[Compared, list[str]]:
+    """Sample 0 compared by statistics (the final outputs in full), and its suspicious tensors in order.
+
+    `reference`: PyTorch's summaries by ONNX tensor; the PyTorch source of `current` gives only the
+    final outputs. The first ONNX backend sets the chunks; every other one is asked for the same tensors.
+    """
+    finals = set(outputs)
+    backends = [s for s in current.sources if isinstance(s, BackendValues)]
+    torch = next((s for s in current.sources if not isinstance(s, BackendValues)), None)
+    kept: dict[str, dict[str, np.ndarray]] = {s.name: {} for s in current.sources}
+    if torch is not None:
+        kept[torch.name] = {t: to_host(v) for t, v in torch.values([t for t in current.tensors if t in finals]).items()}
+    metrics: dict[str, dict[BackendPair, PairMetrics]] = {}
+    flagged: set[str] = set()
+    for group, values in _chunks(current.tensors, backends, sizes, chunk_bytes):
+        summed: dict[str, dict[str, Summary]] = {}
+        for name, tensors in values.items():
+            kept[name].update((t, v) for t, v in tensors.items() if t in finals)
+            summed[name] = {t: summarize(v) for t, v in tensors.items() if t not in finals}
+        del values
+        if torch is not None:
+            summed[torch.name] = {t: reference[t] for t in group if t in reference and t not in finals}
+        for tensor in group:
+            entry: dict[BackendPair, PairMetrics] = {}
+            for pair in pairs:
+                if tensor in finals:
+                    ref, cand = kept[pair.reference].get(tensor), kept[pair.candidate].get(tensor)
+                    if ref is not None and cand is not None:
+                        entry[pair] = judge(tensor, ref, cand, pair)
+                    continue
+                ref_sum = summed.get(pair.reference, {}).get(tensor)
+                cand_sum = summed.get(pair.candidate, {}).get(tensor)
+                if ref_sum is not None and cand_sum is not None:
+                    entry[pair], suspicious = judge.summaries(tensor, ref_sum, cand_sum, pair)
+                    if suspicious:
+                        flagged.add(tensor)
+            if entry:
+                metrics[tensor] = entry
+    ordered = {t: metrics[t] for t in current.tensors if t in metrics}
+    return Compared(current.sample, ordered, kept), [t for t in current.tensors if t in flagged]
+
+
+def _chunks(
+    tensors: Sequence[str], backends: Sequence[BackendValues], sizes: Mapping[str, int], chunk_bytes: int
+) -> Iterator[tuple[list[str], dict[str, dict[str, np.ndarray]]]]:
+    """Each chunk's tensors and every ONNX backend's values of them (as analysis.engine's chunked loop)."""
+    from trtdiff.backends.base import chunk_names
+
+    if not backends:
+        yield list(tensors), {}
+        return
+    driver, others = backends[0], backends[1:]
+    done: set[str] = set()
+    for part in driver.chunks(tensors, sizes, chunk_bytes):
+        group = list(part)
+        done.update(group)
+        yield group, {driver.name: part, **{s.name: s.values(group) for s in others}}
+        del part
+    rest = [t for t in tensors if t not in done]
+    for group in chunk_names(rest, sizes, chunk_bytes) if rest else []:
+        yield group, {s.name: s.values(group) for s in others}
+
+
+def region(tensors: Sequence[str], first: str, outputs: Sequence[str]) -> tuple[str, ...]:
+    """The layers compared in full: REGION on each side of the first suspicious tensor `first`, and the final
+    outputs (compared in full anyway: their nodes are searched for culprits too), in the order of `tensors`."""
+    at = list(tensors).index(first)
+    near = set(tensors[max(0, at - REGION) : at + REGION + 1]) | set(outputs)
+    return tuple(t for t in tensors if t in near)
+
+
+def kept_near(graph: GraphInfo, pairing: Pairing, capture: TorchCapture, tensors: Sequence[str]) -> frozenset[str]:
+    """The recorded values a full comparison of `tensors` and its culprit pass read: theirs, their nodes' inputs',
+    and, for a derived value, those it is computed from (back to recorded ones), with an If's branch values."""
+    wanted = set(tensors)
+    for tensor in tensors:
+        node = graph.node_of(tensor)
+        if node is not None:
+            wanted.update(t for t in node.inputs if t)
+    stack = [t for t in wanted if _derived(pairing, t)]
+    while stack:  # derived values are computed from the values of their node's inputs
+        node = graph.node_of(stack.pop())
+        for name in node.inputs if node is not None else ():
+            if name and name not in wanted:
+                wanted.add(name)
+                if _derived(pairing, name):
+                    stack.append(name)
+    keys = {pairing.pairs[t].key for t in wanted if t in pairing.pairs}
+    keys.update(held_inside(graph, capture, pairing))
+    return frozenset(keys)
+
+
+def _derived(pairing: Pairing, tensor: str) -> bool:
+    pair = pairing.pairs.get(tensor)
+    return pair is not None and pairing.derivation is not None and pairing.derivation.owns(pair.key)
+
+
+def merge(layers: Sequence[Layer], full: Sequence[Layer]) -> list[Layer]:
+    """`layers` (figures from statistics) with the layers of `full` (every value compared) in their place."""
+    import dataclasses
+
+    by_tensor = {layer.tensor: layer for layer in full}
+    return [dataclasses.replace(by_tensor[x.tensor], index=x.index) if x.tensor in by_tensor else x for x in layers]
+
+
+def statistics_note(layers: Sequence[Layer], compared: Sequence[str], first: str | None) -> str:
+    """What the report says of a statistics comparison: which verdicts come from statistics alone."""
+    alone = sum(1 for layer in layers if any(m.statistics for m in layer.pairs.values()))
+    head = (
+        f"--capture stats: {alone} of {len(layers)} layers judged from statistics alone (bounds: a layer they fail "
+        "fails in full; one they pass may still fail between the sampled positions)"
+    )
+    if first is None:
+        return f"{head}; no layer was suspicious, so none was compared in full but the final outputs"
+    return (
+        f"{head}; {len(compared)} layers were compared in full: those around the first suspicious one, {first}, "
+        "and the final outputs"
+    )
