@@ -189,3 +189,14 @@ def test_to_host_reads_bfloat16_as_float32_and_leaves_arrays_as_they_are() -> No
     assert host.dtype == np.float32 and host.tolist() == [1.5, -2.0, 3.25]
     array = np.arange(3, dtype=np.float16)
     assert to_host(array) is array
+
+
+def test_with_beyond_nothing_goes_to_disk_what_it_names_is_held_and_the_rest_dropped(spill_root: Path) -> None:
+    with TensorStore(memory_bytes=40, beyond=lambda key: str(key).startswith("out")) as store:
+        store.put("a", _array(0))  # 40 bytes: the budget
+        store.put("b", _array(1))  # past it: dropped
+        store.put("out", _array(2))  # past it, named: held in memory all the same
+        assert "a" in store and "b" not in store and "out" in store
+        assert store.dropped == 1 and store.spilled == 0 and store.held_bytes == 80
+        assert _spill_files(spill_root) == [] and list(spill_root.iterdir()) == []
+        np.testing.assert_array_equal(store.get("out"), _array(2))

@@ -117,10 +117,10 @@ def test_deeplab_at_opset_10_gets_both_resize_culprits_with_most_layers_from_sta
     assert stats.from_statistics > len(stats.layers) // 2
 
 
-def test_the_first_recording_keeps_what_fits_and_the_outputs_writing_nothing_else_to_disk(
+def test_the_first_recording_keeps_what_fits_and_the_outputs_writing_nothing_to_disk(
     models: dict[str, tuple[nn.Module, str]], sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Under a limit far below the recording, the statistics pass spills only the outputs and still names the edit."""
+    """Under a limit far below the recording, the statistics pass spills nothing and still names the edit."""
     from trtdiff.backends.store import TensorStore
 
     model, shape = models["cnn"]
@@ -137,8 +137,8 @@ def test_the_first_recording_keeps_what_fits_and_the_outputs_writing_nothing_els
         model, onnx=str(path), input_shapes=[shape], backends=BACKENDS, capture="stats", memory_bytes="16KB"
     )
     assert report.culprit is not None and report.culprit.onnx_node == node
-    first = next(store for store in stores if store.spills is not None)  # the summarizing recording's
-    assert first.dropped > 0 and first._files_written <= len(report.outputs)
+    first = next(store for store in stores if store.beyond is not None)  # the summarizing recording's
+    assert first.dropped > 0 and first._files_written == 0
 
 
 def test_capture_is_checked_and_named_on_the_command_line() -> None:

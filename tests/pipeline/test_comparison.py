@@ -81,12 +81,14 @@ def _figures(report: trtdiff.Report) -> list[tuple[str, tuple[int, ...], dict[st
 
 @pytest.mark.slow
 def test_a_streamed_reference_gives_the_figures_of_a_held_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One chunk: PyTorch recorded again and compared as it runs; many chunks: held. The same report either way.
+    """PyTorch recorded again and compared as it runs, the backends' chunks fetched in lockstep (one chunk or
+    many), or held whole (a recording lent to a sweep): the same report every way.
 
     On the CPU: a reference recorded on a GPU is held there (tests/backends/pytorch/test_device.py).
     """
     from tests.culprit_models import transformer_block
     from trtdiff.analysis.engine import StreamedValues
+    from trtdiff.pipeline.comparison import SharedRecording
 
     streams: list[int] = []
     original = StreamedValues.stream
@@ -94,10 +96,12 @@ def test_a_streamed_reference_gives_the_figures_of_a_held_one(monkeypatch: pytes
     model = transformer_block()  # derived values (LayerNorm, GELU) and attention recorded op by op
     kwargs = {"input_shapes": ["1x16x32"], "opset": 17, "backends": BACKENDS, "culprit": False, "torch_device": "cpu"}
     streamed = trtdiff.compare(model, **kwargs)
-    held = trtdiff.compare(model, chunk_bytes=4096, **kwargs)
-    assert streamed.passed and held.passed and streams == [1]  # the first streamed, the second held
-    assert _figures(streamed) == _figures(held)
-    assert streamed.samples[0].outputs == held.samples[0].outputs
+    chunked = trtdiff.compare(model, chunk_bytes=4096, **kwargs)  # many chunks: the graph runs in segments
+    with SharedRecording() as lent:
+        held = compare_once(model, CompareOptions().with_fields(**kwargs), shared=lent).report
+    assert streamed.passed and chunked.passed and held.passed and streams == [1, 1]  # the lent one held
+    assert _figures(streamed) == _figures(chunked) == _figures(held)
+    assert streamed.samples[0].outputs == chunked.samples[0].outputs == held.samples[0].outputs
 
 
 @pytest.mark.slow

@@ -87,3 +87,33 @@ def test_the_culprit_pass_records_sample_0_again_spilling_only_what_it_reads(
     assert report.culprit is not None and report.culprit.onnx_node == name
     assert len(stores) >= 3 and any(s._files_written for s in stores[1:])  # the first, the streamed, the culprit pass's
     assert [key for index, key in deleted if index > 0] == []
+
+
+def test_over_many_chunks_the_reference_streams_in_lockstep_writing_nothing_to_disk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sample 0's tensors take several chunks: PyTorch is recorded again and compared as the graph's segments come,
+    each node run once; no recording spills, and the figures are those of one chunk."""
+    from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+    from trtdiff.backends.store import TensorStore
+
+    _available(monkeypatch, 1 << 30)
+    stores: list[TensorStore] = []
+    make = TensorStore.__init__
+
+    def noting(self: TensorStore, *args: object, **kwargs: object) -> None:
+        make(self, *args, **kwargs)  # type: ignore[arg-type]
+        stores.append(self)
+
+    runs: list[int] = []
+    segmented = OnnxRuntimeBackend._run_segments
+    monkeypatch.setattr(OnnxRuntimeBackend, "_run_segments", lambda self, *a: runs.append(1) or segmented(self, *a))
+    monkeypatch.setattr(TensorStore, "__init__", noting)
+    model = small_cnn()
+    common = dict(input_shapes=["1x3x32x32"], opset=13, torch_device="cpu", backends=["torch", "onnxruntime"])
+    small = trtdiff.compare(model, memory_bytes=LIMIT, **common)  # type: ignore[arg-type]
+    assert small.passed and runs and all(store._files_written == 0 for store in stores)
+    assert stores[0].dropped > 0  # the first recording kept what fits and the outputs, for the pairing
+    whole = trtdiff.compare(model, **common)  # type: ignore[arg-type]
+    figures = [(x.tensor, m.max_abs, m.cosine) for x in small.layers for m in x.pairs.values()]
+    assert figures == [(x.tensor, m.max_abs, m.cosine) for x in whole.layers for m in x.pairs.values()]

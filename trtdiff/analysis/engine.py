@@ -6,11 +6,11 @@ PyTorch forward (later samples, final outputs only). Sample 0 is compared on eve
 (the layer-by-layer pass), later samples on the final outputs (the gate): two uses of the
 same loop. Chunks bound how many intermediates are in memory at once.
 
-A *streamed* reference (`StreamedValues`) is not held at all: when the other sources'
-tensors come in one chunk, they are fetched first and PyTorch is recorded again, each value
-compared as the forward produces it (on the device it is on) and dropped, and each
-candidate tensor dropped once every pair that reads it is compared. Over several chunks it
-is recorded and held like any other source.
+A *streamed* reference (`StreamedValues`) is not held at all: PyTorch is recorded again and
+each value compared as the forward produces it (on the device it is on) and dropped. The
+other sources' chunks are fetched in lockstep with it, each when the forward first makes a
+value it holds, and each candidate tensor is dropped once every pair that reads it is
+compared: one forward and one run of the graph, whatever the number of chunks.
 """
 
 from __future__ import annotations
@@ -134,8 +134,21 @@ class StreamedValues:
     def values(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         return self._full().values(names)
 
+    def final(self, tensor: str) -> bool:
+        """Whether `tensor` is handed over as one of the model's outputs, once the forward has returned
+        (nothing writes to it any more), not while the forward runs."""
+        return self.keys.get(tensor) in self.first.capture.output_keys
+
+    def handed_over(self, names: Sequence[str]) -> frozenset[str]:
+        """Those of `names` that `stream` may hand over: the ones the reference has a value for."""
+        return frozenset(t for t in names if t in self.keys)
+
     def stream(self, names: Sequence[str], visit: Callable[[str, Any], None]) -> None:
-        """Call `visit(tensor, value)` for each of `names` it has, recorded values as the forward makes them."""
+        """Call `visit(tensor, value)` for each of `names` it has, recorded values as the forward makes them.
+
+        Then the rest (derived values, model inputs), computed from the first recording where the values
+        they are computed from were held (a first recording past the memory limit keeps only what fits).
+        """
         keys, capture = self.keys, self.first.capture
         recorded = {f"torch:{r.index}" for r in capture.records} | set(capture.output_keys)
         by_key: dict[str, list[str]] = {}
@@ -148,9 +161,13 @@ class StreamedValues:
                 visit(tensor, value)
 
         self._record(seen, frozenset())
-        rest = [t for t in names if t in keys and keys[t] not in recorded]  # derived values, model inputs
-        for tensor, value in self.first.values(rest).items():
-            visit(tensor, value)
+        for tensor in (t for t in names if t in keys and keys[t] not in recorded):  # derived values, model inputs
+            try:
+                value = self.first.values([tensor]).get(tensor)
+            except KeyError:  # computed from a value the first recording did not hold
+                continue
+            if value is not None:
+                visit(tensor, value)
 
 
 class ForwardValues:
@@ -206,8 +223,7 @@ class Engine:
         """Compare each pass chunk by chunk, as the chunks arrive; one result per pass."""
         for current in passes:
             streamed = next((s for s in current.sources if isinstance(s, StreamedValues)), None)
-            groups = chunk_names(current.tensors, self.sizes, self.chunk_bytes)
-            if streamed is not None and len(groups) == 1:
+            if streamed is not None:
                 yield self._streamed(current, streamed)
                 continue
             metrics: dict[str, dict[BackendPair, PairMetrics]] = {}
@@ -244,34 +260,50 @@ class Engine:
             yield group, {s.name: {} if s is driver else s.values(group) for s in current.sources}
 
     def _streamed(self, current: Pass, streamed: StreamedValues) -> Compared:
-        """One chunk: the other sources fetched, then the reference streamed through them (see the module docstring)."""
+        """The reference recorded again and compared as it comes (see the module docstring), in lockstep with
+        the other sources' chunks: a chunk is fetched when the forward first makes a value it holds (the
+        first ONNX backend runs its next segments then), compared among the other sources at once, and its
+        values wait for the reference's; each is dropped once every pair that reads it is compared."""
         name = streamed.name
-        others = [s for s in current.sources if s is not streamed]
-        values = {source.name: source.values(current.tensors) for source in others}
-        kept: dict[str, dict[str, np.ndarray]] = {s.name: {} for s in current.sources}
-        for source, tensors in values.items():
-            kept[source].update((t, v) for t, v in tensors.items() if t in self.outputs)
-        metrics: dict[str, dict[BackendPair, PairMetrics]] = {}
+        others = Pass(current.sample, tuple(s for s in current.sources if s is not streamed), current.tensors)
         among_others = tuple(p for p in self.pairs if name not in (p.reference, p.candidate))
         with_reference = tuple(p for p in self.pairs if name in (p.reference, p.candidate))
-        for tensor in current.tensors:
-            entry = {p: m for p, m in self._compare(tensor, values).items() if p in among_others}
-            if entry:
-                metrics[tensor] = entry
+        awaited = streamed.handed_over(current.tensors)
+        kept: dict[str, dict[str, np.ndarray]] = {s.name: {} for s in current.sources}
+        metrics: dict[str, dict[BackendPair, PairMetrics]] = {}
+        waiting: dict[str, dict[str, Any]] = {}  # tensor -> the other sources' values, until the reference's comes
+        fetched: set[str] = set()
+        chunks = self._chunks(others)
+
+        def fetch_until(tensor: str | None) -> None:
+            for group, values in chunks:  # resumes where the last call stopped
+                for source, tensors in values.items():
+                    kept[source].update((t, to_host(v)) for t, v in tensors.items() if t in self.outputs)
+                for t in group:
+                    fetched.add(t)
+                    entry = {p: m for p, m in self._compare(t, values).items() if p in among_others}
+                    if entry:
+                        metrics[t] = entry
+                    if t in awaited:
+                        waiting[t] = {source: tensors[t] for source, tensors in values.items() if t in tensors}
+                del values
+                if tensor is not None and tensor in fetched:
+                    return
 
         def visit(tensor: str, value: Any) -> None:
+            if tensor not in fetched:
+                fetch_until(tensor)
+            theirs = waiting.pop(tensor, {})  # compared with the reference: no pair reads them again
             for pair in with_reference:
                 other = pair.candidate if pair.reference == name else pair.reference
-                theirs = values.get(other, {}).get(tensor)
-                if theirs is not None:
-                    ref, cand = (value, theirs) if pair.reference == name else (theirs, value)
+                if other in theirs:
+                    ref, cand = (value, theirs[other]) if pair.reference == name else (theirs[other], value)
                     metrics.setdefault(tensor, {})[pair] = self._judge(tensor, ref, cand, pair)
-            if tensor in self.outputs:
-                kept[name][tensor] = np.array(to_host(value), copy=True)  # the forward may still write to it
-            for tensors in values.values():  # compared with the reference: no pair reads it again
-                tensors.pop(tensor, None)
+            if tensor in self.outputs:  # copied where the forward may still write to it
+                kept[name][tensor] = to_host(value) if streamed.final(tensor) else np.array(to_host(value), copy=True)
 
         streamed.stream(current.tensors, visit)
+        fetch_until(None)  # what the reference has no value for
         ordered = {  # as the chunked loop orders them: tensors as asked, pairs as declared
             tensor: {pair: metrics[tensor][pair] for pair in self.pairs if pair in metrics[tensor]}
             for tensor in current.tensors

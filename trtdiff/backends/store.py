@@ -24,16 +24,17 @@ from trtdiff.options import DEFAULT_MEMORY_BYTES
 class TensorStore:
     """Named numpy arrays, held in RAM while they fit in the budget, else on disk.
 
-    `spills`, when given, says which keys go to disk past the budget; the others are then not kept
-    at all (`dropped` counts them): a recording that only summarizes its values (`--capture
-    stats`) keeps what fits and the final outputs, and writes nothing else to disk.
+    `beyond`, when given, replaces the disk: past the budget a value is held in memory all the
+    same where `beyond(key)` says so, and not kept at all otherwise (`dropped` counts those). A
+    recording that only summarizes its values (`--capture stats`) so keeps what fits and the
+    final outputs, which every check reads, and writes nothing to disk.
     """
 
     def __init__(
-        self, memory_bytes: int = DEFAULT_MEMORY_BYTES, spills: Callable[[Hashable], bool] | None = None
+        self, memory_bytes: int = DEFAULT_MEMORY_BYTES, beyond: Callable[[Hashable], bool] | None = None
     ) -> None:
         self.memory_bytes = memory_bytes
-        self.spills = spills
+        self.beyond = beyond
         self.dropped = 0
         self._in_memory: dict[Hashable, Any] = {}
         self._on_disk: dict[Hashable, Path] = {}
@@ -58,13 +59,14 @@ class TensorStore:
 
     def put(self, key: Hashable, value: Any) -> None:
         """Hold `value` (a numpy array or a torch tensor) under `key`, in memory within the budget, else on disk
-        (or nowhere, where `spills` says so)."""
+        (or, with `beyond`, in memory all the same or nowhere)."""
         self.discard(key)
-        if self._held + value.nbytes <= self.memory_bytes:
+        fits = self._held + value.nbytes <= self.memory_bytes
+        if fits or (self.beyond is not None and self.beyond(key)):
             self._in_memory[key] = value
             self._held += value.nbytes
             return
-        if self.spills is not None and not self.spills(key):
+        if self.beyond is not None:
             self.dropped += 1
             return
         if self._folder is None:

@@ -2,7 +2,8 @@
 
 1. The first recording of PyTorch, the one the pairing reads, summarizes each value as the
    forward makes it (analysis.statistics) and holds values only within its share of
-   `--memory-limit`, the final outputs always: nothing else is written to disk (`record_summaries`).
+   `--memory-limit`, and the final outputs whatever their size: nothing is written to disk
+   (`record_summaries`).
 2. Sample 0's tensors come from the ONNX backends chunk by chunk (the first one runs its graph
    once, in segments where they do not fit), are summarized where they are and dropped; every
    pair of summaries is judged (`Judge.summaries`), the final outputs compared in full (`statistics_pass`).
@@ -27,7 +28,7 @@ import numpy as np
 from trtdiff.analysis.control_flow import held_inside
 from trtdiff.analysis.engine import BackendValues, Compared, Pass
 from trtdiff.analysis.statistics import Summary, summarize
-from trtdiff.backends.pytorch.records import OUTPUT_PREFIX
+from trtdiff.backends.pytorch.records import is_output_key
 from trtdiff.backends.store import TensorStore, to_host
 from trtdiff.pipeline.memory import store_bytes
 
@@ -49,11 +50,12 @@ def record_summaries(
     """The first recording of a statistics comparison: each value summarized into `summaries` as it is made.
 
     Its store (closed by `stack`) holds values within the reference's share of the memory limit,
-    for the pairing's derived values, and the final outputs whatever their size; the rest is dropped.
+    for the pairing's derived values, and the final outputs whatever their size (in memory: the
+    output checks read both copies); the rest is dropped.
     """
 
     def record(reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
-        store = TensorStore(store_bytes(reference.memory_bytes), spills=_is_output)
+        store = TensorStore(store_bytes(reference.memory_bytes), beyond=is_output_key)
         stack.enter_context(store)
 
         def visit(key: str, value: Any) -> None:
@@ -66,10 +68,6 @@ def record_summaries(
         return recorded
 
     return record
-
-
-def _is_output(key: object) -> bool:
-    return str(key).startswith(OUTPUT_PREFIX)
 
 
 def statistics_pass(

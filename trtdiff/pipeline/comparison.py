@@ -36,7 +36,7 @@ from trtdiff.analysis.localize import first_divergence
 from trtdiff.analysis.nonfinite import first_non_finite, non_finite_backends
 from trtdiff.analysis.reduced import ReducedPrecision
 from trtdiff.analysis.results import build_layers, environment, mark_failures, pairing_summary, sample_results
-from trtdiff.backends.base import chunk_names
+from trtdiff.backends.pytorch.records import is_output_key
 from trtdiff.backends.store import TensorStore, release_memory, to_host
 from trtdiff.errors import OptionError, param
 from trtdiff.gate.checks import layer_checks, miou_checks, output_checks, weight_checks
@@ -111,7 +111,7 @@ def compare_once(
         if statistics:
             record = record_summaries(stack, summaries)
         else:
-            record = shared.record if shared is not None else _record_first(stack)
+            record = shared.record if shared is not None else _record_first(stack, options.analysis.culprit is not True)
         prepared = stack.enter_context(
             prepare(model, options, first_feeds=samples.first_feeds(), record=record, timings=timings, say=say)
         )
@@ -291,15 +291,20 @@ class _Run:
     def chunk_bytes(self) -> int:
         """What one source returns at once, within `--memory-limit` (L).
 
-        Streamed (one chunk, nothing of the reference held) or held on a GPU: up to L. Held over several
-        chunks: the reference's values take up to L/2 in memory (its store, `store_bytes`), and
-        the other half is shared by one chunk of each ONNX backend and the reference's values of
-        that chunk read back from the store.
+        Held on a GPU (nothing of the reference on the host): up to L. Streamed, or compared by
+        statistics (`--capture stats`): one chunk of each ONNX backend in half of L (`store_bytes`),
+        its values waiting for the reference's; the other half holds the final outputs and the values
+        being compared. Held over several chunks: the reference's values take up to L/2 in memory
+        (its store), and the other half is shared by one chunk of each ONNX backend and the
+        reference's values of that chunk read back from the store.
         """
         runtime, capture = self.options.runtime, self.reference.capture
-        if self.streams or capture is None or capture.device != "cpu":  # none of the reference held on the host
+        half, backends = store_bytes(runtime.memory_bytes), len(self.prepared.backends)
+        if capture is None or capture.device != "cpu":  # none of the reference held on the host
             return min(runtime.chunk_bytes, runtime.memory_bytes)
-        return max(1, min(runtime.chunk_bytes, store_bytes(runtime.memory_bytes) // (1 + len(self.prepared.backends))))
+        if self.streams or self.options.analysis.capture == "stats":  # no value of the reference read back
+            return max(1, min(runtime.chunk_bytes, half // backends))
+        return max(1, min(runtime.chunk_bytes, half // (1 + backends)))
 
     @cached_property
     def judge(self) -> Judge:
@@ -321,24 +326,26 @@ class _Run:
     def streams(self) -> bool:
         """Whether sample 0's reference is streamed (recorded again, each value compared and dropped), not held.
 
-        So when the other backends return sample 0's tensors in one chunk, and the culprit pass
-        is not asked for whatever happens (it reads the reference's values: they are then held).
-        A reference recorded on a GPU is held there instead (no host memory, no second forward).
+        So unless the culprit pass is asked for whatever happens (it reads the reference's values:
+        they are then held) or the recording is lent (a sweep); the other backends' chunks are
+        fetched in lockstep with it (analysis.engine). A reference recorded on a GPU is held there
+        instead (no host memory, no second forward).
         """
         capture, pairing = self.reference.capture, self.reference.pairing
         if capture is None or pairing is None or capture.device != "cpu":
             return False
-        if self.options.analysis.culprit or self.shared or self.options.analysis.capture == "stats":
-            return False
-        runtime = self.options.runtime
-        return len(chunk_names(self.layer_tensors(), self.sizes, min(runtime.chunk_bytes, runtime.memory_bytes))) == 1
+        return not (self.options.analysis.culprit or self.shared or self.options.analysis.capture == "stats")
 
     def hold_what_is_read(self) -> None:
-        """Drop the first recording's values nothing reads: all but the outputs when streamed, else unpaired ones."""
+        """Drop the first recording's values nothing reads: all when streamed (the export read the outputs
+        already; the streamed recording hands over its own), else unpaired ones."""
         capture, pairing = self.reference.capture, self.reference.pairing
         if capture is None or pairing is None or self.shared:  # the next comparison pairs it again
             return
         capture.retain(() if self.streams else self._kept(capture, pairing))
+        if self.streams:
+            for key in capture.output_keys:
+                capture.store.discard(key)
         release_memory()
 
     def _kept(self, capture: TorchCapture, pairing: Pairing) -> list[str]:
@@ -460,11 +467,22 @@ def _recorded_inputs(options: CompareOptions) -> dict[str, Any] | None:
     return recorded_inputs(options.runtime.recordings)
 
 
-def _record_first(stack: ExitStack) -> Record:
-    """Record PyTorch once on the inputs, into a store of the reference's that `stack` closes."""
+def _record_first(stack: ExitStack, streams: bool) -> Record:
+    """Record PyTorch once on the inputs, into a store of the reference's that `stack` closes.
+
+    Where the comparison will stream the reference (`streams`: the culprit pass not asked for
+    whatever happens; recorded on the CPU, in float32), nothing reads this recording's values
+    but the pairing: past the reference's share of the memory limit they are dropped, not
+    spilled (the final outputs are kept), and a derived value computed from a dropped one is
+    not compared.
+    """
 
     def record(reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
-        return reference.record(feeds, store=stack.enter_context(TensorStore(store_bytes(reference.memory_bytes))))
+        from trtdiff.backends.pytorch.capture import resolve_device
+
+        drops = streams and reference.dtype == "float32" and resolve_device(reference.device) == "cpu"
+        store = TensorStore(store_bytes(reference.memory_bytes), beyond=is_output_key if drops else None)
+        return reference.record(feeds, store=stack.enter_context(store))
 
     return record
 

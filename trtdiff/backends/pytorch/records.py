@@ -68,6 +68,11 @@ class Returned:
     tensors: frozenset[int]
 
 
+def is_output_key(key: object) -> bool:
+    """Whether a store key is one of the model's final outputs (`torch:output:i`), which every check reads."""
+    return str(key).startswith(OUTPUT_PREFIX)
+
+
 @dataclass
 class TorchCapture:
     """Everything one reference forward pass left behind; values live in `store`."""
@@ -136,6 +141,9 @@ class TorchCapture:
             return tuple(self.store.get(key).shape)
         if key.startswith(INPUT_PREFIX):
             return tuple(self.inputs[int(key.removeprefix(INPUT_PREFIX))].shape)
+        if key in self.output_keys:  # an output no longer held: the record that made it
+            record = self.output_records[self.output_keys.index(key)]
+            return self.records[record].shape if record is not None else None
         index = key.removeprefix(RECORD_PREFIX)
         if key.startswith(RECORD_PREFIX) and index.isdigit() and int(index) < len(self.records):
             return self.records[int(index)].shape
