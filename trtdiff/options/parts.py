@@ -283,9 +283,10 @@ class BackendOptions:
                                metavar="SIZE", parse=parse_bytes, default_text="2GB",
                                help="Memory for the tensors compared: peak memory stays under the runtimes and "
                                     "weights each backend holds + the largest frontier of the ONNX graph (the live "
-                                    "tensors between the segments it runs in) + this. Half holds the reference's "
-                                    "values (the rest spilled to disk once), half the chunks compared; refused up "
-                                    "front where that cannot fit here.")
+                                    "tensors between the segments it runs in) + this. Half holds one chunk of the "
+                                    "backends' values, half the values being compared and the final outputs; a "
+                                    "reference the culprit pass reads is held in half (the rest spilled to disk "
+                                    "once). Refused up front where that cannot fit here.")
     chunk_bytes: int = option(DEFAULT_CHUNK_BYTES, group=BACKENDS, flag=None, parse=parse_bytes, default_text="1GB",
                               help="Intermediates one backend returns at once (compared, then dropped).")
 

@@ -2,9 +2,11 @@
 
 The promise: peak memory stays under the runtimes and the weights each backend holds, plus
 the largest frontier of the ONNX graph (the live tensors between the segments it runs in,
-backends.segments), plus L. A chunked comparison holds the reference's values in half of L
-(`store_bytes`; the rest spilled to disk once) and compares one chunk of every source in the
-other half; a streamed one holds none of the reference.
+backends.segments), plus L. A streamed comparison (the default) holds one chunk of every ONNX
+backend in half of L (`store_bytes`) while the reference is recorded again and compared as it
+comes; its first recording keeps only what fits in that half, for the pairing. A comparison
+whose culprit pass reads the reference (`--culprit`, a sweep) holds the reference's values in
+half of L (the rest spilled to disk once) and compares one chunk of every source in the other.
 """
 
 from __future__ import annotations
