@@ -171,3 +171,31 @@ def test_device_buffers_on_a_gpu() -> None:
     del copies, outputs
     torch.cuda.empty_cache()  # what the backend does once a run's tensors are on the host
     assert torch.cuda.memory_reserved() <= before
+
+
+@needs_cuda
+def test_streamed_device_copies_on_a_producer_thread_on_a_gpu() -> None:
+    """The streamed run's hand-over on a CUDA GPU: the listener copies device memory on a thread of its own, after
+    the work its stream still had queued, while the main thread reads bounded chunks; the memory is reused."""
+    from trtdiff.backends.tensorrt.stream import TensorStream, ThreadedRun
+
+    gpu, count = torch.device("cuda", 0), 16 << 20  # 64 MB a tensor
+    collector = buffers.DebugCollector()
+
+    def engine_run(stream: TensorStream[object]) -> int:
+        engine_stream = torch.cuda.Stream(gpu)  # TensorRT's stream, as the callback receives it
+        collector.start(None, stream)
+        with torch.cuda.device(gpu), torch.cuda.stream(engine_stream):
+            scratch = torch.zeros(count, device=gpu)  # one activation buffer, reused layer after layer
+            for step in range(6):
+                torch.cuda._sleep(20_000_000)  # the layer is still running when the listener is called
+                scratch.fill_(float(step + 1))
+                address = scratch.data_ptr()
+                assert collector.process(address, False, "FLOAT", (count,), f"t{step}", engine_stream.cuda_stream)
+        return step
+
+    run: ThreadedRun[object, int] = ThreadedRun(engine_run, 2 * count * 4)
+    chunks = [{name: float(np.asarray(value).min()) for name, value in chunk.items()} for chunk in run.chunks()]
+    assert chunks == [{"t0": 1.0, "t1": 2.0}, {"t2": 3.0, "t3": 4.0}, {"t4": 5.0, "t5": 6.0}]
+    assert run.result == 5 and run.stream.peak == 2 * count * 4 and collector.errors == []
+    assert not run.thread.is_alive()
