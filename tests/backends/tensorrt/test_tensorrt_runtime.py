@@ -295,6 +295,14 @@ def test_summary_reports_what_the_runs_and_the_fusion_fallback_found(dotted: Gra
     assert any(n.startswith("fusion: the engine inspector failed") for n in summary.notes)
 
 
+def test_a_run_reports_one_run_per_sample_whatever_the_groups(dotted: GraphInfo) -> None:
+    """Issue 29: a comparison that ran says 1 run per sample; a build still reports its planned groups."""
+    build = build_engine(dotted, BuildSettings(mark_budget_bytes=1))
+    assert build.mark_plan.runs_per_sample == 2
+    assert summarize(build, None, status="built", gpu=None).runs_per_sample == 2
+    assert summarize(build, None, status="ran", gpu="NVIDIA RTX 4090").runs_per_sample == 1
+
+
 # --- only a supported GPU can run these -------------------------------------------------------
 
 
