@@ -64,6 +64,32 @@ def test_collector_and_output_buffers_never_raise() -> None:
     assert outputs.buffers == {}
 
 
+def test_a_streamed_run_hands_each_wanted_copy_over_and_a_failed_one_gives_its_room_back() -> None:
+    """One run per sample: with a sink the listener keeps nothing itself; unwanted tensors are never copied."""
+    from trtdiff.backends.tensorrt.stream import TensorStream
+
+    stream: TensorStream[object] = TensorStream(64, {"t0": "a", "t1": "b", "bad": "c", "dev": "d"}.get)
+    collector = buffers.DebugCollector(budget=16)  # an unfused session's collector: group None copies every tensor
+    collector.start(None, stream)
+    memory = np.arange(4, dtype=np.float32)  # 16 bytes, valid only during each call
+    assert collector.process(memory.ctypes.data, True, "FLOAT", (4,), "t0", 0)
+    assert not collector.process(memory.ctypes.data, True, "FLOAT", (-1, 4), "bad", 0)
+    if not torch.cuda.is_available():  # a device copy where torch has no CUDA fails after its room was reserved
+        assert not collector.process(memory.ctypes.data, False, "FLOAT", (4,), "dev", 0)
+    assert collector.process(memory.ctypes.data, True, "FLOAT", (4,), "unwanted", 0)
+    memory[:] = 9
+    assert collector.process(memory.ctypes.data, True, "FLOAT", (4,), "t1", 0)
+    assert stream.held == 32 and collector.copied_bytes == 32 and collector.tensors == {}
+    stream.finish()
+    chunks = list(stream.chunks())
+    assert [list(chunk) for chunk in chunks] == [["a", "b"]]
+    assert chunks[0]["a"].tolist() == [0, 1, 2, 3] and chunks[0]["b"].tolist() == [9, 9, 9, 9]
+    assert collector.errors[0].startswith("bad: ") and collector.calls == (5 if not torch.cuda.is_available() else 4)
+    stream.close()
+    assert collector.process(memory.ctypes.data, True, "FLOAT", (4,), "t0", 0)  # the comparison stopped: dropped
+    assert collector.copied_bytes == 32
+
+
 def test_a_budget_bounds_what_each_run_of_the_engine_copies() -> None:
     """Defect: unfused mode had no memory bound. The listener copies one budget-sized group per run.
 
@@ -145,3 +171,31 @@ def test_device_buffers_on_a_gpu() -> None:
     del copies, outputs
     torch.cuda.empty_cache()  # what the backend does once a run's tensors are on the host
     assert torch.cuda.memory_reserved() <= before
+
+
+@needs_cuda
+def test_streamed_device_copies_on_a_producer_thread_on_a_gpu() -> None:
+    """The streamed run's hand-over on a CUDA GPU: the listener copies device memory on a thread of its own, after
+    the work its stream still had queued, while the main thread reads bounded chunks; the memory is reused."""
+    from trtdiff.backends.tensorrt.stream import TensorStream, ThreadedRun
+
+    gpu, count = torch.device("cuda", 0), 16 << 20  # 64 MB a tensor
+    collector = buffers.DebugCollector()
+
+    def engine_run(stream: TensorStream[object]) -> int:
+        engine_stream = torch.cuda.Stream(gpu)  # TensorRT's stream, as the callback receives it
+        collector.start(None, stream)
+        with torch.cuda.device(gpu), torch.cuda.stream(engine_stream):
+            scratch = torch.zeros(count, device=gpu)  # one activation buffer, reused layer after layer
+            for step in range(6):
+                torch.cuda._sleep(20_000_000)  # the layer is still running when the listener is called
+                scratch.fill_(float(step + 1))
+                address = scratch.data_ptr()
+                assert collector.process(address, False, "FLOAT", (count,), f"t{step}", engine_stream.cuda_stream)
+        return step
+
+    run: ThreadedRun[object, int] = ThreadedRun(engine_run, 2 * count * 4)
+    chunks = [{name: float(np.asarray(value).min()) for name, value in chunk.items()} for chunk in run.chunks()]
+    assert chunks == [{"t0": 1.0, "t1": 2.0}, {"t2": 3.0, "t3": 4.0}, {"t4": 5.0, "t5": 6.0}]
+    assert run.result == 5 and run.stream.peak == 2 * count * 4 and collector.errors == []
+    assert not run.thread.is_alive()

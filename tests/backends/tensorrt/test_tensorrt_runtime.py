@@ -135,15 +135,15 @@ def test_debug_names_never_take_real_outputs_or_dotted_tensors(dotted: GraphInfo
     assert unmapped == ("out.2",)  # and `y`, a network output, keeps its real value (the debug copy is dropped)
 
 
-def test_runs_switch_on_one_group_each_and_stay_linear(dotted: GraphInfo) -> None:
-    """One engine, several runs: each run switches on the wanted tensors of one planned group, in order."""
-    from trtdiff.backends.tensorrt.runtime import plan_runs
+def test_one_run_per_sample_switches_on_every_wanted_tensor_whatever_the_budget(dotted: GraphInfo) -> None:
+    """Issue 29: one run of the one engine per sample, all its wanted debug tensors on, even under a tiny budget."""
+    from trtdiff.backends.tensorrt.runtime import plan_run
 
     plan = build_engine(dotted, BuildSettings(mark_budget_bytes=1)).mark_plan
-    assert plan.debug == ("out", "i") and plan.runs_per_sample == 2  # each tensor over the budget: a run each
-    assert plan_runs(plan, ["i", "out", "y"]) == [(["out"], None), (["i"], None)]
-    assert plan_runs(plan, ["i"]) == [(["i"], None)]
-    assert plan_runs(plan, ["y"]) == [([], None)]  # outputs only: one run, every debug tensor off
+    assert plan.debug == ("out", "i") and plan.runs_per_sample == 2  # each tensor over the budget: two groups
+    assert plan_run(plan, ["i", "out"]) == ("out", "i")  # one run for both (the groups were two runs)
+    assert plan_run(plan, ["i"]) == ("i",)
+    assert plan_run(plan, []) is None  # outputs only: one run, every debug tensor off
     graph_names = [f"t{i}" for i in range(20_000)]
     many = dataclasses.replace(
         plan,
@@ -151,11 +151,53 @@ def test_runs_switch_on_one_group_each_and_stay_linear(dotted: GraphInfo) -> Non
         groups=tuple(tuple(graph_names[i : i + 100]) for i in range(0, 20_000, 100)),
         onnx_to_trt={n: n for n in graph_names},
     )
-    runs = plan_runs(many, graph_names[::-1])
-    assert len(runs) == 200 and runs[0] == (graph_names[:100], None)  # planned order, whatever the asked order
-    assert plan_runs(many, graph_names[150:160]) == [(graph_names[150:160], None)]
-    unfused = build_engine(dotted, BuildSettings(outputs="unfused")).mark_plan
-    assert plan_runs(unfused, ["out"]) == [([], 0)] and plan_runs(unfused, []) == [([], -1)]
+    assert many.runs_per_sample == 200
+    assert plan_run(many, graph_names[::-1]) == tuple(graph_names)  # the network's order, whatever the asked order
+    assert plan_run(many, graph_names[150:160]) == tuple(graph_names[150:160])
+    unfused = build_engine(dotted, BuildSettings(outputs="unfused", mark_budget_bytes=1)).mark_plan
+    assert unfused.runs_per_sample >= 2 and plan_run(unfused, ["out"]) == () and plan_run(unfused, []) is None
+
+
+def test_the_listener_streams_a_run_through_the_one_bounded_queue(dotted: GraphInfo) -> None:
+    """The real RTX listener called on a producer thread as an engine run calls it: copies taken inside each
+    call, routed to their ONNX names, handed over in chunks within the bound while the run goes on."""
+    from trtdiff.backends.tensorrt.stream import TensorStream, ThreadedRun
+
+    plan = build_engine(dotted, BuildSettings(mark_budget_bytes=1)).mark_plan
+    names = execution.DebugNames(plan.trt_to_onnx, plan.tensor_names, {"y"}, {"out", "i"})
+    collector = buffers.DebugCollector()
+    listener = buffers.make_debug_listener(trt, collector)
+    scratch = np.zeros(192, dtype=np.float32)  # TensorRT's memory: valid only during the call
+    fired = [("out", trt.DataType.FLOAT), ("y", trt.DataType.FLOAT), ("out.1", trt.DataType.FLOAT)]
+    fired += [("i", trt.DataType.FLOAT), ("q", trt.DataType.FP8), ("out.2", trt.DataType.FLOAT)]
+
+    def engine_run(stream: TensorStream[object]) -> str:
+        collector.start(None, stream)
+        for step_index, (name, kind) in enumerate(fired):
+            scratch[:] = step_index  # what the layer just wrote
+            shape = trt.Dims([192])
+            listener.process_debug_tensor(scratch.ctypes.data, trt.TensorLocation.HOST, kind, shape, name, 0)
+            scratch[:] = -1  # the engine reuses the memory once the callback returned
+        return "outputs"
+
+    run: ThreadedRun[object, str] = ThreadedRun(engine_run, 192 * 4, names.route)
+    got = [{name: np.asarray(value).copy() for name, value in chunk.items()} for chunk in run.chunks()]
+    assert [list(chunk) for chunk in got] == [["out"], ["i"]]  # 768 bytes each: one tensor a chunk
+    assert float(got[0]["out"].max()) == 0.0 and float(got[1]["i"].min()) == 3.0  # copied inside each call
+    assert run.result == "outputs" and not run.thread.is_alive() and run.stream.peak == 768
+    assert names.unmapped == ["out.1", "out.2"] and names.handed == 2  # `y` is an output: its real value wins
+    assert "q" in collector.skipped and collector.errors == [] and collector.calls == len(fired)
+
+
+def test_streamed_debug_names_hand_each_tensor_over_once(dotted: GraphInfo) -> None:
+    """map_debug_names one tensor at a time: outputs and what was handed over are taken, unwanted ones dropped."""
+    plan = build_engine(dotted, BuildSettings(outputs="unfused")).mark_plan
+    names = execution.DebugNames(plan.trt_to_onnx, plan.tensor_names, {"y"}, {"out", "i"})
+    assert [names.route(n) for n in ("out.2", "out", "i.3", "i", "y", "out.1")] == ["out", None, "i", None, None, None]
+    assert names.handed == 2 and names.unmapped == ["out.1"]  # a copy that fired first is kept: it cannot come back
+    exact_first = execution.DebugNames(plan.trt_to_onnx, plan.tensor_names, {"y"}, {"out"})
+    assert [exact_first.route(n) for n in ("out", "out.2", "i")] == ["out", None, None]
+    assert exact_first.unmapped == ["out.2"]  # as map_debug_names lists a copy whose name is taken
 
 
 def test_one_logger_for_every_builder_and_runtime(dotted: GraphInfo) -> None:
@@ -253,6 +295,14 @@ def test_summary_reports_what_the_runs_and_the_fusion_fallback_found(dotted: Gra
     assert any(n.startswith("fusion: the engine inspector failed") for n in summary.notes)
 
 
+def test_a_run_reports_one_run_per_sample_whatever_the_groups(dotted: GraphInfo) -> None:
+    """Issue 29: a comparison that ran says 1 run per sample; a build still reports its planned groups."""
+    build = build_engine(dotted, BuildSettings(mark_budget_bytes=1))
+    assert build.mark_plan.runs_per_sample == 2
+    assert summarize(build, None, status="built", gpu=None).runs_per_sample == 2
+    assert summarize(build, None, status="ran", gpu="NVIDIA RTX 4090").runs_per_sample == 1
+
+
 # --- only a supported GPU can run these -------------------------------------------------------
 
 
@@ -260,6 +310,22 @@ def _needs_engine_run() -> None:
     found = probe()
     if not found.can_run:
         pytest.skip(f"{NO_EXECUTION}: {found.reason}")
+
+
+def test_one_run_per_sample_on_a_supported_gpu(export_example: Callable[..., Path]) -> None:
+    """Issue 29: under a tiny budget and small chunks, one run of the marked engine per sample, chunks within bound."""
+    _needs_engine_run()
+    graph = load_graph(export_example(17))
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64), dtype=np.float32)
+    for outputs in ("all", "unfused"):
+        settings = BuildSettings(outputs=outputs, mark_budget_bytes=1 << 12)
+        with TensorRTBackend(graph, settings, compare=compare_tensors) as backend:
+            assert backend.build.mark_plan.runs_per_sample > 1  # the groups a sample used to take as runs
+            for sample in range(2):
+                chunks = list(backend.run({"x": x + sample}, sorted(backend.available()), max_bytes=1 << 16))
+                assert all(sum(v.nbytes for v in c.values()) <= 1 << 16 or len(c) == 1 for c in chunks)
+                assert backend.answer is not None and backend.answer.runs == sample + 1
+            assert backend._streaming is None and "1 run per sample" in backend.describe()
 
 
 def test_engine_run_paths_on_a_supported_gpu(export_example: Callable[..., Path]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
@@ -163,13 +163,32 @@ def _host_array(raw: np.ndarray, dtype_name: str, shape: tuple[int, ...]) -> np.
     return raw.view(np.dtype(_TYPESTR[dtype_name])).reshape(shape)
 
 
+class DebugSink(Protocol):
+    """Where a streamed run hands each debug tensor as it fires (stream.TensorStream)."""
+
+    def route(self, name: str) -> str | None:
+        """The name to hand the tensor over under; None: not wanted, not copied."""
+        ...
+
+    def reserve(self, nbytes: int) -> bool:
+        """Wait for room for `nbytes`; False: the consumer stopped, the tensor is not copied."""
+        ...
+
+    def put(self, name: str, value: np.ndarray | torch.Tensor, nbytes: int) -> None: ...
+
+    def release(self, nbytes: int) -> None:
+        """A reservation the copy did not fill (it failed)."""
+        ...
+
+
 class DebugCollector:
     """Keeps a copy of each debug tensor by name (what TensorRT's callback hands over); never raises.
 
     `budget` bounds what one run copies where the engine, not trtdiff, chooses the debug
     tensors (unfused mode): the tensors are counted into groups of at most `budget` bytes in the
     order they arrive (the same every run of one engine on one input), and a run copies only
-    group `wanted` (`start(group)`); `groups` says how many groups the last run saw.
+    group `wanted` (`start(group)`); `groups` says how many groups the last run saw. With a
+    `sink` (`start(group, sink)`), each copy is handed to it as the tensor fires instead of kept.
     """
 
     def __init__(self, *, to_host: bool = True, budget: int | None = None) -> None:
@@ -182,16 +201,17 @@ class DebugCollector:
         self.copied_bytes = 0
         self.wanted: int | None = None
         self.groups = 0
+        self.sink: DebugSink | None = None
         self._group = 0
         self._used = 0
 
-    def start(self, group: int | None = None) -> None:
-        """Forget the last run; copy only group `group` of this run (None: every tensor)."""
+    def start(self, group: int | None = None, sink: DebugSink | None = None) -> None:
+        """Forget the last run; copy only group `group` of this run (None: every tensor), handed to `sink` if given."""
         self.tensors.clear()
         self.errors.clear()
         self.skipped.clear()
         self.calls = self.copied_bytes = self.groups = self._group = self._used = 0
-        self.wanted = group
+        self.wanted, self.sink = group, sink
 
     reset = start
 
@@ -204,14 +224,24 @@ class DebugCollector:
         dims = tuple(int(d) for d in shape)
         if not self._in_window(dims, dtype_name):
             return True
+        sink = self.sink
+        nbytes = _nbytes(dims, dtype_name) if min(dims, default=0) >= 0 else 0
+        target = name if sink is None else sink.route(name)
+        # the sink's reserve waits while its chunk is full: the engine then waits inside this callback
+        if target is None or (sink is not None and not sink.reserve(nbytes)):
+            return True  # not wanted, or the comparison stopped reading
         try:
-            self.tensors[name] = copy_debug_tensor(
-                addr, dtype_name, dims, stream, on_host=on_host, to_host=self.to_host or on_host
-            )
+            copy = copy_debug_tensor(addr, dtype_name, dims, stream, on_host=on_host, to_host=self.to_host or on_host)
         except Exception as error:  # noqa: BLE001 -- TensorRT's wrapper would print and drop it; raised after the run
+            if sink is not None:
+                sink.release(nbytes)
             self.errors.append(f"{name}: {describe_error(error)}")
             return False
-        self.copied_bytes += _nbytes(dims, dtype_name)
+        self.copied_bytes += nbytes
+        if sink is None:
+            self.tensors[name] = copy
+        else:
+            sink.put(target, copy, nbytes)
         return True
 
     def _in_window(self, dims: tuple[int, ...], dtype_name: str) -> bool:

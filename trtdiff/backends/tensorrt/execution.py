@@ -10,16 +10,17 @@ synchronizations).
 
 Debug tensors, as NVIDIA's debugTensorWriter sample and Polygraphy's runner use them: one
 listener set once on the context; before each run the debug state of every tensor is switched
-off and that of the run's group switched on (`set_tensor_debug_state`), or, for tensors the
-engine chose (unfused mode), `unfused_tensors_debug_state` is on and the listener copies one
-budget-sized group per run. The runtime config given to the context (TensorRT-RTX's runtime
-cache) lives as long as the context.
+off and that of the tensors the run reports switched on (`set_tensor_debug_state`), or, for
+tensors the engine chose (unfused mode), `unfused_tensors_debug_state` is on. The listener
+keeps each copy for the caller, or hands it to a sink as the tensor fires (a streamed run,
+stream.py). The runtime config given to the context (TensorRT-RTX's runtime cache) lives as
+long as the context.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
@@ -28,6 +29,7 @@ import numpy as np
 from trtdiff.backends.tensorrt import cache
 from trtdiff.backends.tensorrt.buffers import (
     DebugCollector,
+    DebugSink,
     OutputBuffers,
     allocate,
     make_debug_listener,
@@ -123,7 +125,7 @@ def check_engine_validity(trt: TrtModule, runtime: Runtime, plan: bytes, gpu: Gp
 
 
 def map_debug_names(
-    debug: Mapping[str, T], reverse: Mapping[str, str], known: frozenset[str], taken: frozenset[str]
+    debug: Mapping[str, T], reverse: Mapping[str, str], known: Set[str], taken: Set[str]
 ) -> tuple[dict[str, T], tuple[str, ...]]:
     """Engine-internal debug names -> ONNX names; (values, unmapped names).
 
@@ -148,6 +150,32 @@ def map_debug_names(
         else:
             unmapped.append(name)
     return values, tuple(unmapped)
+
+
+class DebugNames:
+    """`map_debug_names` one tensor at a time, for a streamed run: the ONNX name each debug tensor is handed over under.
+
+    A tensor is handed over once, only if wanted; what a run already handed over counts as
+    taken, like the network outputs (`outputs`). So the first of an exact name and its
+    `base.N` copy to fire wins: a streamed tensor cannot be taken back (the collected run
+    prefers the exact name whichever fires first).
+    """
+
+    def __init__(self, reverse: Mapping[str, str], known: Set[str], outputs: Set[str], wanted: Set[str]) -> None:
+        self.reverse, self.known, self.wanted = reverse, known, wanted
+        self.taken = set(outputs)
+        self.handed = 0
+        self.unmapped: list[str] = []
+
+    def route(self, name: str) -> str | None:
+        mapped, unmapped = map_debug_names({name: name}, self.reverse, self.known, self.taken)
+        self.unmapped.extend(unmapped)
+        onnx_name = next(iter(mapped), None)
+        if onnx_name is None or onnx_name not in self.wanted:
+            return None
+        self.taken.add(onnx_name)
+        self.handed += 1
+        return onnx_name
 
 
 class EngineSession:
@@ -242,13 +270,19 @@ class EngineSession:
         self._runtime_config, self._runtime_cache = config, runtime_cache
 
     def execute(
-        self, feeds: Mapping[str, np.ndarray], *, debug_names: Sequence[str] = (), group: int | None = None
+        self,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        debug_names: Sequence[str] = (),
+        group: int | None = None,
+        sink: DebugSink | None = None,
     ) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray | torch.Tensor]]:
         """Run once; (outputs by TensorRT name, on the GPU; debug copies by name, on the host).
 
         `debug_names`: the debug tensors this run reports (debug "names"); `group`: the group of
         the engine's own debug tensors this run copies (debug "unfused"; `collector.groups` then
-        says how many there are).
+        says how many there are). `sink`: each debug copy is handed to it as the tensor fires
+        (while `execute_async_v3` runs, on the thread that called it: stream.py), none returned.
         """
         import torch
 
@@ -257,7 +291,7 @@ class EngineSession:
             staged = self._bind_inputs(feeds)
             buffers, dynamic = self._bind_outputs()
             self._set_debug_states(debug_names)
-            self.collector.start(group)
+            self.collector.start(group, sink)
             self.output_buffers.reset()
             with step(self.logger):
                 ran = context.execute_async_v3(self.stream.cuda_stream)

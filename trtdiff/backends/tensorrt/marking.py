@@ -96,9 +96,11 @@ class SkippedTensor:
 class MarkPlan:
     """What the engine returns: its outputs, its debug tensors in run groups, what is skipped, ONNX names.
 
-    `groups` cuts `debug` (TensorRT names, layer order) into the runs of one sample; in
+    `groups` cuts `debug` (TensorRT names, layer order) into groups within the mark budget; in
     `unfused` mode the engine picks its debug tensors, so `groups` is the planned upper bound
-    over every tensor it could report.
+    over every tensor it could report. A sample of the comparison is one run whatever the
+    groups (runtime.plan_run: the listener streams the tensors); the groups are what the
+    report's planned `runs_per_sample` still counts.
     """
 
     mode: OutputsMode
@@ -125,11 +127,11 @@ class MarkPlan:
 
     @property
     def runs_per_sample(self) -> int:
-        """Executions of the one engine per sample: one per run group (at least one)."""
+        """The groups within the mark budget (at least one), the report's planned figure; a sample runs once."""
         return max(1, len(self.groups))
 
     def group_of(self) -> dict[str, int]:
-        """ONNX name -> the run that returns it, for debug tensors."""
+        """ONNX name -> the group it falls in, for debug tensors."""
         reverse = self.trt_to_onnx
         return {reverse[t]: index for index, group in enumerate(self.groups) for t in group if t in reverse}
 
@@ -243,8 +245,9 @@ def _sort_tensors(
 def _all_note(marked: int, groups: int, budget: Budget) -> str:
     runs = max(1, groups)
     return (
-        f"all: {marked} tensors marked as debug tensors of one engine (its outputs unchanged); "
-        f"{runs} run{'s' if runs > 1 else ''} per sample under the mark budget of {budget.describe()}"
+        f"all: {marked} tensors marked as debug tensors of one engine (its outputs unchanged); one run per sample "
+        f"hands them over as they fire ({runs} group{'s' if runs > 1 else ''} under the mark budget of "
+        f"{budget.describe()})"
     )
 
 

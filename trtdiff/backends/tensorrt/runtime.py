@@ -6,18 +6,20 @@ runtime refuses the H200, and full TensorRT cannot be installed), so the executi
 What runs here is tested for real: the builds, the name mapping, the run groups, the
 listener and allocator objects, the fusion and precision reading, the bisection logic.
 
-A sample takes `runs_per_sample` runs of the one marked engine: each run switches on the
-debug state of one group of tensors (within the mark budget) and yields them at once, so the
-comparison streams group by group. The plain engine runs once per sample beside it; its final
-outputs are compared with those of every run of the marked engine ("did marking change the
-answer?") with the comparison the opener hands in (`compare`; none: the check is not run).
-The backend follows base.OnnxBackend's lifecycle: `close()` releases both engines, their
-contexts and buffers, once.
+A sample takes one run of the one marked engine, whatever the mark budget or the chunk size:
+the run switches on the debug state of every wanted tensor (or, unfused, every tensor the
+engine kept), and the listener hands each wanted tensor to the comparison as it fires, in
+chunks of at most `max_bytes` (stream.py: the run goes on a thread of its own and waits
+while the chunk is full). The plain engine runs once per sample beside it; its final outputs
+are compared with the marked engine's ("did marking change the answer?") with the comparison
+the opener hands in (`compare`; none: the check is not run). The backend follows
+base.OnnxBackend's lifecycle: `close()` stops a run still streaming, then releases both
+engines, their contexts and buffers, once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,11 +31,12 @@ from trtdiff.backends.tensorrt import cache
 from trtdiff.backends.tensorrt.budget import run_groups
 from trtdiff.backends.tensorrt.buffers import cuda_initialized, to_numpy
 from trtdiff.backends.tensorrt.builder import build_engine, build_with_marks
-from trtdiff.backends.tensorrt.execution import NO_EXECUTION, EngineSession, map_debug_names
+from trtdiff.backends.tensorrt.execution import NO_EXECUTION, DebugNames, EngineSession
 from trtdiff.backends.tensorrt.fusion import engine_fusion
 from trtdiff.backends.tensorrt.importing import import_tensorrt, probe
 from trtdiff.backends.tensorrt.logger import shared_logger
 from trtdiff.backends.tensorrt.settings import engine_settings
+from trtdiff.backends.tensorrt.stream import ThreadedRun
 from trtdiff.errors import BackendError
 
 if TYPE_CHECKING:
@@ -51,7 +54,10 @@ if TYPE_CHECKING:
     from trtdiff.report import MarkingCheck, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
 
-__all__ = ["NO_EXECUTION", "TensorRTBackend", "plan_runs"]
+    # a streamed run: debug copies by ONNX name; what EngineSession.execute returns
+    _Run = ThreadedRun[np.ndarray | torch.Tensor, tuple[dict[str, torch.Tensor], dict[str, np.ndarray | torch.Tensor]]]
+
+__all__ = ["NO_EXECUTION", "TensorRTBackend", "plan_run"]
 
 TRT_API = ("Runtime", "ICudaEngine.create_engine_inspector")
 TRT_OPTIONAL_API: tuple[str, ...] = ()
@@ -59,21 +65,18 @@ _LISTED = 5  # names quoted in a note
 NO_GROUP = -1  # an unfused run that copies no debug tensor
 
 
-def plan_runs(plan: MarkPlan, names: Sequence[str]) -> list[tuple[list[str], int | None]]:
-    """The runs of one sample for the wanted debug tensors `names` (ONNX names): (TensorRT names to switch on, group).
+def plan_run(plan: MarkPlan, names: Sequence[str]) -> tuple[str, ...] | None:
+    """The one run of a sample for the wanted debug tensors `names` (ONNX names): the TensorRT names it switches on.
 
-    Mode "all": the planned groups restricted to `names`, in order, empty groups dropped (at
-    least one run: the outputs). Mode "unfused": one run from group 0 (the engine picks its
-    debug tensors; each further group is one more run, as the listener counts them), or one
-    run copying none of them (NO_GROUP) where only outputs are wanted.
+    Mode "all": every wanted debug tensor, in the network's order, whatever the mark budget
+    (the run streams them; its groups no longer split a sample). Mode "unfused": () (the
+    engine's own debug tensors, all on). None where no debug tensor is wanted: a run with
+    every debug tensor off, the outputs only.
     """
     if plan.mode == "unfused":
-        return [([], 0 if names else NO_GROUP)]
-    group_of = plan.group_of()
-    wanted = {plan.onnx_to_trt[n] for n in names if n in group_of}
-    groups = [[t for t in group if t in wanted] for group in plan.groups]
-    runs: list[tuple[list[str], int | None]] = [(group, None) for group in groups if group]
-    return runs or [([], None)]
+        return () if names else None
+    wanted = {plan.onnx_to_trt[n] for n in names if n in plan.onnx_to_trt}
+    return tuple(t for t in plan.debug if t in wanted) or None
 
 
 class TensorRTBackend(OnnxBackend):
@@ -133,6 +136,7 @@ class TensorRTBackend(OnnxBackend):
         self._available = self._returnable()
         self._marked: EngineSession | None = None
         self._plain: EngineSession | None = None
+        self._streaming: _Run | None = None
         self._notes: dict[str, None] = {}
         self.unmapped_debug: tuple[str, ...] = ()
         self._compare = compare
@@ -140,7 +144,9 @@ class TensorRTBackend(OnnxBackend):
         self._marked = self._open(self.build.marked.plan, self.build.marked.cache_key, "marked", self._debug_mode())
 
     def _release(self) -> None:
-        """Release both engines, their contexts and buffers (the backend cannot run afterwards)."""
+        """Stop a run still streaming, release both engines, their contexts and buffers (it cannot run afterwards)."""
+        if self._streaming is not None:
+            self._streaming.close()  # joins its thread: no engine runs while its context is released
         for session in (self._marked, self._plain):
             if session is not None:
                 session.release()
@@ -150,10 +156,9 @@ class TensorRTBackend(OnnxBackend):
     def describe(self) -> str:
         settings = self.build.settings
         precision = settings.precision + ("+tf32" if settings.tf32 else "")
-        runs = self.build.mark_plan.runs_per_sample
         return (
             f"{self.build.info.describe()} on {self.gpu.describe()} ({precision}, outputs {settings.outputs}, "
-            f"1 engine, {runs} run{'s' if runs != 1 else ''} per sample)"
+            "1 engine, 1 run per sample)"
         )
 
     def available(self) -> set[str]:
@@ -184,54 +189,91 @@ class TensorRTBackend(OnnxBackend):
         sizes: Mapping[str, int] | None = None,
         max_bytes: int = DEFAULT_CHUNK_BYTES,
     ) -> Iterator[dict[str, np.ndarray]]:
-        """Run the marked engine once per group of wanted tensors; yield each group's values as it comes.
+        """Run the marked engine once; yield the wanted debug tensors as they fire, then its outputs.
 
-        The plain engine runs once beside it; its outputs are compared with every run's (`answer`).
+        Chunks hold at most `max_bytes` (a larger tensor comes alone). The plain engine runs
+        once beside it; its outputs are compared with the marked engine's (`answer`).
         """
         self._check_open()
+        plan = self.build.mark_plan
         names = [t for t in dict.fromkeys(wanted) if t in self._available]
-        outputs = {self._reverse[t] for t in self.build.mark_plan.outputs if t in self._reverse}
+        outputs = {self._reverse[t] for t in plan.outputs if t in self._reverse}
         plain = self._plain_outputs(feeds) if self.answer is not None else None
         if self.answer is not None:
             self.answer.new_sample()
-        for debug_names, group in plan_runs(self.build.mark_plan, [n for n in names if n not in outputs]):
-            values = self._execute(feeds, debug_names, group, set(names), plain)
-            try:
-                for chunk in chunk_names([n for n in names if n in values], sizes, max_bytes):
-                    yield {name: values.pop(name) for name in chunk}
-            finally:
-                values.clear()
-                _release_cached_memory()
+        debug = [n for n in names if n not in outputs]
+        switched = plan_run(plan, debug)
+        if switched is None:
+            values = self._execute(feeds, NO_GROUP if plan.mode == "unfused" else None, set(names), plain)
+        else:
+            route = DebugNames(self._reverse, plan.tensor_names, outputs, set(debug))
+            values = yield from self._stream(feeds, switched, route, set(names), plain, max_bytes)
+        try:
+            for chunk in chunk_names([n for n in names if n in values], sizes, max_bytes):
+                yield {name: values.pop(name) for name in chunk}
+        finally:
+            values.clear()
+            _release_cached_memory()
 
     def _execute(
+        self, feeds: Mapping[str, np.ndarray], group: int | None, wanted: set[str], plain: dict[str, np.ndarray] | None
+    ) -> dict[str, np.ndarray]:
+        """One run that reports no debug tensor (every one off; unfused: none copied); the wanted outputs."""
+        session = self._session()
+        outputs, debug = session.execute(feeds, group=group)
+        debug.clear()
+        self.unmapped_debug = ()
+        return self._finish(session, feeds, outputs, wanted, plain, mapped=0, expected=False)
+
+    def _stream(
         self,
         feeds: Mapping[str, np.ndarray],
-        debug_names: list[str],
-        group: int | None,
+        switched: tuple[str, ...],
+        route: DebugNames,
         wanted: set[str],
         plain: dict[str, np.ndarray] | None,
-    ) -> dict[str, np.ndarray]:
-        """One run (unfused: every group of it, one run each); the wanted values by ONNX name, on the host."""
+        max_bytes: int,
+    ) -> Generator[dict[str, np.ndarray], None, dict[str, np.ndarray]]:
+        """The run with debug tensors, on a thread of its own: yield them as they fire, return the wanted outputs.
+
+        An error of the run is raised here; an error or Ctrl-C in the comparison, or the
+        caller closing the generator, stops the stream and joins the thread (stream.py).
+        """
         session = self._session()
-        values: dict[str, np.ndarray] = {}
-        while True:
-            outputs, debug = session.execute(feeds, debug_names=debug_names, group=group)
-            final = {self._reverse[n]: to_numpy(t) for n, t in outputs.items() if n in self._reverse}
-            outputs.clear()
-            if plain is not None and self.answer is not None:
-                self.answer.add(feeds, plain, final)
-            values.update((name, value) for name, value in final.items() if name in wanted)
-            mapped, self.unmapped_debug = map_debug_names(
-                debug, self._reverse, self.build.mark_plan.tensor_names, frozenset(final)
-            )
-            debug.clear()
-            values.update((name, _host(value)) for name, value in mapped.items() if name in wanted)
-            self._note_debug(session, len(mapped), bool(debug_names) or group not in (None, NO_GROUP))
-            if group is None or group == NO_GROUP or group + 1 >= session.collector.groups:
-                break
-            group += 1
+        run: _Run = ThreadedRun(
+            lambda sink: session.execute(feeds, debug_names=switched, sink=sink), max_bytes, route.route
+        )
+        self._streaming = run
+        try:
+            for chunk in run.chunks():
+                yield {name: _host(chunk.pop(name)) for name in list(chunk)}  # nothing here keeps it
+        finally:
+            run.close()
+            self._streaming = None
+            _release_cached_memory()
+        outputs, _ = run.result
+        self.unmapped_debug = tuple(route.unmapped)
+        return self._finish(session, feeds, outputs, wanted, plain, mapped=route.handed, expected=True)
+
+    def _finish(
+        self,
+        session: EngineSession,
+        feeds: Mapping[str, np.ndarray],
+        outputs: dict[str, torch.Tensor],
+        wanted: set[str],
+        plain: dict[str, np.ndarray] | None,
+        *,
+        mapped: int,
+        expected: bool,
+    ) -> dict[str, np.ndarray]:
+        """After a run: its outputs against the plain engine's, what its debug tensors were; its wanted outputs."""
+        final = {self._reverse[n]: to_numpy(t) for n, t in outputs.items() if n in self._reverse}
+        outputs.clear()
+        if plain is not None and self.answer is not None:
+            self.answer.add(feeds, plain, final)
+        self._note_debug(session, mapped, expected)
         self._notes.update(dict.fromkeys(session.notes))
-        return values
+        return {name: value for name, value in final.items() if name in wanted}
 
     def _plain_outputs(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """The plain engine's final outputs on `feeds` (None where the marked engine is the plain one)."""

@@ -100,7 +100,7 @@ def _built(
         engines=1,
         mark_budget_bytes=plan.budget.bytes if plan.budget else None,
         budget_source=plan.budget.source if plan.budget else None,
-        runs_per_sample=plan.runs_per_sample,
+        runs_per_sample=1 if status == "ran" else plan.runs_per_sample,  # a run: once per sample, streamed
         debug_marked=len(plan.debug),
     )
 
