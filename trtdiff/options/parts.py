@@ -194,8 +194,10 @@ class BuildSettings:
                              help="Mark bool tensors too (mark-all of bool tensors breaks some TensorRT versions).")
     mark_budget_bytes: int | None = option(None, group=TENSORRT, commands=ENGINES, flag="--trt-mark-budget",
                                            metavar="SIZE", parse=parse_bytes, default_text="1GB",
-                                           help="Bytes of debug tensors one run of the one marked engine may copy; "
-                                                "over it, a sample takes several runs of the same engine.")
+                                           help="Bytes of debug tensors in one group of the marked engine: what the "
+                                                "marking check's bisection switches on at once and what `trtdiff "
+                                                "build` plans. A comparison runs the engine once per sample and "
+                                                "streams its debug tensors in chunks within --memory-limit.")
     bisect_marks: bool | None = option(None, group=TENSORRT, commands=ENGINES, flag="--trt-bisect",
                                        secondary="--no-trt-bisect",
                                        help="Bisect the marks (a rebuild per step) also when outputs differ at all / "
