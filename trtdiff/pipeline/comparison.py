@@ -338,11 +338,13 @@ class _Run:
 
     def hold_what_is_read(self) -> None:
         """Drop the first recording's values nothing reads: all when streamed (the export read the outputs
-        already; the streamed recording hands over its own), else unpaired ones."""
+        already; the streamed recording hands over its own) or compared by statistics (the summaries stand
+        for them; the region is recorded again), else unpaired ones."""
         capture, pairing = self.reference.capture, self.reference.pairing
         if capture is None or pairing is None or self.shared:  # the next comparison pairs it again
             return
-        capture.retain(() if self.streams else self._kept(capture, pairing))
+        summarized = self.options.analysis.capture == "stats"
+        capture.retain(() if self.streams or summarized else self._kept(capture, pairing))
         if self.streams:
             for key in capture.output_keys:
                 capture.store.discard(key)
