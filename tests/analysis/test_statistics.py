@@ -145,3 +145,23 @@ def test_a_quantized_tensor_is_suspicious_on_its_sampled_steps_never_diverged_by
     assert suspicious and not metrics.diverged and metrics.quant_steps == pytest.approx(30, rel=1e-3)
     clean, quiet = judge.summaries("t", summarize(ref), summarize(ref + np.float32(0.001)))
     assert not quiet and not clean.diverged
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU visible to torch (none here)")
+def test_a_tensor_on_a_gpu_is_summed_up_there_as_on_the_host() -> None:
+    rng = np.random.default_rng(11)
+    values = rng.standard_normal((2, 3, 300, 301)).astype(np.float32)
+    values[0, 1, 2, 3] = np.nan
+    values[1, 2, 3, 4] = np.inf
+    host, device = summarize(values), summarize(torch.from_numpy(values).cuda())
+    assert (device.nan, device.posinf, device.neginf, device.low, device.high) == (
+        host.nan,
+        host.posinf,
+        host.neginf,
+        host.low,
+        host.high,
+    )
+    assert device.total == pytest.approx(host.total, rel=1e-9) and device.squares == pytest.approx(host.squares)
+    assert np.array_equal(device.sample, host.sample, equal_nan=True)
+    integers = torch.arange(100_000, device="cuda")
+    assert summarize(integers).total == summarize(integers.cpu()).total

@@ -147,3 +147,22 @@ def test_capture_is_checked_and_named_on_the_command_line() -> None:
     assert caught.value.parameter == "capture"
     result = CliRunner().invoke(main, ["compare", "tests.culprit_models:small_cnn", "--capture", "sample"])
     assert result.exit_code == 2 and "--capture" in without_progress(result.stderr)
+
+
+def test_a_reference_recorded_on_a_gpu_is_summed_up_there_and_names_the_same_culprit(
+    models: dict[str, tuple[nn.Module, str]], sources: dict[str, Path], tmp_path: Path
+) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU visible to torch (none here)")
+    model, shape = models["cnn"]
+    path, node = edited(sources["cnn"], tmp_path / "conv.onnx", conv_scaled)
+    common = dict(onnx=str(path), input_shapes=[shape], backends=BACKENDS, torch_device="cuda")
+    full = trtdiff.compare(model, **common)  # type: ignore[arg-type]
+    stats = trtdiff.compare(model, capture="stats", **common)  # type: ignore[arg-type]
+    assert [c.onnx_node for c in stats.culprits] == [c.onnx_node for c in full.culprits] == [node]
+    clean = trtdiff.compare(
+        model, onnx=str(sources["cnn"]), input_shapes=[shape], backends=BACKENDS, torch_device="cuda", capture="stats"
+    )
+    assert clean.passed
