@@ -244,8 +244,9 @@ def test_ctrl_c_while_recording_a_torchscript_archive_exits_130_and_leaves_nothi
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch)}
     # A store of 1 KB spills the first recorded op to a trtdiff-store-* folder (in the process's own
-    # temporary folder, trtdiff-*): recording has begun.
-    args = ["compare", str(path), "--input-shape", "1x32x64x64", "--memory-limit", "1KB"]
+    # temporary folder, trtdiff-*): recording has begun. --culprit holds the reference (the culprit pass
+    # reads it): a streamed one drops what does not fit instead of spilling it.
+    args = ["compare", str(path), "--input-shape", "1x32x64x64", "--memory-limit", "1KB", "--culprit"]
     process = subprocess.Popen(
         [sys.executable, "-m", "trtdiff", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

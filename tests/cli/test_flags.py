@@ -35,7 +35,7 @@ def test_help_shows_the_declared_help_and_default() -> None:
     assert memory is not None and default_text(memory) == "2GB"
     assert (
         help_text(memory)
-        == "Memory for the tensors compared: peak memory stays under the runtimes and weights each backend holds + the largest frontier of the ONNX graph (the live tensors between the segments it runs in) + this. Half holds the reference's values (the rest spilled to disk once), half the chunks compared; refused up front where that cannot fit here. [default: 2GB]"
+        == "Memory for the tensors compared: peak memory stays under the runtimes and weights each backend holds + the largest frontier of the ONNX graph (the live tensors between the segments it runs in) + this. Half holds one chunk of the backends' values, half the values being compared and the final outputs; a reference the culprit pass reads is held in half (the rest spilled to disk once). Refused up front where that cannot fit here. [default: 2GB]"
     )
     result = CliRunner().invoke(main, ["compare", "--help"], terminal_width=200)
     assert "--memory-limit SIZE" in result.output and "[default: 2GB]" in result.output

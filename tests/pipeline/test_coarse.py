@@ -161,8 +161,15 @@ def test_a_reference_recorded_on_a_gpu_is_summed_up_there_and_names_the_same_cul
     common = dict(onnx=str(path), input_shapes=[shape], backends=BACKENDS, torch_device="cuda")
     full = trtdiff.compare(model, **common)  # type: ignore[arg-type]
     stats = trtdiff.compare(model, capture="stats", **common)  # type: ignore[arg-type]
-    assert [c.onnx_node for c in stats.culprits] == [c.onnx_node for c in full.culprits] == [node]
+    assert [(c.onnx_node, c.pair) for c in stats.culprits] == [(c.onnx_node, c.pair) for c in full.culprits]
+    assert stats.culprit is not None and stats.culprit.onnx_node == node
     clean = trtdiff.compare(
         model, onnx=str(sources["cnn"]), input_shapes=[shape], backends=BACKENDS, torch_device="cuda", capture="stats"
     )
     assert clean.passed
+
+
+def test_onnx_backends_alone_are_compared_by_statistics(sources: dict[str, Path]) -> None:
+    report = trtdiff.compare(str(sources["cnn"]), backends=["onnxruntime", "onnx-reference"], capture="stats")
+    assert report.passed and report.backends == ("onnxruntime", "onnx-reference")
+    assert report.from_statistics == len(report.layers) - len(report.outputs) > 0

@@ -81,8 +81,13 @@ def test_the_culprit_pass_records_sample_0_again_spilling_only_what_it_reads(
 
     monkeypatch.setattr(TensorStore, "__init__", noting)
     monkeypatch.setattr(TensorStore, "discard", dropping)
-    report = trtdiff.compare(
-        model, onnx=str(path), input_shapes=["1x3x64x64"], backends=["torch", "onnxruntime"], memory_bytes=limit
+    report = trtdiff.compare(  # on the CPU: a reference recorded on a GPU is held there, never streamed
+        model,
+        onnx=str(path),
+        input_shapes=["1x3x64x64"],
+        backends=["torch", "onnxruntime"],
+        memory_bytes=limit,
+        torch_device="cpu",
     )
     assert report.culprit is not None and report.culprit.onnx_node == name
     assert len(stores) >= 3 and any(s._files_written for s in stores[1:])  # the first, the streamed, the culprit pass's

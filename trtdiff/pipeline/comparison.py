@@ -200,7 +200,7 @@ def _compare_statistics(
             current, by_tensor, run.judge, run.pairs, outputs, run.sizes, run.chunk_bytes
         )
     layers = build_layers(graph, first.metrics, reference.pairing, reference.capture)
-    if suspicious and captured is not None:
+    if suspicious:
         tensors = region([layer.tensor for layer in layers], suspicious[0], outputs)
         say(f"comparing the {len(tensors)} layers around {suspicious[0]} in full")
         with timed(timings, "region"):
@@ -227,18 +227,21 @@ def _torch_summaries(captured: CapturedValues, summaries: Mapping[str, Summary])
 
 
 def _region(run: _Run, current: Pass, tensors: tuple[str, ...], first: str) -> tuple[_Run, list[Layer]]:
-    """The layers `tensors` compared in full: PyTorch recorded again keeping what they and their culprit pass read."""
+    """The layers `tensors` compared in full: PyTorch (where it takes part) recorded again keeping what they and
+    their culprit pass read, every ONNX backend asked for them."""
     prepared, reference = run.prepared, run.reference
-    assert reference.recorder is not None and reference.pairing is not None and reference.capture is not None
-    graph, pairing, recorder = prepared.graph, reference.pairing, reference.recorder
-    keep = kept_near(graph, pairing, reference.capture, tensors) | set(reference.capture.output_keys)
-    store = TensorStore(store_bytes(recorder.memory_bytes))
-    if run.stack is not None:
-        run.stack.enter_context(store)
-    recorded = recorder.record(prepared.model_feeds, store=store, keep=keep)
-    captured = CapturedValues(recorded, pairing, tuple(graph.graph_outputs))
-    sources: tuple[ValueSource, ...] = (captured, *(BackendValues(b, prepared.feeds) for b in prepared.backends))
-    compared = next(run.engine().run([Pass(current.sample, sources, tensors)]))
+    graph, pairing, recorder, capture = prepared.graph, reference.pairing, reference.recorder, reference.capture
+    sources: list[ValueSource] = [BackendValues(b, prepared.feeds) for b in prepared.backends]
+    captured = recorded = None
+    if recorder is not None and pairing is not None and capture is not None:
+        keep = kept_near(graph, pairing, capture, tensors) | set(capture.output_keys)
+        store = TensorStore(store_bytes(recorder.memory_bytes))
+        if run.stack is not None:
+            run.stack.enter_context(store)
+        recorded = recorder.record(prepared.model_feeds, store=store, keep=keep)
+        captured = CapturedValues(recorded, pairing, tuple(graph.graph_outputs))
+        sources.insert(0, captured)
+    compared = next(run.engine().run([Pass(current.sample, tuple(sources), tensors)]))
     fine = dataclasses.replace(run, fine=captured, region=tensors, region_first=first)
     return fine, build_layers(graph, compared.metrics, pairing, recorded)
 
@@ -277,6 +280,11 @@ class _Run:
     def pairs(self) -> tuple[BackendPair, ...]:
         return all_pairs(self.backends)
 
+    @property
+    def summarized(self) -> bool:
+        """Whether sample 0's layers are compared by statistics (`--capture stats`, pipeline.coarse)."""
+        return self.options.analysis.capture == "stats"
+
     def engine(self) -> Engine:
         graph = self.prepared.graph
         return Engine(self.pairs, self.judge, tuple(graph.graph_outputs), self.sizes, self.chunk_bytes)
@@ -302,7 +310,7 @@ class _Run:
         half, backends = store_bytes(runtime.memory_bytes), len(self.prepared.backends)
         if capture is None or capture.device != "cpu":  # none of the reference held on the host
             return min(runtime.chunk_bytes, runtime.memory_bytes)
-        if self.streams or self.options.analysis.capture == "stats":  # no value of the reference read back
+        if self.streams or self.summarized:  # no value of the reference read back
             return max(1, min(runtime.chunk_bytes, half // backends))
         return max(1, min(runtime.chunk_bytes, half // (1 + backends)))
 
@@ -334,7 +342,7 @@ class _Run:
         capture, pairing = self.reference.capture, self.reference.pairing
         if capture is None or pairing is None or capture.device != "cpu":
             return False
-        return not (self.options.analysis.culprit or self.shared or self.options.analysis.capture == "stats")
+        return not (self.options.analysis.culprit or self.shared or self.summarized)
 
     def hold_what_is_read(self) -> None:
         """Drop the first recording's values nothing reads: all when streamed (the export read the outputs
@@ -343,8 +351,7 @@ class _Run:
         capture, pairing = self.reference.capture, self.reference.pairing
         if capture is None or pairing is None or self.shared:  # the next comparison pairs it again
             return
-        summarized = self.options.analysis.capture == "stats"
-        capture.retain(() if self.streams or summarized else self._kept(capture, pairing))
+        capture.retain(() if self.streams or self.summarized else self._kept(capture, pairing))
         if self.streams:
             for key in capture.output_keys:
                 capture.store.discard(key)
@@ -664,7 +671,7 @@ def _culprits(run: _Run, layers: list[Layer], divergence: FirstDivergence | None
     if wanted is False or (wanted is None and divergence is None):
         return Findings(tuple(layers))
     say("running each node alone on the reference's inputs (local error)")
-    if run.options.analysis.capture != "stats":
+    if not run.summarized:
         return analyse(run.analysis_inputs(), layers, run.pairs)
     if not run.region:  # nothing suspicious: no layer but the outputs has its values compared
         return Findings(tuple(layers))
