@@ -228,7 +228,7 @@ class Engine:
                 continue
             metrics: dict[str, dict[BackendPair, PairMetrics]] = {}
             kept: dict[str, dict[str, np.ndarray]] = {source.name: {} for source in current.sources}
-            for group, values in self._chunks(current):
+            for group, values in self.chunks(current):
                 for name, tensors in values.items():
                     kept[name].update((t, to_host(v)) for t, v in tensors.items() if t in self.outputs)
                 for tensor in group:
@@ -239,7 +239,7 @@ class Engine:
             ordered = {t: metrics[t] for t in current.tensors if t in metrics}  # as asked, whatever the chunks' order
             yield Compared(current.sample, ordered, kept)
 
-    def _chunks(self, current: Pass) -> Iterator[tuple[list[str], dict[str, dict[str, np.ndarray]]]]:
+    def chunks(self, current: Pass) -> Iterator[tuple[list[str], dict[str, dict[str, np.ndarray]]]]:
         """Each chunk's tensors and every source's values of them, one chunk at a time.
 
         The first ONNX backend sets the chunks: it runs its graph once for all of them
@@ -273,7 +273,7 @@ class Engine:
         metrics: dict[str, dict[BackendPair, PairMetrics]] = {}
         waiting: dict[str, dict[str, Any]] = {}  # tensor -> the other sources' values, until the reference's comes
         fetched: set[str] = set()
-        chunks = self._chunks(others)
+        chunks = self.chunks(others)
 
         def fetch_until(tensor: str | None) -> None:
             for group, values in chunks:  # resumes where the last call stopped

@@ -106,9 +106,9 @@ def positions(size: int) -> np.ndarray:
 
 def summarize(value: Any) -> Summary:
     """The summary of a numpy array or a torch tensor, made where it is (a GPU tensor with torch, on its GPU)."""
-    if _on_gpu(value):
+    if _by_torch(value):
         return _torch_summary(value)
-    array = _host_view(value)
+    array = to_host(value)  # a CPU tensor as a numpy view of its memory
     shape = tuple(int(d) for d in array.shape)
     flat = array.real.reshape(-1) if np.iscomplexobj(array) else array.reshape(-1)
     sample = np.asarray(flat[positions(flat.size)], dtype=np.float64)
@@ -300,16 +300,8 @@ def suspicious(ref: Summary, cand: Summary, metrics: PairMetrics, thresholds: Th
     return ref.is_float and cand.is_float and sampled_cosine(ref, cand) < thresholds.min_cosine
 
 
-def _on_gpu(value: Any) -> bool:
-    return type(value).__module__.startswith("torch") and hasattr(value, "device") and value.device.type != "cpu"
-
-
-def _host_view(value: Any) -> np.ndarray:
-    """A CPU torch tensor as a numpy view where numpy has its dtype (bfloat16 arrives as float32), else the array."""
-    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
-        tensor = value.detach()
-        if str(tensor.dtype) in ("torch.bfloat16",) or "float8" in str(tensor.dtype):
-            tensor = tensor.float()
-        view: np.ndarray = tensor.resolve_conj().resolve_neg().numpy()
-        return view
-    return np.asarray(to_host(value))
+def _by_torch(value: Any) -> bool:
+    """Whether `value` is summed up with torch: a tensor on a GPU, or of a type numpy has not (bfloat16, float8)."""
+    if not (type(value).__module__.startswith("torch") and hasattr(value, "device")):
+        return False
+    return value.device.type != "cpu" or str(value.dtype) == "torch.bfloat16" or "float8" in str(value.dtype)

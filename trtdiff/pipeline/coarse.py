@@ -19,21 +19,21 @@ is suspicious; memory is one chunk, the summaries (a few kilobytes a tensor) and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from trtdiff.analysis.control_flow import held_inside
-from trtdiff.analysis.engine import BackendValues, Compared, Pass
+from trtdiff.analysis.engine import BackendValues, Compared, Engine, Pass
 from trtdiff.analysis.statistics import Summary, summarize
 from trtdiff.backends.pytorch.records import is_output_key
 from trtdiff.backends.store import TensorStore, to_host
 from trtdiff.pipeline.memory import store_bytes
 
 if TYPE_CHECKING:
-    from trtdiff.analysis.judge import Judge
     from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.backends.pytorch.reference import TorchReference
     from trtdiff.pairing.pairs import Pairing
@@ -70,29 +70,22 @@ def record_summaries(
     return record
 
 
-def statistics_pass(
-    current: Pass,
-    reference: Mapping[str, Summary],
-    judge: Judge,
-    pairs: Sequence[BackendPair],
-    outputs: Sequence[str],
-    sizes: Mapping[str, int],
-    chunk_bytes: int,
-) -> tuple[Compared, list[str]]:
+def statistics_pass(current: Pass, reference: Mapping[str, Summary], engine: Engine) -> tuple[Compared, list[str]]:
     """Sample 0 compared by statistics (the final outputs in full), and its suspicious tensors in order.
 
     `reference`: PyTorch's summaries by ONNX tensor; the PyTorch source of `current` gives only the
-    final outputs. The first ONNX backend sets the chunks; every other one is asked for the same tensors.
+    final outputs. The ONNX backends' values come in the engine's chunks (`Engine.chunks`), each
+    summarized where it is and dropped; each pair is judged by the engine's judge.
     """
-    finals = set(outputs)
-    backends = [s for s in current.sources if isinstance(s, BackendValues)]
+    finals, judge = set(engine.outputs), engine.judge
+    backends = Pass(current.sample, tuple(s for s in current.sources if isinstance(s, BackendValues)), current.tensors)
     torch = next((s for s in current.sources if not isinstance(s, BackendValues)), None)
     kept: dict[str, dict[str, np.ndarray]] = {s.name: {} for s in current.sources}
     if torch is not None:
         kept[torch.name] = {t: to_host(v) for t, v in torch.values([t for t in current.tensors if t in finals]).items()}
     metrics: dict[str, dict[BackendPair, PairMetrics]] = {}
     flagged: set[str] = set()
-    for group, values in _chunks(current.tensors, backends, sizes, chunk_bytes):
+    for group, values in engine.chunks(backends):
         summed: dict[str, dict[str, Summary]] = {}
         for name, tensors in values.items():
             kept[name].update((t, v) for t, v in tensors.items() if t in finals)
@@ -102,7 +95,7 @@ def statistics_pass(
             summed[torch.name] = {t: reference[t] for t in group if t in reference and t not in finals}
         for tensor in group:
             entry: dict[BackendPair, PairMetrics] = {}
-            for pair in pairs:
+            for pair in engine.pairs:
                 if tensor in finals:
                     ref, cand = kept[pair.reference].get(tensor), kept[pair.candidate].get(tensor)
                     if ref is not None and cand is not None:
@@ -118,27 +111,6 @@ def statistics_pass(
                 metrics[tensor] = entry
     ordered = {t: metrics[t] for t in current.tensors if t in metrics}
     return Compared(current.sample, ordered, kept), [t for t in current.tensors if t in flagged]
-
-
-def _chunks(
-    tensors: Sequence[str], backends: Sequence[BackendValues], sizes: Mapping[str, int], chunk_bytes: int
-) -> Iterator[tuple[list[str], dict[str, dict[str, np.ndarray]]]]:
-    """Each chunk's tensors and every ONNX backend's values of them (as analysis.engine's chunked loop)."""
-    from trtdiff.backends.base import chunk_names
-
-    if not backends:
-        yield list(tensors), {}
-        return
-    driver, others = backends[0], backends[1:]
-    done: set[str] = set()
-    for part in driver.chunks(tensors, sizes, chunk_bytes):
-        group = list(part)
-        done.update(group)
-        yield group, {driver.name: part, **{s.name: s.values(group) for s in others}}
-        del part
-    rest = [t for t in tensors if t not in done]
-    for group in chunk_names(rest, sizes, chunk_bytes) if rest else []:
-        yield group, {s.name: s.values(group) for s in others}
 
 
 def region(tensors: Sequence[str], first: str, outputs: Sequence[str]) -> tuple[str, ...]:
@@ -177,8 +149,6 @@ def _derived(pairing: Pairing, tensor: str) -> bool:
 
 def merge(layers: Sequence[Layer], full: Sequence[Layer]) -> list[Layer]:
     """`layers` (figures from statistics) with the layers of `full` (every value compared) in their place."""
-    import dataclasses
-
     by_tensor = {layer.tensor: layer for layer in full}
     return [dataclasses.replace(by_tensor[x.tensor], index=x.index) if x.tensor in by_tensor else x for x in layers]
 

@@ -196,9 +196,7 @@ def _compare_statistics(
     by_tensor = _torch_summaries(captured, summaries) if captured is not None else {}
     outputs = tuple(graph.graph_outputs)
     with timed(timings, "run_and_compare"):
-        first, suspicious = statistics_pass(
-            current, by_tensor, run.judge, run.pairs, outputs, run.sizes, run.chunk_bytes
-        )
+        first, suspicious = statistics_pass(current, by_tensor, run.engine())
     layers = build_layers(graph, first.metrics, reference.pairing, reference.capture)
     if suspicious:
         tensors = region([layer.tensor for layer in layers], suspicious[0], outputs)
