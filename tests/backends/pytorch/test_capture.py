@@ -325,3 +325,21 @@ def test_a_traced_convolution_runs_with_tf32_as_asked_not_as_baked_in() -> None:
         with ConvolutionTf32(True):
             archive(torch.randn(1, 3, 8, 8))
     assert seen == [True, False, True]
+
+
+@pytest.mark.parametrize("given", ["module", "archive"])
+def test_what_visit_raises_is_raised_as_it_is_not_as_the_models_error(given: str) -> None:
+    """A streamed recording runs the ONNX backends' segments from `visit` (analysis.engine): their failure is theirs
+    to report, not "the model's forward raised", in an eager module and inside a TorchScript archive alike."""
+    from trtdiff.errors import BackendError
+
+    model = _net() if given == "module" else torch.jit.trace(_net(), torch.from_numpy(FEEDS["x"]))
+    failure = BackendError("ONNX Runtime failed at the third node")
+
+    def visit(key: str, value: torch.Tensor) -> None:
+        if key == "torch:1":
+            raise failure
+
+    with pytest.raises(BackendError) as caught:
+        capture(model, FEEDS, attention="fused", visit=visit, keep=frozenset())
+    assert caught.value is failure

@@ -82,6 +82,7 @@ class _Recorder(QuietMode):
         self._fresh: int | None = None  # the record the previous op made, if it made one
         self.fused: list[tuple[str, str | None]] = []  # fused attention kernels that ran: (op, module path)
         self.failure: BaseException | None = None  # the first error raised through the recorder
+        self.visit_failure: BaseException | None = None  # the first error `visit` raised: the caller's, not the model's
         self._nested = 0  # inside a fused kernel's decomposition (see _decompose)
         self._deferred: list[tuple[str, torch.Tensor]] = []  # values made there, for `visit`
         self._uncopied: dict[int, list[str]] = {}  # storage address -> keys kept without a copy
@@ -103,13 +104,23 @@ class _Recorder(QuietMode):
             if self._nested:  # inside a decomposition that may yet be dropped: shown once it is kept
                 self._deferred.append((key, tensor.detach().clone()))
             else:
-                self.visit(key, tensor)
+                self._show(key, tensor)
         if self.keep is None or key in self.keep:
             if tensor.device.type == "cpu" and tensor.layout == torch.strided:
                 self.store.put(key, tensor.detach())
                 self._uncopied.setdefault(_storage(tensor), []).append(key)
             else:
                 self.store.put(key, _held_copy(tensor))
+
+    def _show(self, key: str, tensor: torch.Tensor) -> None:
+        """`visit(key, tensor)`, noting what it raised (a backend run in lockstep with the forward fails there: that
+        error is raised as it is, not as the model's)."""
+        assert self.visit is not None
+        try:
+            self.visit(key, tensor)
+        except BaseException as error:
+            self.visit_failure = self.visit_failure or error
+            raise
 
     def _copy_before_write(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Copy the kept values whose memory an in-place (or out=) op is about to write."""
@@ -245,7 +256,7 @@ class _Recorder(QuietMode):
             return False
         if not self._nested and self.visit is not None:
             for key, kept in self._deferred:
-                self.visit(key, kept)
+                self._show(key, kept)
             self._deferred.clear()
         self.mark(first, last, produced=self.producer(value) == last and tuple(first.shape) == tuple(value.shape))
         return True
@@ -473,6 +484,8 @@ def _capture(
             with decomposed_attention() if decomposed else nullcontext(), watch or nullcontext(), recorder:
                 result = module(*tensors)
     except Exception as wrapped:
+        if recorder.visit_failure is not None:  # what the caller's `visit` raised is the caller's to report
+            raise recorder.visit_failure from None
         # Inside a TorchScript archive the interpreter's RuntimeError stands for what was raised through the recorder.
         error = recorder.failure if recorder.failure is not None and not eager else wrapped
         if isinstance(error, KeyboardInterrupt):
