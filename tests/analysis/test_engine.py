@@ -255,3 +255,32 @@ def test_forward_values_run_once_and_name_outputs_by_the_graph() -> None:
     np.testing.assert_array_equal(second["prod"], [3.0, 8.0])
     # A graph with another number of outputs than the model gets nothing, rather than a wrong pairing.
     assert ForwardValues(Counting(), sample, ("only",), "cpu", False).values(["only"]) == {}
+
+
+def test_a_backend_that_runs_once_follows_another_backends_chunks_in_one_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ONNX Runtime behind another backend's chunks (one tensor a chunk) is still run once for every tensor: its
+    segments each run once, as its run hands them over, and every tensor is compared as when it leads."""
+    from tests.culprit_models import CNN_SHAPE, export, small_cnn
+    from trtdiff.backends.onnx_reference import OnnxReferenceBackend
+    from trtdiff.backends.segments import plan_segments
+    from trtdiff.source.inputs import make_inputs
+
+    graph = load_graph(export(small_cnn(), CNN_SHAPE, tmp_path / "cnn.onnx", 13))
+    feeds = make_inputs(list(graph.graph_inputs), shapes=[CNN_SHAPE], seed=0)
+    calls: list[int] = []
+    run = OnnxRuntimeBackend.run
+    monkeypatch.setattr(OnnxRuntimeBackend, "run", lambda self, *a, **k: calls.append(1) or run(self, *a, **k))
+    with OnnxReferenceBackend(graph) as spec, OnnxRuntimeBackend(graph) as ort:
+        tensors = tuple(t for t in graph.node_outputs if t in ort.available())
+        sizes = {t: n for t in tensors if (n := graph.tensor_type(t).nbytes()) is not None}
+        pair = BackendPair("onnx-reference", "onnxruntime")
+        engine = Engine((pair,), Judge(THRESHOLDS), tuple(graph.graph_outputs), sizes, 1)
+        sources = (BackendValues(spec, feeds), BackendValues(ort, feeds))
+        (followed,) = engine.run([Pass(SAMPLE, sources, tensors)])
+        assert calls == [1] and ort.session_runs == len(plan_segments(graph, list(tensors), sizes, 1))
+        assert list(followed.metrics) == list(tensors) and not any(m[pair].diverged for m in followed.metrics.values())
+        (led,) = engine.run([Pass(SAMPLE, sources[::-1], tensors)])  # ONNX Runtime sets the chunks
+    figures = {t: (m[pair].max_abs, m[pair].cosine) for t, m in followed.metrics.items()}
+    assert figures == {t: (m[pair].max_abs, m[pair].cosine) for t, m in led.metrics.items()}

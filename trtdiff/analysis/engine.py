@@ -191,6 +191,44 @@ class ForwardValues:
         return {name: self._cached[name] for name in names if name in self._cached}
 
 
+class _Following:
+    """An ONNX backend that runs once for every tensor (`runs_once`), read as another backend's chunks ask.
+
+    Its one run is started on the first chunk and read on as far as each chunk needs: values it
+    hands over ahead of the chunks wait, within one chunk's budget (past it, what a chunk still
+    lacks is left out rather than everything read ahead), and a value for a chunk already gone
+    by is dropped. Both backends order the tensors as the graph does, so nothing waits long.
+    """
+
+    def __init__(self, source: BackendValues, tensors: Sequence[str], sizes: Mapping[str, int], budget: int) -> None:
+        self._has = source.backend.available()
+        self._run = source.chunks([t for t in tensors if t in self._has], sizes, budget)
+        self._sizes, self._budget = sizes, budget
+        self._ahead: dict[str, np.ndarray] = {}
+        self._asked: set[str] = set()
+        self._done = False
+
+    def values(self, group: Sequence[str]) -> dict[str, np.ndarray]:
+        self._asked.update(group)
+        wanted = set(group)
+        while not self._done and any(t in self._has and t not in self._ahead for t in wanted):
+            if sum(self._sizes.get(t, 1) for t in self._ahead if t not in wanted) > self._budget:
+                break
+            part = next(self._run, None)
+            if part is None:
+                self._done = True
+                break
+            self._ahead.update((t, v) for t, v in part.items() if t in wanted or t not in self._asked)
+        return {t: self._ahead.pop(t) for t in group if t in self._ahead}
+
+    def close(self) -> None:
+        """Stop the run where it is (a backend streaming from a thread joins it) and drop what waits."""
+        close = getattr(self._run, "close", None)
+        if close is not None:
+            close()
+        self._ahead.clear()
+
+
 @dataclass(frozen=True)
 class Pass:
     """One sample to compare: which tensors, from which sources."""
@@ -243,21 +281,39 @@ class Engine:
         """Each chunk's tensors and every source's values of them, one chunk at a time.
 
         The first ONNX backend sets the chunks: it runs its graph once for all of them
-        (segment by segment where they do not fit in one chunk, backends.segments), and every
-        other source is asked for the same tensors. Tensors it does not have come after, in
-        chunks of the budget.
+        (segment by segment where they do not fit in one chunk, backends.segments). Another
+        ONNX backend that runs once for every tensor (`runs_once`) is read alongside, as its
+        own run hands them over (`_Following`); every other source is asked for each chunk's
+        tensors. Tensors the first backend does not have come after, in chunks of the budget.
         """
         driver = next((s for s in current.sources if isinstance(s, BackendValues)), None)
+        following = {
+            s.name: _Following(s, current.tensors, self.sizes, self.chunk_bytes)
+            for s in current.sources
+            if isinstance(s, BackendValues) and s is not driver and s.backend.runs_once
+        }
+
+        def others(group: list[str]) -> dict[str, dict[str, np.ndarray]]:
+            return {
+                s.name: following[s.name].values(group) if s.name in following else s.values(group)
+                for s in current.sources
+                if s is not driver
+            }
+
         done: set[str] = set()
-        if driver is not None:
-            for part in driver.chunks(current.tensors, self.sizes, self.chunk_bytes):
-                group = list(part)
-                done.update(group)
-                yield group, {s.name: part if s is driver else s.values(group) for s in current.sources}
-                del part  # compared and dropped by the caller: not held through the backend's next run
-        rest = [t for t in current.tensors if t not in done]
-        for group in chunk_names(rest, self.sizes, self.chunk_bytes) if rest else []:
-            yield group, {s.name: {} if s is driver else s.values(group) for s in current.sources}
+        try:
+            if driver is not None:
+                for part in driver.chunks(current.tensors, self.sizes, self.chunk_bytes):
+                    group = list(part)
+                    done.update(group)
+                    yield group, {driver.name: part, **others(group)}
+                    del part  # compared and dropped by the caller: not held through the backend's next run
+            rest = [t for t in current.tensors if t not in done]
+            for group in chunk_names(rest, self.sizes, self.chunk_bytes) if rest else []:
+                yield group, {**({driver.name: {}} if driver is not None else {}), **others(group)}
+        finally:
+            for follower in following.values():
+                follower.close()
 
     def _streamed(self, current: Pass, streamed: StreamedValues) -> Compared:
         """The reference recorded again and compared as it comes (see the module docstring), in lockstep with

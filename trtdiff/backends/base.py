@@ -69,6 +69,10 @@ class OnnxBackend(ABC):
 
     name: str
     _closed: bool = False
+    runs_once: bool = False
+    """Whether one `run` for every wanted tensor runs the graph once and hands the tensors over chunk by chunk
+    without holding them all (ONNX Runtime's segments, TensorRT's streamed debug tensors): a comparison then
+    asks it once per sample even where another backend sets the chunks (analysis.engine)."""
 
     @classmethod
     def open(cls, graph: GraphInfo, request: OpenRequest) -> Self:

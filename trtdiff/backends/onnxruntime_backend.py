@@ -42,6 +42,7 @@ class OnnxRuntimeBackend(OnnxBackend):
     """Runs the exact ONNX file the report names and returns its intermediates by name; `close()` ends the session."""
 
     name = "onnxruntime"
+    runs_once = True
     _folder: tempfile.TemporaryDirectory[str] | None = None
 
     @classmethod

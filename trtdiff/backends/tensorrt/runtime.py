@@ -83,6 +83,7 @@ class TensorRTBackend(OnnxBackend):
     """Builds (or loads from `cache_dir`) the marked and the plain engine for the ONNX file in `graph`, runs them."""
 
     name = "tensorrt"
+    runs_once = True
 
     @classmethod
     def open(cls, graph: GraphInfo, request: OpenRequest) -> Self:
