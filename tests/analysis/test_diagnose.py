@@ -218,32 +218,20 @@ def test_a_tensorrt_failure_in_the_culprit_step_is_a_note(export_example: Callab
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 64, 64), dtype=np.float32)}
     ort = OnnxRuntimeBackend(graph)
     reference = Reference("onnxruntime", lambda names: {**feeds, **fetch(ort, feeds, list(names))}, lambda t: True)
+
+    def local(*notes: list[str]) -> object:
+        judge = Judge(report.thresholds)
+        return local_errors(
+            graph, layers, [trt_pair], {"torch": reference}, reference.values, open_tensorrt, judge, 1 << 30, *notes
+        )
+
     notes: list[str] = []
-    runs = local_errors(
-        graph,
-        layers,
-        [trt_pair],
-        {"torch": reference},
-        reference.values,
-        open_tensorrt,
-        Judge(report.thresholds),
-        1 << 30,
-        notes,
-    )
+    runs = local(notes)
     assert runs == [] and len(notes) == 1
     assert notes[0].startswith("culprits: TensorRT failed on the shadow model, so torch~tensorrt has no local errors")
     assert "BackendError: no machine here can execute a TensorRT engine" in notes[0]
     with pytest.raises(BackendError):  # without a place for notes the error is not swallowed
-        local_errors(
-            graph,
-            layers,
-            [trt_pair],
-            {"torch": reference},
-            reference.values,
-            open_tensorrt,
-            Judge(report.thresholds),
-            1 << 30,
-        )
+        local()
     last = layers[-1]
     figures = ErrorFigures(cosine=0.9, max_abs=1.0, rel_err=0.5)
     culprit = Culprit(

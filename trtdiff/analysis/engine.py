@@ -270,7 +270,7 @@ class Engine:
                 for name, tensors in values.items():
                     kept[name].update((t, to_host(v)) for t, v in tensors.items() if t in self.outputs)
                 for tensor in group:
-                    entry = self._compare(tensor, values)
+                    entry = self.compare(tensor, values)
                     if entry:
                         metrics[tensor] = entry
                 del values
@@ -337,7 +337,7 @@ class Engine:
                     kept[source].update((t, to_host(v)) for t, v in tensors.items() if t in self.outputs)
                 for t in group:
                     fetched.add(t)
-                    entry = {p: m for p, m in self._compare(t, values).items() if p in among_others}
+                    entry = {p: m for p, m in self.compare(t, values).items() if p in among_others}
                     if entry:
                         metrics[t] = entry
                     if t in awaited:
@@ -367,7 +367,7 @@ class Engine:
         }
         return Compared(current.sample, ordered, kept)
 
-    def _compare(self, tensor: str, values: Mapping[str, Mapping[str, np.ndarray]]) -> dict[BackendPair, PairMetrics]:
+    def compare(self, tensor: str, values: Mapping[str, Mapping[str, np.ndarray]]) -> dict[BackendPair, PairMetrics]:
         entry: dict[BackendPair, PairMetrics] = {}
         for pair in self.pairs:
             reference, candidate = values.get(pair.reference, {}), values.get(pair.candidate, {})

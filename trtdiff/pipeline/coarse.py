@@ -77,7 +77,7 @@ def statistics_pass(current: Pass, reference: Mapping[str, Summary], engine: Eng
     final outputs. The ONNX backends' values come in the engine's chunks (`Engine.chunks`), each
     summarized where it is and dropped; each pair is judged by the engine's judge.
     """
-    finals, judge = set(engine.outputs), engine.judge
+    finals = set(engine.outputs)
     backends = Pass(current.sample, tuple(s for s in current.sources if isinstance(s, BackendValues)), current.tensors)
     torch = next((s for s in current.sources if not isinstance(s, BackendValues)), None)
     kept: dict[str, dict[str, np.ndarray]] = {s.name: {} for s in current.sources}
@@ -94,23 +94,30 @@ def statistics_pass(current: Pass, reference: Mapping[str, Summary], engine: Eng
         if torch is not None:
             summed[torch.name] = {t: reference[t] for t in group if t in reference and t not in finals}
         for tensor in group:
-            entry: dict[BackendPair, PairMetrics] = {}
-            for pair in engine.pairs:
-                if tensor in finals:
-                    ref, cand = kept[pair.reference].get(tensor), kept[pair.candidate].get(tensor)
-                    if ref is not None and cand is not None:
-                        entry[pair] = judge(tensor, ref, cand, pair)
-                    continue
-                ref_sum = summed.get(pair.reference, {}).get(tensor)
-                cand_sum = summed.get(pair.candidate, {}).get(tensor)
-                if ref_sum is not None and cand_sum is not None:
-                    entry[pair], suspicious = judge.summaries(tensor, ref_sum, cand_sum, pair)
-                    if suspicious:
-                        flagged.add(tensor)
+            if tensor in finals:  # every value of the final outputs
+                entry = engine.compare(tensor, kept)
+            else:
+                entry, suspicious = _by_summaries(tensor, summed, engine)
+                if suspicious:
+                    flagged.add(tensor)
             if entry:
                 metrics[tensor] = entry
     ordered = {t: metrics[t] for t in current.tensors if t in metrics}
     return Compared(current.sample, ordered, kept), [t for t in current.tensors if t in flagged]
+
+
+def _by_summaries(
+    tensor: str, summed: Mapping[str, Mapping[str, Summary]], engine: Engine
+) -> tuple[dict[BackendPair, PairMetrics], bool]:
+    """`tensor` judged by its summaries for each pair that has both (Judge.summaries); whether one is suspicious."""
+    entry: dict[BackendPair, PairMetrics] = {}
+    suspicious = False
+    for pair in engine.pairs:
+        ref, cand = summed.get(pair.reference, {}).get(tensor), summed.get(pair.candidate, {}).get(tensor)
+        if ref is not None and cand is not None:
+            entry[pair], flagged = engine.judge.summaries(tensor, ref, cand, pair)
+            suspicious = suspicious or flagged
+    return entry, suspicious
 
 
 def region(tensors: Sequence[str], first: str, outputs: Sequence[str]) -> tuple[str, ...]:
