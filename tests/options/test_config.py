@@ -185,6 +185,18 @@ def test_an_unknown_key_exits_2_in_one_line(tmp_path: Path, monkeypatch: pytest.
     assert code == 2 and "--no-config" in stderr
 
 
+@pytest.mark.parametrize(("table", "flags"), [("rtol = nan", ()), ("max_abs = nan", ()), ("", ("--rtol", "nan"))])
+def test_a_nan_threshold_is_refused_from_the_file_and_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str, flags: tuple[str, ...]
+) -> None:
+    """NaN compares false with everything: taken as a limit it would pass a failing model (issue 36, item 7)."""
+    _pyproject(tmp_path, table)
+    monkeypatch.chdir(tmp_path)
+    code, _, stderr = _run("compare", FACTORY, "--opset", "10", "--input-shape", "1x3x32x32", *flags)
+    assert code == 2 and len(stderr.strip().splitlines()) == 1
+    assert "nan: must be a finite number, 0 or more" in stderr
+
+
 @pytest.mark.slow
 def test_pyproject_sets_the_opset_and_the_report_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _pyproject(tmp_path, 'opset = 10\ninput_shapes = ["1x3x64x64"]\nmin_cosine = 0.99')

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -140,6 +141,15 @@ INVALID = [
     ({"min_cosine": -1.5}, "min_cosine"),
     ({"rtol": -1e-3}, "rtol"),
     ({"max_abs": -1.0}, "max_abs"),
+    ({"min_cosine": math.nan}, "min_cosine"),
+    ({"rtol": math.nan}, "rtol"),
+    ({"rtol": math.inf}, "rtol"),
+    ({"max_abs": math.nan}, "max_abs"),
+    ({"max_abs": math.inf}, "max_abs"),
+    ({"max_quant_steps": math.nan}, "max_quant_steps"),
+    ({"max_quant_steps": -1.0}, "max_quant_steps"),
+    ({"max_noise_ratio": math.nan}, "max_noise_ratio"),
+    ({"max_noise_ratio": 0.0}, "max_noise_ratio"),
     ({"allow_nonfinite": 3}, "allow_nonfinite"),
     ({"num_samples": 0}, "num_samples"),
     ({"inputs_dir": "images", "num_samples": 3}, "num_samples"),
@@ -169,6 +179,7 @@ VALID = [
     {"recordings": {"onnxruntime": "ort.npz", "tensorrt": "trt.npz"}},
     {"min_cosine": -1.0, "rtol": 0.0, "max_abs": 0.0},
     {"min_cosine": 1.0},
+    {"max_quant_steps": math.inf, "max_noise_ratio": math.inf},  # the two limits that may be switched off
     {"allow_nonfinite": True},
     {"num_samples": 1, "input_files": ["x.npy"]},
     {"num_samples": 5, "input_shapes": ["1x3x8x8"]},

@@ -11,6 +11,7 @@ parameter; nothing here imports torch.
 
 from __future__ import annotations
 
+import math
 import dataclasses
 from dataclasses import dataclass, field
 from functools import cache
@@ -318,6 +319,13 @@ class BackendOptions:
         self.tensorrt.validate()
 
 
+def _in_range(name: str, value: object, low: float, high: float, what: str, *, finite: bool = True) -> None:
+    """Raise OptionError unless `value` is a number in [low, high] (finite unless `finite` is False; never NaN)."""
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    if math.isnan(number) or not low <= number <= high or (finite and not math.isfinite(number)):
+        raise OptionError(what, parameter=name, value=value)
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """When a tensor counts as diverged: direction (cosine) and magnitude (relative, absolute).
@@ -348,17 +356,19 @@ class Thresholds:
                                         "(default: any fails).")
 
     def validate(self) -> None:
-        """Raise OptionError for a threshold outside its range."""
-        if not -1.0 <= self.min_cosine <= 1.0:
-            raise OptionError("must be between -1 and 1, e.g. 0.9999", parameter="min_cosine", value=self.min_cosine)
-        if self.rtol < 0:
-            raise OptionError("must not be negative, e.g. 1e-3", parameter="rtol", value=self.rtol)
-        if self.max_abs is not None and self.max_abs < 0:
-            raise OptionError("must not be negative, e.g. 1e-4", parameter="max_abs", value=self.max_abs)
-        if not self.max_quant_steps >= 0:
-            raise OptionError("must not be negative, e.g. 4", parameter="max_quant_steps", value=self.max_quant_steps)
-        if not self.max_noise_ratio > 0:
-            raise OptionError("must be positive, e.g. 8", parameter="max_noise_ratio", value=self.max_noise_ratio)
+        """Raise OptionError for a threshold outside its range.
+
+        NaN is refused everywhere (every comparison with NaN is false, so a NaN limit would pass
+        anything); only the two limits that may be switched off, steps and noise ratio, accept +inf.
+        """
+        _in_range("min_cosine", self.min_cosine, -1.0, 1.0, "must be between -1 and 1, e.g. 0.9999")
+        _in_range("rtol", self.rtol, 0.0, math.inf, "must be a finite number, 0 or more, e.g. 1e-3")
+        if self.max_abs is not None:
+            _in_range("max_abs", self.max_abs, 0.0, math.inf, "must be a finite number, 0 or more, e.g. 1e-4")
+        _in_range("max_quant_steps", self.max_quant_steps, 0.0, math.inf, "must be 0 or more (inf: off), e.g. 4",
+                  finite=False)
+        _in_range("max_noise_ratio", self.max_noise_ratio, math.ulp(0.0), math.inf,
+                  "must be positive (inf: off), e.g. 8", finite=False)
         if not isinstance(self.allow_nonfinite, bool):
             raise OptionError("must be True or False", parameter="allow_nonfinite", value=repr(self.allow_nonfinite))
 
