@@ -11,8 +11,8 @@ parameter; nothing here imports torch.
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal
