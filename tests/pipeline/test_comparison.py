@@ -125,3 +125,28 @@ def test_a_model_whose_forward_fails_says_so_though_the_export_runs_first() -> N
 
     with pytest.raises(ModelRunError, match="the model's forward raised RuntimeError"):
         trtdiff.compare(Broken(), input_shapes=[SHAPE], backends=["torch", "onnxruntime"])
+
+
+def test_another_networks_onnx_file_is_refused_in_one_line_not_given_a_culprit(tmp_path: Path) -> None:
+    """compare MODEL --onnx FILE where FILE is another network's export: exit 2 before anything is compared
+    (issue 36, item 8), while the model's own export, given the same way, passes."""
+    from arch_models import ARCHITECTURES
+    from click.testing import CliRunner
+
+    from trtdiff.cli.app import main
+    from trtdiff.errors import OnnxFileError
+
+    vit, convnext = ARCHITECTURES["vit"].model(), ARCHITECTURES["convnext"].model()
+    own, other = tmp_path / "convnext.onnx", tmp_path / "vit.onnx"
+    trtdiff.compare(vit, input_shapes=["1x3x32x32"], save_onnx=str(other), culprit=False)
+    assert trtdiff.compare(convnext, input_shapes=["1x3x32x32"], save_onnx=str(own), culprit=False).passed
+    assert trtdiff.compare(convnext, onnx=str(own), culprit=False).passed
+    with pytest.raises(OnnxFileError, match="does not look like an export of this model: 2 of 82 float tensors"):
+        trtdiff.compare(convnext, onnx=str(other))
+    result = CliRunner().invoke(main, ["compare", "arch_models:ConvNeXt", "--onnx", str(other)])
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("trtdiff: ")]
+    assert result.exit_code == 2 and errors == [
+        f"Error: --onnx {other}: does not look like an export of this model: 2 of 82 float tensors pair with a "
+        "PyTorch value (an export of it pairs at least half); give the file exported from this model, or leave "
+        "the option out and trtdiff exports it"
+    ]
