@@ -173,3 +173,36 @@ def test_onnx_backends_alone_are_compared_by_statistics(sources: dict[str, Path]
     report = trtdiff.compare(str(sources["cnn"]), backends=["onnxruntime", "onnx-reference"], capture="stats")
     assert report.passed and report.backends == ("onnxruntime", "onnx-reference")
     assert report.from_statistics == len(report.layers) - len(report.outputs) > 0
+
+
+def test_layers_passed_on_statistics_alone_are_screened_never_ok_in_every_format(
+    models: dict[str, tuple[nn.Module, str]], sources: dict[str, Path], tmp_path: Path
+) -> None:
+    """Statistics can miss a fault between the sampled positions (issue 36, item 9): a layer they pass is
+    "screened" in the terminal, the checks, Markdown, JUnit, HTML and Model Explorer; the exit code stays 0."""
+    from trtdiff.render.explorer import SCREENED, overlays
+
+    out = {name: tmp_path / f"r.{name}" for name in ("json", "md", "xml", "html")}
+    flags = ["--json", out["json"], "--markdown", out["md"], "--junit", out["xml"], "--html", out["html"]]
+    args = ["compare", "tests.culprit_models:small_cnn", "--onnx", sources["cnn"], "--input-shape", CNN_SHAPE]
+    result = CliRunner().invoke(
+        main, [*map(str, args), "--capture", "stats", "--torch-device", "cpu", *map(str, flags)]
+    )
+    assert result.exit_code == 0, result.output
+    report = Report.from_json(out["json"].read_text())
+    screened = [layer for layer in report.layers if not layer.is_output]
+    assert screened and list(report.screened) == screened
+    (check,) = [c for c in report.checks if c.scope == "layers"]
+    assert check.passed and check.screened == len(screened)
+    rows = [line for line in without_progress(result.stdout).splitlines() if line[:3].strip().isdigit()]
+    assert len(rows) == len(report.layers)
+    for row, layer in zip(rows, report.layers, strict=True):
+        assert row.rstrip().endswith("ok" if layer.is_output else "screened"), row
+    lines = " ".join(result.stdout.split())
+    assert f"PASS: no compared tensor diverges (torch~onnxruntime): {len(report.outputs)} agree" in lines
+    assert f"{len(screened)} only screened by statistics" in lines
+    assert "| 🔎 | `layers/torch~onnxruntime` |" in out["md"].read_text()
+    assert "layers diverge" in out["xml"].read_text() and "<system-out>screened: 0 of" in out["xml"].read_text()
+    assert 'class="mark screened">SCREENED' in out["html"].read_text()
+    statuses = overlays(report)[0].results
+    assert {statuses[layer.onnx_node].value for layer in screened} == {float(SCREENED)}

@@ -183,7 +183,7 @@ def test_json_nested_200000_deep_is_one_line(tmp_path: Path) -> None:
     [
         ("min_cosine", None, "threshold min_cosine is nan, not a number"),
         ("rtol", "nan", "threshold rtol is nan, not a number"),
-        ("rtol", -1, "threshold rtol -1.0: must not be negative"),
+        ("rtol", -1, "threshold rtol -1.0: must be a finite number, 0 or more"),
     ],
 )
 def test_thresholds_that_are_no_numbers_are_one_line(

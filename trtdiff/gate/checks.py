@@ -117,7 +117,8 @@ def layer_checks(layers: Sequence[Layer], sample: str, pairs: Sequence[BackendPa
         worst = min(cosines, key=lambda v: -math.inf if math.isnan(v) else v) if cosines else None
         failing = (sample,) if diverged else ()
         check = _check("layers", "layers", "divergence", pair, 0.0, (sample, worst), failing, len(metrics))
-        checks.append(dataclasses.replace(check, failed=diverged))
+        screened = sum(m.statistics and not m.diverged for m in metrics)
+        checks.append(dataclasses.replace(check, failed=diverged, screened=screened))
     return checks
 
 

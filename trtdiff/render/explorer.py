@@ -8,7 +8,8 @@ files, one value per node each (Model Explorer shows one value per node and file
 
 - `me.json`: every ONNX node's status as a number, coloured: 0 not compared (constants,
   shape arithmetic, unpaired tensors; grey), 1 agrees (green), 2 diverged (inherited),
-  3 first divergence, 4 culprit (red), 5 where NaN/Inf first appear;
+  3 first divergence, 4 culprit (red), 5 where NaN/Inf first appear, 6 screened (passed bounds
+  from statistics alone, `--capture stats`: not compared value by value; yellow);
 - `me.error.json`: the accumulated error, the worst relative error (max-abs error over the
   reference's largest magnitude) over the node's compared outputs and backend pairs, each
   node coloured by its status;
@@ -38,10 +39,19 @@ if TYPE_CHECKING:
 
 NAME_PREFIX = "trtdiff"
 # Status codes of the status overlay, with their colours (the other overlays colour nodes the same way).
-NOT_COMPARED, AGREES, DIVERGED, FIRST_DIVERGENCE, CULPRIT, NON_FINITE = range(6)
-STATUS_NAMES = ("not compared", "agrees", "diverged (inherited)", "first divergence", "culprit", "NaN/Inf first appear")
+NOT_COMPARED, AGREES, DIVERGED, FIRST_DIVERGENCE, CULPRIT, NON_FINITE, SCREENED = range(7)
+STATUS_NAMES = (
+    "not compared",
+    "agrees",
+    "diverged (inherited)",
+    "first divergence",
+    "culprit",
+    "NaN/Inf first appear",
+    "screened (statistics alone)",
+)
 GREY, GREEN, ORANGE, DEEP_ORANGE, RED, PURPLE = "#bdbdbd", "#43a047", "#fb8c00", "#f4511e", "#d32f2f", "#8e24aa"
-STATUS_COLOURS = (GREY, GREEN, ORANGE, DEEP_ORANGE, RED, PURPLE)
+YELLOW = "#fbc02d"
+STATUS_COLOURS = (GREY, GREEN, ORANGE, DEEP_ORANGE, RED, PURPLE, YELLOW)
 TOP = 1e300  # the last threshold's bound: every finite value at or below it
 SUFFIXES = ("", ".error", ".local", ".cosine")
 
@@ -107,6 +117,7 @@ class _Node:
     local_diverged: bool = False
     diverged: bool = False
     compared: bool = False
+    screened: bool = False
 
 
 def overlays(report: Report, model: onnx.ModelProto | None = None) -> tuple[Overlay, ...]:
@@ -139,7 +150,8 @@ def overlays(report: Report, model: onnx.ModelProto | None = None) -> tuple[Over
     return (
         Overlay(
             "",
-            f"{NAME_PREFIX}: status (0 not compared, 1 agrees, 2 diverged, 3 first divergence, 4 culprit, 5 NaN/Inf)",
+            f"{NAME_PREFIX}: status (0 not compared, 1 agrees, 2 diverged, 3 first divergence, 4 culprit, 5 NaN/Inf, "
+            "6 screened)",
             statuses,
             tuple((float(code), colour) for code, colour in enumerate(STATUS_COLOURS)),
         ),
@@ -165,6 +177,7 @@ def _gather(layers: Iterable[Layer]) -> dict[str, _Node]:
         node = nodes.setdefault(layer.onnx_node, _Node())
         node.compared = True
         node.diverged |= layer.diverged
+        node.screened |= layer.screened
         node.rel_err += [m.rel_err for m in layer.pairs.values() if m.rel_err is not None and math.isfinite(m.rel_err)]
         node.cosine += [m.cosine for m in layer.pairs.values() if m.cosine is not None and math.isfinite(m.cosine)]
         for metrics in (layer.local or {}).values():
@@ -191,7 +204,7 @@ def _status(report: Report, nodes: dict[str, _Node], names: Iterable[str]) -> di
         elif node is None or not node.compared:
             status[name] = NOT_COMPARED
         else:
-            status[name] = DIVERGED if node.diverged else AGREES
+            status[name] = DIVERGED if node.diverged else SCREENED if node.screened else AGREES
     return status
 
 

@@ -200,6 +200,8 @@ def check_message(check: ThresholdCheck, report: Report) -> str:
         return f"no NaN/Inf in {outputs}: worst {_count(check.worst)} NaN/Inf values ({check.worst_sample})"
     if check.threshold == "layers":
         message = f"{check.failed} of {check.compared} layers diverge; lowest cosine {_general(check.worst)}"
+        if check.screened:
+            message += f"; {check.screened} only screened by statistics (--capture stats), not compared value by value"
         first = report.first_divergence
         if check.failed and first is not None:
             message += f"; first divergence {first.onnx_node} ({first.op_type})"
@@ -217,6 +219,21 @@ def check_message(check: ThresholdCheck, report: Report) -> str:
     return (
         f"mIoU drop {miou(check.worst)} relative to {report.reference} (max {check.limit:g}): "
         f"{before:.4f} -> {after:.4f}"
+    )
+
+
+def agreeing_text(report: Report, noun: str = "tensors", pairs: str = "") -> str:
+    """ "all 51 compared tensors agree (PAIRS)", or with screened layers (--capture stats) "no compared tensor
+    diverges (PAIRS): 1 agrees in full, 50 only screened by statistics (--capture stats)": screened layers are
+    never said to agree."""
+    within = f" ({pairs})" if pairs else ""
+    screened = len(report.screened)
+    if not screened:
+        return f"all {len(report.layers)} compared {noun} agree{within}"
+    full = len(report.layers) - screened
+    return (
+        f"no compared {noun[:-1]} diverges{within}: {full} {'agrees' if full == 1 else 'agree'} in full, {screened} "
+        "only screened by statistics (--capture stats)"
     )
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from trtdiff.render.format import (
     NOTHING,
+    agreeing_text,
     attribution_of,
     attribution_summary,
     check_message,
@@ -53,7 +54,7 @@ main{max-width:1180px;margin:0 auto;padding:20px 24px 40px;background:#fff}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
 .verdict{display:inline-block;padding:3px 10px;border-radius:6px;font-weight:700;color:#fff;margin-right:8px}
 .mark{font-size:11px;font-weight:700;color:#fff;padding:0 5px;border-radius:4px}
-.pass{background:#1a7f37}.fail{background:#cf222e}.culprit{background:#bc4c00}.muted{color:#656d76}
+.pass{background:#1a7f37}.fail{background:#cf222e}.screened{background:#9a6700}.culprit{background:#bc4c00}.muted{color:#656d76}
 .box{border-left:4px solid #cf222e;background:#fff5f5;padding:8px 12px;margin:12px 0}
 .box.ok{border-color:#1a7f37;background:#f3fbf5}.box.find{border-color:#bc4c00;background:#fff8f0}
 code{font:12.5px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:#f0f2f4;padding:0 3px;
@@ -149,7 +150,7 @@ def _header(report: Report) -> str:
 def _divergence(report: Report) -> str:
     first = report.first_divergence
     if first is None:
-        return f'<div class="box ok"><b>No divergence</b>: all {len(report.layers)} compared layers agree.</div>'
+        return f'<div class="box ok"><b>No divergence</b>: {esc(agreeing_text(report, "layers"))}.</div>'
     index = layer_index(report, first.tensor)
     link = f' — <a href="#layer-{index}">layer #{index}</a>' if index is not None else ""
     suspects = suspects_text(first, _code, limit=None)
@@ -314,7 +315,13 @@ def _checks(report: Report) -> str:
         return "<h2>Checks</h2>\n<p>No threshold checks were made.</p>"
     rows = []
     for check in report.checks:
-        mark = '<span class="mark pass">PASS</span>' if check.passed else '<span class="mark fail">FAIL</span>'
+        mark = '<span class="mark fail">FAIL</span>'
+        if check.passed:
+            mark = (
+                '<span class="mark screened">SCREENED</span>'
+                if check.screened
+                else '<span class="mark pass">PASS</span>'
+            )
         failing = ", ".join(check.failing_samples)
         rows.append(
             f'<tr class="{"" if check.passed else "div"}"><td>{mark}</td><td><code>{esc(check.id)}</code></td>'
@@ -405,6 +412,8 @@ def _layers(report: Report) -> str:
         for pair in pairs:
             cells += _pair_cells(layer, pair, local)
         status = "first divergence" if css == "first" else "diverged" if layer.diverged else "ok"
+        if layer.screened:
+            status = "screened (passed bounds from statistics, not compared value by value)"
         held = [m for m in layer.pairs.values() if m.nan_ref or m.nan_cand or m.inf_ref or m.inf_cand]
         if held and not layer.diverged:
             status += " (NaN/Inf at the same positions)"

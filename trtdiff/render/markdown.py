@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trtdiff.render.format import (
+    agreeing_text,
     attribution_summary,
     culprit_text,
     culprits_of,
@@ -94,7 +95,7 @@ def check_row(check: ThresholdCheck, report: Report) -> str:
     if check.metric == "divergence":
         worst = f"cosine {worst}"
     cells = [
-        "✅" if check.passed else "❌",
+        ("🔎" if check.screened else "✅") if check.passed else "❌",
         _code(check.id),
         worst,
         _text(limit_text(check, report.thresholds, symbols=True)),
@@ -106,8 +107,7 @@ def check_row(check: ThresholdCheck, report: Report) -> str:
 def _divergence(report: Report) -> str:
     first = report.first_divergence
     if first is None:
-        alone = f" ({report.from_statistics} by statistics alone)" if report.from_statistics else ""
-        return f"**First divergence:** none — all {len(report.layers)} compared layers agree{alone}."
+        return f"**First divergence:** none — {_text(agreeing_text(report, 'layers'))}."
     line = (
         f"**First divergence:** {divergence_node(first, _code, _text)} on {_text(str(first.pair))} — "
         f"{_text(divergence_figures(first))}{inherited_text(report, _code)}"

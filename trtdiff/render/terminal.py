@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trtdiff.render.format import (
+    agreeing_text,
     attribution_summary,
     check_message,
     cosine,
@@ -40,7 +41,7 @@ from trtdiff.render.format import (
 )
 from trtdiff.render.runtimes import runtime_lines
 from trtdiff.render.safe_text import SafeText
-from trtdiff.report import BackendPair, BuildReport, Layer, PairingSummary, Report, TensorRTSummary
+from trtdiff.report import BackendPair, BuildReport, Layer, PairingSummary, Report, TensorRTSummary, ThresholdCheck
 from trtdiff.report.text import plain
 
 WIDTH = 80  # the narrowest console the table is laid out for (CI logs); a wider one gives the names more room
@@ -112,10 +113,7 @@ def _verdict_line(report: Report) -> Text:
     if report.first_divergence is None:
         pairs = ", ".join(map(str, report.pairs)) or "no pairs"
         allowed = " NaN/Inf allowed, at the same positions." if report.non_finite else ""
-        alone = f" {report.from_statistics} of them by statistics alone." if report.from_statistics else ""
-        return SafeText.assemble(
-            ("PASS", "bold green"), f": all {len(report.layers)} compared tensors agree ({pairs}).{allowed}{alone}"
-        )
+        return SafeText.assemble(("PASS", "bold green"), f": {agreeing_text(report, pairs=pairs)}.{allowed}")
     return SafeText.assemble(
         ("PASS", "bold green"),
         f": all {len(report.checks)} checks hold "
@@ -315,7 +313,10 @@ def _table(
     for layer in layers:
         table.add_row(*_row(layer.index, layer, pairs, name_width, local))
     if any(m.statistics for layer in layers for m in layer.pairs.values()):
-        table.caption = "~: from statistics alone (--capture stats): cosine at most, errors at least these"
+        table.caption = (
+            "screened (scr), ~: from statistics alone (--capture stats): cosine at most, errors at least these; "
+            "a screened layer passed these bounds but was not compared value by value"
+        )
         table.caption_justify = "left"
     return table
 
@@ -348,10 +349,12 @@ def _row(
         cells.append("-" if own is None else SafeText(sci(own.rel_err), style="red" if own.diverged else ""))
     if layer.diverged:
         cells.append(SafeText("DIVERGED" if not many else "DIV", style="bold red"))
+        if any(m.statistics for m in layer.pairs.values()):  # bounds from statistics (--capture stats)
+            cells[-1] = SafeText.assemble(cells[-1], ("~", "dim"))
+    elif layer.screened:  # passed bounds from statistics, not compared value by value: never "ok"
+        cells.append(SafeText("screened" if not many else "scr", style="yellow"))
     else:
         cells.append(_agreeing_label(layer))
-    if any(m.statistics for m in layer.pairs.values()):  # bounds from statistics (--capture stats), not every value
-        cells[-1] = SafeText.assemble(cells[-1], ("~", "dim"))
     return cells
 
 
@@ -367,10 +370,17 @@ def _agreeing_label(layer: Layer) -> Text:
 def _checks(report: Report, console: Console) -> None:
     if len(report.samples) > 1 or report.segmentation is not None:
         for check in report.checks:
-            mark = SafeText("ok  ", style="green") if check.passed else SafeText("FAIL", style="bold red")
+            mark = _check_mark(check)
             console.print(SafeText.assemble(mark, f" {check.id}: {check_message(check, report)}"))
     if report.segmentation is not None:
         console.print(SafeText("segmentation: " + "; ".join(segmentation_parts(report.segmentation))))
+
+
+def _check_mark(check: ThresholdCheck) -> Text:
+    """ "ok", "FAIL", or "scr" for a check that passed with layers only screened by statistics."""
+    if not check.passed:
+        return SafeText("FAIL", style="bold red")
+    return SafeText("scr ", style="yellow") if check.screened else SafeText("ok  ", style="green")
 
 
 def _verdict(report: Report, console: Console) -> None:

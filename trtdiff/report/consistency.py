@@ -56,6 +56,8 @@ def _check_contradiction(check: ThresholdCheck) -> str | None:
     if check.passed != (check.failed == 0) and check.threshold not in ("min_miou", "max_miou_drop"):
         return f"says {'passed' if check.passed else 'failed'} with {check.failed} failing"
     if check.threshold == "layers":  # a layer diverges by any reason, not by the worst cosine alone
+        if not 0 <= check.screened <= check.compared - check.failed:
+            return f"says {check.screened} of {check.compared} layers were screened with {check.failed} failing"
         return None
     if check.worst is not None and math.isnan(check.worst):  # NaN held an mIoU threshold in reports written before
         return None

@@ -204,6 +204,12 @@ class Layer:
     def diverged(self) -> bool:
         return any(m.diverged for m in self.pairs.values())
 
+    @property
+    def screened(self) -> bool:
+        """Whether it passed on statistics alone (`--capture stats`): its figures are bounds from summaries and
+        sampled positions, so a fault between the samples can hide in it. Never shown as "ok"."""
+        return not self.diverged and any(m.statistics for m in self.pairs.values())
+
 
 @dataclass(frozen=True)
 class ErrorFigures:
@@ -448,6 +454,9 @@ class ThresholdCheck:
     compared: int = 0
     failed: int = 0
     worst_sample_value: float | None = None
+    screened: int = 0
+    """For the "layers" scope: how many of the layers that did not diverge passed on statistics alone
+    (`--capture stats`, Layer.screened), screened rather than compared in full. 0 otherwise."""
 
     @staticmethod
     def make_id(scope: CheckScope, threshold: Threshold, subject: BackendPair | str) -> str:
@@ -536,6 +545,11 @@ class Report:
     def from_statistics(self) -> int:
         """How many layers were judged from statistics alone (`--capture stats`): bounds, not every value."""
         return sum(1 for layer in self.layers if any(m.statistics for m in layer.pairs.values()))
+
+    @property
+    def screened(self) -> tuple[Layer, ...]:
+        """The layers that passed on statistics alone (Layer.screened): not compared in full."""
+        return tuple(layer for layer in self.layers if layer.screened)
 
     @property
     def failed_checks(self) -> tuple[ThresholdCheck, ...]:
