@@ -45,7 +45,8 @@ class LayerPrecision:
     """The precision one engine layer runs in (as built) against what the model asked for.
 
     `flag`: "lower" or "higher" where the built float type differs from the asked one; None
-    where they agree or either is not known (`missing` then says which figure and why).
+    where they agree or either is not known (`missing` then says which figure and why), and for a
+    layer that only converts types (a Cast a runtime kept at an FP32 boundary).
     """
 
     layer: str

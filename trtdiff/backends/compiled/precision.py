@@ -9,7 +9,10 @@ type of the layer's last node output in the model TensorRT parsed (the FP16 conv
 one was made). A layer whose float type is lower or higher than asked is flagged (BF16 where
 FP16 is asked is lower, 8 bits of mantissa to 11, as OpenVINO's CPU plugin runs an f16 hint
 on CPUs without native FP16; FP16 where BF16 is asked too, for its range); where a figure is
-missing, `missing` says which and why.
+missing, `missing` says which and why. A layer that only converts types (Casts) is never
+flagged: a runtime may keep the wider type at a boundary and fold the conversion into the next
+layer (OpenVINO's CPU plugin with native FP16 keeps the FP32 input Cast in FP32), and the next
+layer's own row says what it computes in.
 """
 
 from __future__ import annotations
@@ -53,12 +56,21 @@ def asked_types(graph: GraphInfo) -> dict[str, str]:
     return asked
 
 
+def conversions(graph: GraphInfo) -> frozenset[str]:
+    """The names of the nodes that only convert a type (Cast, CastLike): they compute nothing to flag."""
+    return frozenset(node.name for node in graph.nodes if node.op_type in ("Cast", "CastLike"))
+
+
 def layer_precisions(
-    fusion: FusionReport, asked: Mapping[str, str], order: Mapping[str, int]
+    fusion: FusionReport,
+    asked: Mapping[str, str],
+    order: Mapping[str, int],
+    converts: frozenset[str] = frozenset(),
 ) -> tuple[LayerPrecision, ...]:
     """Each engine layer's built type against what its last ONNX node asks for (`order`: node positions).
 
     Layers that compute no ONNX node (layout reorders a runtime adds) have nothing asked: they get no row.
+    A layer of `converts` (conversions(graph)) alone gets its row but no flag.
     """
     rows: list[LayerPrecision] = []
     for layer in (layer for layer in fusion.layers if layer.onnx_nodes):
@@ -66,7 +78,8 @@ def layer_precisions(
         want = asked.get(last)
         built = _widest(layer.output_types)
         missing = MISSING_ASKED if want is None else (MISSING_BUILT_PLAN if built is None else None)
-        rows.append(LayerPrecision(layer.name, layer.onnx_nodes, want, built, _flag(want, built), missing))
+        flag = None if converts.issuperset(layer.onnx_nodes) else _flag(want, built)
+        rows.append(LayerPrecision(layer.name, layer.onnx_nodes, want, built, flag, missing))
     return tuple(rows)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trtdiff.backends.compiled.fusion import fusions_split
-from trtdiff.backends.compiled.precision import asked_types, layer_precisions
+from trtdiff.backends.compiled.precision import asked_types, conversions, layer_precisions
 from trtdiff.backends.openvino.fusion import runtime_graph
 from trtdiff.backends.openvino.names import NodeNames
 from trtdiff.report import EngineLayerInfo, FusionSplit, RuntimeSummary
@@ -47,7 +47,7 @@ def summarize(backend: Compiled, check: MarkingCheck | None) -> RuntimeSummary:
     for each in marked:
         split.update((s.layer, s) for s in fusions_split(plain.fusion, each.fusion))
     order = {node.name: node.index for node in graph.nodes}
-    precisions = layer_precisions(plain.fusion, asked_types(graph), order)
+    precisions = layer_precisions(plain.fusion, asked_types(graph), order, conversions(graph))
     unmapped_ops = tuple(dict.fromkeys(op for g in (plain, *marked) for op in g.unmapped_ops))
     notes = [*backend.notes()]
     if plain.fusion.note:

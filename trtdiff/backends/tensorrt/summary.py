@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from trtdiff.backends.compiled.fusion import fusions_split
-from trtdiff.backends.compiled.precision import layer_precisions
+from trtdiff.backends.compiled.precision import conversions, layer_precisions
 from trtdiff.backends.tensorrt.fusion import SOURCE_INSPECTOR
 from trtdiff.report import EngineLayerInfo, LayerPrecision, MarkingCheck, NotReturned, PlainEngine, TensorRTSummary
 
@@ -127,7 +127,8 @@ def _precisions(
     parsed = build.parsed_graph if precision_fusion is not None and build.parsed_graph is not None else graph
     order = {node.name: node.index for node in parsed.nodes} if parsed is not None else {}
     layers = precision_fusion or fusion
-    return layer_precisions(layers, build.asked, order) if layers is not None else ()
+    converts = conversions(parsed) if parsed is not None else frozenset()
+    return layer_precisions(layers, build.asked, order, converts) if layers is not None else ()
 
 
 def not_run_check() -> MarkingCheck:
