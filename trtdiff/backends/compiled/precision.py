@@ -70,11 +70,14 @@ def layer_precisions(
     """Each engine layer's built type against what its last ONNX node asks for (`order`: node positions).
 
     Layers that compute no ONNX node (layout reorders a runtime adds) have nothing asked: they get no row.
-    A layer of `converts` (conversions(graph)) alone gets its row but no flag.
+    What a layer asks is what its last computing node asks, not a conversion fused after it (a Conv
+    in FP16 and the Cast to the FP32 output); a layer of `converts` (conversions(graph)) alone gets
+    its row but no flag.
     """
     rows: list[LayerPrecision] = []
     for layer in (layer for layer in fusion.layers if layer.onnx_nodes):
-        last = max(layer.onnx_nodes, key=lambda node: order.get(node, -1))
+        computing = [node for node in layer.onnx_nodes if node not in converts] or layer.onnx_nodes
+        last = max(computing, key=lambda node: order.get(node, -1))
         want = asked.get(last)
         built = _widest(layer.output_types)
         missing = MISSING_ASKED if want is None else (MISSING_BUILT_PLAN if built is None else None)
