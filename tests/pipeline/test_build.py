@@ -1,7 +1,7 @@
 """`trtdiff build` and TensorRT in `compare`, for real with TensorRT-RTX where it is installed.
 
 On this project's machines TensorRT-RTX builds on the CPU but no engine can run (see
-notes/tensorrt.md), so `compare` must skip TensorRT with the reason and `--require tensorrt`
+docs/tensorrt.md), so `compare` must skip TensorRT with the reason and `--require tensorrt`
 must exit 2. Tests that need TensorRT skip when it is not installed.
 """
 

@@ -1,7 +1,7 @@
 """The TensorRT backend against the real TensorRT-RTX bindings: parse, mark, map names, build.
 
 TensorRT-RTX builds on the CPU; executing needs a GPU it supports, which no machine here has
-(notes/tensorrt.md), so the execution test skips with the reason `probe()` gives.
+(docs/tensorrt.md), so the execution test skips with the reason `probe()` gives.
 """
 
 from __future__ import annotations

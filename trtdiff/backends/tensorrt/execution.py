@@ -1,7 +1,7 @@
 """One deserialized engine, its execution context and CUDA stream, and one execution of it.
 
 Written against the documented TensorRT 10/11 Python API and never executed: no machine this
-project has can run an engine (notes/tensorrt.md). Every step that can fail is checked, with
+project has can run an engine (docs/tensorrt.md). Every step that can fail is checked, with
 the TensorRT error logged during that step (the logger's list is cleared before each):
 deserialization, context creation, `set_tensor_address`, `set_output_allocator`,
 `set_debug_listener`, the debug states, `execute_async_v3`. Everything runs under

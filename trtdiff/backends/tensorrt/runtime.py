@@ -1,6 +1,6 @@
 """TensorRT as an `OnnxBackend`: one marked engine run group by group, beside the plain engine that ships.
 
-No machine this project has can execute a TensorRT engine (notes/tensorrt.md: the RTX
+No machine this project has can execute a TensorRT engine (docs/tensorrt.md: the RTX
 runtime refuses the H200, and full TensorRT cannot be installed), so the execution path
 (execution.py) is written against the documented TensorRT 10/11 Python API and never ran.
 What runs here is tested for real: the builds, the name mapping, the run groups, the
