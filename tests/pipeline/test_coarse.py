@@ -7,6 +7,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+import torch
 from click.testing import CliRunner
 from torch import nn
 
@@ -20,7 +21,9 @@ from tests.culprit_models import (
     edited,
     export,
     layernorm_epsilon,
+    node,
     resize_asymmetric,
+    scale_initializer,
     second_relu_leaky,
     small_cnn,
     softmax_to_sigmoid,
@@ -206,3 +209,37 @@ def test_layers_passed_on_statistics_alone_are_screened_never_ok_in_every_format
     assert 'class="mark screened">SCREENED' in out["html"].read_text()
     statuses = overlays(report)[0].results
     assert {statuses[layer.onnx_node].value for layer in screened} == {float(SCREENED)}
+
+
+class _DeepHead(nn.Module):
+    """Twelve Conv+ReLU, then a classifier head: pooling, Flatten (not paired) and Linear, far from the first Conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(
+            *(m for i in range(12) for m in (nn.Conv2d(3 if i == 0 else 8, 8, 3, padding=1), nn.ReLU()))
+        )
+        self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.convs(x)), 1))
+
+
+@pytest.mark.parametrize("limit", [1 << 30, 1 << 20, 1 << 18])
+def test_the_culprit_pass_of_a_statistics_region_reads_what_it_kept_at_every_limit(tmp_path: Path, limit: int) -> None:
+    """The region's recording keeps what the culprit pass of the final Linear reads: the pooled value before the
+    unpaired Flatten (issue 39, item 1: a KeyError, exit 3, under a limit the first recording did not fit in)."""
+    torch.manual_seed(0)
+    model = _DeepHead().eval()
+    source = export(model, "1x3x32x32", tmp_path / "deep.onnx", 17)
+
+    def first_conv_scaled(onnx_model: onnx.ModelProto) -> str:
+        target = node(onnx_model, "Conv", "/convs/convs.2/")
+        scale_initializer(onnx_model, target.input[1], 1.03)
+        return target.name
+
+    path, name = edited(source, tmp_path / "edited.onnx", first_conv_scaled)
+    report = trtdiff.compare(
+        model, onnx=str(path), input_shapes=["1x3x32x32"], capture="stats", memory_bytes=limit, torch_device="cpu"
+    )
+    assert not report.passed and report.culprit is not None and report.culprit.onnx_node == name

@@ -130,23 +130,30 @@ def region(tensors: Sequence[str], first: str, outputs: Sequence[str]) -> tuple[
 
 def kept_near(graph: GraphInfo, pairing: Pairing, capture: TorchCapture, tensors: Sequence[str]) -> frozenset[str]:
     """The recorded values a full comparison of `tensors` and its culprit pass read: theirs, their nodes' inputs',
-    and, for a derived value, those it is computed from (back to recorded ones), with an If's branch values."""
+    back through every input with no recorded value of its own (a derived value is computed from its node's
+    inputs; the culprit pass runs an unpaired one, a Flatten before the last Gemm, inside the node's subgraph,
+    from the paired values before it), with an If's branch values."""
     wanted = set(tensors)
     for tensor in tensors:
         node = graph.node_of(tensor)
         if node is not None:
             wanted.update(t for t in node.inputs if t)
-    stack = [t for t in wanted if _derived(pairing, t)]
-    while stack:  # derived values are computed from the values of their node's inputs
+    stack = [t for t in wanted if _computed(pairing, t)]
+    while stack:
         node = graph.node_of(stack.pop())
         for name in node.inputs if node is not None else ():
             if name and name not in wanted:
                 wanted.add(name)
-                if _derived(pairing, name):
+                if _computed(pairing, name):
                     stack.append(name)
     keys = {pairing.pairs[t].key for t in wanted if t in pairing.pairs}
     keys.update(held_inside(graph, capture, pairing))
     return frozenset(keys)
+
+
+def _computed(pairing: Pairing, tensor: str) -> bool:
+    """Whether the value of `tensor` is computed from its node's inputs: derived, or not paired at all."""
+    return tensor not in pairing.pairs or _derived(pairing, tensor)
 
 
 def _derived(pairing: Pairing, tensor: str) -> bool:
