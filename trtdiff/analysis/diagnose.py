@@ -18,7 +18,16 @@ import numpy as np
 from trtdiff.analysis.advice import Interpolations, advise
 from trtdiff.analysis.attribution import AttributionInputs, attribute
 from trtdiff.analysis.control_flow import subgraph_notes
-from trtdiff.analysis.culprits import LocalRun, OpenLike, Reference, ValuesOf, find_culprits, local_errors, with_local
+from trtdiff.analysis.culprits import (
+    LocalRun,
+    OpenLike,
+    Reference,
+    ValuesOf,
+    exclusion_notes,
+    find_culprits,
+    local_errors,
+    with_local,
+)
 from trtdiff.backends.base import fetch
 
 if TYPE_CHECKING:
@@ -99,6 +108,7 @@ def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair
     updated = with_local(layers, runs)
     culprits, drift = find_culprits(updated, runs, inputs.graph, inputs.judge)
     advised = advise(culprits, inputs.graph, inputs.interpolations, inputs.name_of, _magnitudes(inputs, runs))
+    notes += exclusion_notes(advised, inputs.graph)
     notes += subgraph_notes(
         inputs.graph, advised, runs, inputs.captured, _exact_values(inputs), _opener(inputs), inputs.judge.thresholds
     )

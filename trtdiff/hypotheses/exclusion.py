@@ -96,11 +96,15 @@ def _again(
 
 
 def excluded_nodes(report: Report) -> tuple[str, ...]:
-    """The node names of every culprit's `exclude` patterns ("^/a\\.b$" -> "/a.b"), in order, once each."""
-    names = (_unescaped(pattern) for culprit in report.culprits for pattern in culprit.exclude)
+    """The names of the nodes every culprit keeps in higher precision (`exclude_nodes`), in order, once each.
+
+    A report written before those names were kept holds only the patterns: their names are read back from
+    them ("^/a\\.b$" -> "/a.b")."""
+    names = (name for culprit in report.culprits for name in culprit.exclude_nodes or map(_unescaped, culprit.exclude))
     return tuple(dict.fromkeys(names))
 
 
 def _unescaped(pattern: str) -> str:
-    """The name `re.escape` wrote into an anchored pattern (pairing.qdq.exclude_pattern)."""
-    return re.sub(r"\\(.)", r"\1", pattern.removeprefix("^").removesuffix("$"))
+    """The name `re.escape` wrote into an anchored pattern of a report written before `exclude_nodes`
+    ("^" + re.escape(name) + "$", where an escaped line break is a backslash before the break itself)."""
+    return re.sub(r"\\(.)", r"\1", pattern.removeprefix("^").removesuffix("$"), flags=re.DOTALL)

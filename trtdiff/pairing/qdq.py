@@ -17,6 +17,7 @@ them yet). Only what the graph says is read: no value is computed to decide a pa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from trtdiff.source.onnx_graph import GraphInfo, NodeInfo
 
 _QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}  # the escapes a regular expression reads as these characters
 _CLIPS = frozenset({"relu", "relu6", "hardtanh", "clamp"})  # record kinds a Q/DQ range may absorb
 
 
@@ -185,8 +187,8 @@ def unquantized(graph: GraphInfo, nodes: Sequence[str]) -> onnx.ModelProto:
     constants = _constants(graph)
     wanted, relus = set(nodes), {o for n in model.graph.node for o in n.output}  # relus: names taken
     ordered: list[onnx.NodeProto] = []
-    for node in model.graph.node:
-        for i, tensor in enumerate(node.input if node.name in wanted else ()):
+    for info, node in zip(graph.nodes, model.graph.node, strict=True):  # trtdiff's names: unnamed ones too
+        for i, tensor in enumerate(node.input if info.name in wanted else ()):
             float_input = _quantized_from(graph, tensor, constants)
             if float_input is None:
                 continue
@@ -228,8 +230,39 @@ def _quantized_from(graph: GraphInfo, tensor: str, constants: dict[str, np.ndarr
 
 
 def exclude_pattern(node_name: str) -> str:
-    """A node name as a regular expression that matches it alone (escaped and anchored), as
-    ModelOpt's `nodes_to_exclude` reads its entries."""
-    import re
+    """A node name as a regular expression that matches it alone under `re.match` (as ModelOpt reads its
+    `nodes_to_exclude` entries), written as one line of printable text.
 
-    return f"^{re.escape(node_name)}$"
+    Anchored by `^` and `\\Z` (`$` would also match the name followed by a newline); every character
+    literal: regex syntax backslashed (`re.escape`), white space and what is not printable (a newline,
+    ESC, a Unicode separator or control) as `\\n`, `\\r`, `\\t` or a `\\xHH`, `\\uHHHH` or `\\UHHHHHHHH`
+    escape, which `re` reads as that character. So the line never breaks, never holds what a terminal acts on, and never
+    starts with `::` (a CI workflow command).
+    """
+    return "^" + "".join(map(_literal, node_name)) + "\\Z"
+
+
+def _literal(char: str) -> str:
+    """One character of a node name as a regular expression matching it, in printable text with no space."""
+    if char.isprintable() and not char.isspace():
+        return re.escape(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def unwritable(graph: GraphInfo, node_name: str) -> str | None:
+    """Why no line of an exclusion list can name `node_name` alone (None where `exclude_pattern` does): the
+    file gives the node no name (trtdiff's own name for it is not in the file), or several nodes share it."""
+    count = sum(node.name == node_name for node in graph.model.graph.node)
+    if count == 1 and node_name:
+        return None
+    return "the file gives the node no name" if count == 0 or not node_name else f"{count} nodes share the name"
+
+
+def exclusion_patterns(graph: GraphInfo, node_names: Sequence[str]) -> tuple[str, ...]:
+    """`exclude_pattern` of each of `node_names` that one can name alone in `graph` (`unwritable`), in order."""
+    return tuple(exclude_pattern(name) for name in node_names if unwritable(graph, name) is None)

@@ -359,7 +359,7 @@ def ratio_text(culprit: Culprit) -> str:
 
 
 def _exclude_text(culprit: Culprit) -> str:
-    """ "; keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): ^/a$" where the culprit has any."""
+    """ "; keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): ^/a\\Z" where the culprit has any."""
     if not culprit.exclude:
         return ""
     return f"; keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): {' '.join(culprit.exclude)}"

@@ -267,8 +267,14 @@ class Culprit:
     """For a quantized tensor, the DequantizeLinear that judges it, with its scale and zero point
     ("/x_DequantizeLinear (scale 0.0094, zero point -128, int8)"); "" otherwise and in older reports."""
     exclude: tuple[str, ...] = ()
-    """In a quantized graph, the nodes to keep in higher precision, as ModelOpt's `nodes_to_exclude`
-    regular expressions (escaped, anchored: "^/conv2/Conv$"); --exclude-list writes them, one a line."""
+    """The nodes to keep in higher precision (in a quantized or reduced-precision comparison), as ModelOpt's
+    `nodes_to_exclude` regular expressions (pairing.qdq.exclude_pattern: each matches its node alone under
+    `re.match`, one line of printable text, "^/conv2/Conv\\Z"); --exclude-list writes them, one a line. A node
+    no such line can name alone (unnamed in the file, or a name several nodes share) is in `exclude_nodes`
+    only, and a note of the report says so."""
+    exclude_nodes: tuple[str, ...] = ()
+    """The names of those nodes themselves, every one of them, in the order of `exclude` (what the exclusion
+    list is checked with); () in reports written before, whose `exclude` held "^" + re.escape(name) + "$"."""
 
 
 @dataclass(frozen=True)
