@@ -292,11 +292,17 @@ def _verdict(run: LocalRun, tensor: str, graph: GraphInfo, judge: Judge) -> tupl
         return "unknown", None
     versus_reference, versus_candidate = judge(tensor, reference, spec), judge(tensor, candidate, spec)
     figures = ErrorFigures.of(versus_reference)
-    if not versus_reference.diverged:
+    if not _values_differ(versus_reference):
         return "runtime", figures
-    if not versus_candidate.diverged:
+    if not _values_differ(versus_candidate):
         return "export", figures
     return "unknown", figures
+
+
+def _values_differ(metrics: PairMetrics) -> bool:
+    """Whether two values of a tensor differ: diverged for a reason other than the graph's own scale (a
+    "quant_scale" reason holds whatever the values; the spec's verdict asks which side the values agree with)."""
+    return any(reason.metric != "quant_scale" for reason in metrics.reasons)
 
 
 def _kept(graph: GraphInfo, layer: Layer, run: LocalRun, judge: Judge) -> tuple[str, ...]:

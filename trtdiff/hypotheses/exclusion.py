@@ -58,12 +58,18 @@ def with_exclusion_checked(
             onnx.save(unquantized(graph, nodes), str(path))
             how = f"with the activation Q/DQ in front of {', '.join(nodes)} removed (the weights stay quantized)"
             given = isinstance(model, (str, Path)) and str(model) == report.onnx_path
+            faulty = [weight.node for weight in report.weights if weight.fault]
             checked = _again(
                 path if given else model,
                 options if given else options.with_fields(onnx=str(path)),
                 progress,
                 name_of,
                 how,
+                f" here: this check cannot undo the faulty scale of {', '.join(faulty)} (the float weights are not "
+                "in the file); ModelOpt, quantizing the float model without these nodes, leaves their weights in "
+                "float"
+                if faulty
+                else "",
             )
     else:
         return report
@@ -76,9 +82,11 @@ def _again(
     progress: Progress | None,
     name_of: Callable[[str], str],
     how: str,
+    why_not: str = "",
 ) -> str | None:
     """The note on comparing `model` again with `options` (the culprits' nodes in higher precision, `how`): do the
-    final outputs pass every check? None where the options cannot apply (a graph trtdiff did not convert)."""
+    final outputs pass every check? None where the options cannot apply (a graph trtdiff did not convert).
+    `why_not` ends the note where they still fail: what the check could not undo."""
     if progress is not None:
         progress("comparing again with the culprits' nodes in higher precision (the exclusion list)")
     try:
@@ -91,7 +99,7 @@ def _again(
         return f"exclusion list checked: {how} the final outputs pass every check"
     return (
         f"exclusion list checked: {how} {len(failed)} of {len(final)} checks of the final outputs still fail "
-        f"(first: {failed[0].id if failed else '?'}): keeping these nodes is not enough"
+        f"(first: {failed[0].id if failed else '?'}): keeping these nodes is not enough{why_not}"
     )
 
 

@@ -18,11 +18,13 @@ them yet). Only what the graph says is read: no value is computed to decide a pa
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from trtdiff.source.qdq_scales import QDQ_OPS, ScaleFault, constant_values, scale_faults
 
 if TYPE_CHECKING:
     import onnx
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.source.onnx_graph import GraphInfo, NodeInfo
 
-_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+_QDQ = QDQ_OPS
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}  # the escapes a regular expression reads as these characters
 _CLIPS = frozenset({"relu", "relu6", "hardtanh", "clamp"})  # record kinds a Q/DQ range may absorb
 
@@ -43,10 +45,15 @@ class Quantization:
     scale: float
     zero_point: int
     dtype: str
+    output: str = ""
+    """The DequantizeLinear's output (the other tensor it judges is the float one its QuantizeLinear reads)."""
+    fault: str = ""
+    """What is wrong with its scale or its QuantizeLinear's (source.qdq_scales: zero, negative, not finite), or ""."""
 
     def describe(self) -> str:
-        """ "/relu/Relu_output_0_DequantizeLinear (scale 0.00943, zero point -128, int8)" """
-        return f"{self.node} (scale {self.scale:.3g}, zero point {self.zero_point:g}, {self.dtype})"
+        """ "/relu/Relu_output_0_DequantizeLinear (scale 0.00943, zero point -128, int8)", then its fault if any."""
+        text = f"{self.node} (scale {self.scale:.3g}, zero point {self.zero_point:g}, {self.dtype})"
+        return f"{text}: {self.fault}" if self.fault else text
 
 
 def has_qdq(graph: GraphInfo) -> bool:
@@ -62,21 +69,31 @@ def quantizations(graph: GraphInfo) -> dict[str, Quantization]:
     """
     if not has_qdq(graph):
         return {}
-    constants = _constants(graph)
+    constants, faults = constant_values(graph), scale_faults(graph)
     found: dict[str, Quantization] = {}
     for node in graph.nodes:
         if node.op_type != "DequantizeLinear" or not node.outputs or not node.inputs:
             continue
         if node.inputs[0] in constants or node.outputs[0] not in graph.data_tensors:
             continue  # a weight: a constant
-        quantization = _quantization(node, constants)
+        source = graph.node_of(node.inputs[0])
+        quantize = source if source is not None and source.op_type == "QuantizeLinear" and source.inputs else None
+        quantization = _quantization(node, constants, _fault(node, quantize, faults))
         if quantization is None:
             continue
         found[node.outputs[0]] = quantization
-        source = graph.node_of(node.inputs[0])
-        if source is not None and source.op_type == "QuantizeLinear" and source.inputs:
-            found.setdefault(source.inputs[0], quantization)
+        if quantize is not None:
+            found.setdefault(quantize.inputs[0], quantization)
     return found
+
+
+def _fault(dequantize: NodeInfo, quantize: NodeInfo | None, faults: Mapping[str, ScaleFault]) -> str:
+    """What is wrong with the scale of `dequantize`, else of the QuantizeLinear feeding it; "" where nothing is."""
+    if (own := faults.get(dequantize.name)) is not None:
+        return own.describe()
+    if quantize is not None and (fault := faults.get(quantize.name)) is not None:
+        return f"the scale of its QuantizeLinear {quantize.name}, {fault.scale}, {fault.text}"
+    return ""
 
 
 def weight_dequantizers(graph: GraphInfo) -> list[str]:
@@ -88,9 +105,9 @@ def weight_quantizations(graph: GraphInfo) -> dict[str, Quantization | None]:
     """Each weight or bias DequantizeLinear (its input a constant) -> its quantization (None: no constant scale)."""
     if not has_qdq(graph):
         return {}
-    constants = _constants(graph)
+    constants, faults = constant_values(graph), scale_faults(graph)
     return {
-        n.name: _quantization(n, constants)
+        n.name: _quantization(n, constants, _fault(n, None, faults))
         for n in graph.nodes
         if n.op_type == "DequantizeLinear" and n.inputs and n.inputs[0] in constants
     }
@@ -125,17 +142,7 @@ def dequantized_keys(graph: GraphInfo, capture: TorchCapture, keys: dict[str, st
     return found
 
 
-def _constants(graph: GraphInfo) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
-
-    values = {init.name: numpy_helper.to_array(init) for init in graph.model.graph.initializer}
-    for node in graph.model.graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return values
-
-
-def _quantization(node: NodeInfo, constants: dict[str, np.ndarray]) -> Quantization | None:
+def _quantization(node: NodeInfo, constants: dict[str, np.ndarray], fault: str = "") -> Quantization | None:
     scale = constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
     if scale is None or scale.size == 0:
         return None
@@ -148,7 +155,8 @@ def _quantization(node: NodeInfo, constants: dict[str, np.ndarray]) -> Quantizat
         flat = zero.reshape(-1)
         zero_point = int(flat[0])
         dtype = str(zero.dtype)
-    return Quantization(node.name, float(np.max(np.abs(scale.astype(np.float64)))), zero_point, dtype)
+    largest = float(np.max(np.abs(scale.astype(np.float64))))
+    return Quantization(node.name, largest, zero_point, dtype, node.outputs[0] if node.outputs else "", fault)
 
 
 def to_exclude(graph: GraphInfo, node_name: str) -> tuple[str, ...]:
@@ -184,7 +192,7 @@ def unquantized(graph: GraphInfo, nodes: Sequence[str]) -> onnx.ModelProto:
 
     model = onnx.ModelProto()
     model.CopyFrom(graph.model)
-    constants = _constants(graph)
+    constants = constant_values(graph)
     wanted, relus = set(nodes), {o for n in model.graph.node for o in n.output}  # relus: names taken
     ordered: list[onnx.NodeProto] = []
     for info, node in zip(graph.nodes, model.graph.node, strict=True):  # trtdiff's names: unnamed ones too
