@@ -29,6 +29,7 @@ from trtdiff.analysis.culprits import (
     with_local,
 )
 from trtdiff.backends.base import fetch
+from trtdiff.source.masks import computed_magnitude, mask_tensors
 
 if TYPE_CHECKING:
     import onnx
@@ -122,11 +123,12 @@ def _magnitudes(inputs: Inputs, runs: Sequence[LocalRun]) -> dict[str, float] | 
     past float16's range is then what explains it); None at FP32."""
     if inputs.judge.reduced is None:
         return None
+    masks = mask_tensors(inputs.graph, inputs.feeds)  # what an attention mask carries is no overflow
     return {
-        tensor: float(np.nanmax(np.abs(reference.astype(np.float64)), initial=0.0))
+        tensor: magnitude
         for run in runs
         for tensor, (reference, _) in run.diverged.items()
-        if reference.dtype.kind == "f"
+        if (magnitude := computed_magnitude(reference, tensor in masks)) is not None
     }
 
 

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trtdiff.source.qdq_scales import QDQ_OPS, ScaleFault, constant_values, scale_faults
+from trtdiff.source.onnx_graph import constant_values
+from trtdiff.source.qdq_scales import QDQ_OPS, ScaleFault, scale_faults
 
 if TYPE_CHECKING:
     import onnx

@@ -270,7 +270,9 @@ def _int64_constants(context: Context) -> list[Finding]:
 
 
 def _fp16(context: Context) -> list[Finding]:
-    """Tensors whose magnitude on the example input overflows FP16 (|x| > 65504)."""
+    """Tensors whose magnitude on the example input overflows FP16 (|x| > 65504): a value a computation made,
+    which the magnitudes hold (source.masks.computed_magnitude: an attention mask's -inf or finfo.min, given
+    rather than computed, is left out of them)."""
     magnitudes, graph = context.magnitudes or {}, context.graph
     over = [(t, magnitudes[t]) for t in graph.node_outputs if magnitudes.get(t, 0.0) > FP16_MAX]
     if not over:

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trtdiff.source.onnx_graph import constant_values
+
 if TYPE_CHECKING:
     from trtdiff.source.onnx_graph import GraphInfo
 
@@ -84,17 +86,3 @@ def fault_text(scale: np.ndarray, op_type: str) -> str | None:
         more = f" and {bad.size - 1} more" if bad.size > 1 else ""
         where, there = f" at channel {int(bad[0])}{more} of {flat.size}", " there"
     return f"is {value:g}{where}: every value{there} {_EFFECTS.get(op_type, _EFFECTS['DequantizeLinear'])[kind]}"
-
-
-def constant_values(graph: GraphInfo, names: set[str] | None = None) -> dict[str, np.ndarray]:
-    """The values of the graph's constants (initializers, Constant nodes' outputs), those in `names` only where
-    given: nothing else is converted."""
-    from onnx import numpy_helper
-
-    model = graph.model.graph
-    values = {i.name: numpy_helper.to_array(i) for i in model.initializer if names is None or i.name in names}
-    for node in model.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            if names is None or node.output[0] in names:
-                values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return values
