@@ -108,7 +108,9 @@ def excluded_nodes(report: Report) -> tuple[str, ...]:
 
     A report written before those names were kept holds only the patterns: their names are read back from
     them ("^/a\\.b$" -> "/a.b")."""
-    names = (name for culprit in report.culprits for name in culprit.exclude_nodes or map(_unescaped, culprit.exclude))
+    names = (
+        name for culprit in report.culprits for name in (culprit.exclude_nodes or map(_unescaped, culprit.exclude))
+    )
     return tuple(dict.fromkeys(names))
 
 
