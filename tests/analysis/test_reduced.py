@@ -65,8 +65,8 @@ def test_an_fp16_overflow_is_named_at_the_node_that_first_overflows(tmp_path: Pa
     # the node after it is fed the square's values, past FP16's range: no local error of its own, and it is
     # kept in FP32 with the square until the values fit again
     assert any("after an overflow have no local error (e.g. /Div)" in note for note in report.notes)
-    assert spec.exclude == (f"^{SQUARE}$", "^/Div$")
-    assert exclude.read_text().split() == [f"^{SQUARE}$", "^/Div$"]
+    assert spec.exclude == (f"^{SQUARE}\\Z", "^/Div\\Z") and spec.exclude_nodes == (SQUARE, "/Div")
+    assert exclude.read_text().split() == [f"^{SQUARE}\\Z", "^/Div\\Z"]
     # and that list is checked: converted again with both kept in FP32, every check passes
     checked = (
         f"exclusion list checked: with {SQUARE}, /Div kept in FP32 (--keep-fp32 {SQUARE},/Div) the final outputs "

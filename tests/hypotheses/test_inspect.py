@@ -89,6 +89,16 @@ def _overflow(folder: Path) -> Path:
     return _save(folder, [node], [_value("x", [1, 16])], [_value("y", [1, 16])], [_init("gain", [1e6])])
 
 
+def _qdq(folder: Path, scale: float) -> Path:
+    """x -> QuantizeLinear -> DequantizeLinear -> y, sharing one scale, as quantize_static writes them."""
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], name="/x/QuantizeLinear"),
+        helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], name="/x/DequantizeLinear"),
+    ]
+    inits = [_init("s", scale), _init("zp", 0, np.int8)]
+    return _save(folder, nodes, [_value("x", [1, 4])], [_value("y", [1, 4])], inits)
+
+
 def _batchnorm(folder: Path) -> Path:
     inits = [_init(n, v) for n, v in (("s", [1, 1, 1]), ("b", [0, 0, 0]), ("mean", [0, 0, 0]), ("var", [1, 1, 1]))]
     node = helper.make_node("BatchNormalization", ["x", "s", "b", "mean", "var"], ["y"], name="/bn/BN", epsilon=1e-5)
@@ -168,6 +178,8 @@ CASES: dict[str, tuple[Callable[[Path], Path], set[str], str | None]] = {
     "int64-constant-beyond-int32": (_wide_constant, {"int64-narrowed"}, "info"),
     "fp16-overflow": (_overflow, {"fp16-overflow"}, "warning"),
     "batchnorm": (_batchnorm, {"batchnorm-unfolded"}, "info"),
+    "qdq-zero-scale": (lambda f: _qdq(f, 0.0), {"qdq-scale"}, "error"),
+    "qdq-scale-is-fine": (lambda f: _qdq(f, 0.02), set(), None),
     "layernorm-eps-1e-3": (lambda f: _layernorm(f, 1e-3), {"unusual-epsilon"}, "info"),
     "layernorm-eps-1e-12": (lambda f: _layernorm(f, 1e-12), {"epsilon-underflow"}, "warning"),
     "instancenorm-eps-1e-9": (lambda f: _instancenorm(f, 1e-9), {"epsilon-underflow"}, "warning"),
@@ -208,6 +220,14 @@ def test_findings_name_the_nodes_and_the_scope(tmp_path: Path) -> None:
     assert (row.input_shape, row.output_shape) == ((1, 1, 4, 4), (1, 1, 8, 8))
     assert inspection.opset == 10 and inspection.opset_imports == {"ai.onnx": 10}
     assert inspection.inputs == {"x": "1x1x4x4"}
+
+
+def test_a_zero_qdq_scale_is_one_error_naming_the_dequantize(tmp_path: Path) -> None:
+    """The QuantizeLinear shares the DequantizeLinear's scale: one finding, at the DequantizeLinear a comparison
+    names as the culprit."""
+    (finding,) = inspect_model(_qdq(tmp_path, 0.0)).findings
+    assert finding.nodes == ("/x/DequantizeLinear",) and finding.severity == "error"
+    assert finding.message == "DequantizeLinear /x/DequantizeLinear: its scale s is 0: every value dequantizes to 0"
 
 
 class _Interp(nn.Module):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from trtdiff.errors import TrtdiffError, render_names
-from trtdiff.source.pitfalls import EXPORT_RULES, SUBGRAPH_RULES
+from trtdiff.source.pitfalls import EXPORT_RULES, NAMING_RULES, SUBGRAPH_RULES
 
 if TYPE_CHECKING:
     from trtdiff.report import Culprit
@@ -54,7 +54,7 @@ def advise(
         finding = explaining(culprit, findings)
         if finding is not None:
             advice = render_names(finding.advice, name_of)
-            if finding.code in SUBGRAPH_RULES:  # the node at fault is not the culprit's own: say which, and why
+            if finding.code in NAMING_RULES:  # the node at fault may not be the culprit: say which, and why
                 advice = f"{finding.message}; {advice}"
             culprit = dataclasses.replace(culprit, advice=advice, advice_code=finding.code)
         advised.append(culprit)

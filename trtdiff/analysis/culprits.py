@@ -25,7 +25,7 @@ from trtdiff.analysis.shadow import ShadowModel, as_onnx, build_shadow, embed, s
 from trtdiff.backends.base import fetch
 from trtdiff.backends.registry import BACKENDS, tolerates_rewrite_failure
 from trtdiff.errors import describe_error
-from trtdiff.pairing.qdq import exclude_pattern, to_exclude
+from trtdiff.pairing.qdq import exclusion_patterns, to_exclude, unwritable
 from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures, number
 from trtdiff.source.onnx_graph import graph_from_model
 
@@ -224,6 +224,7 @@ def find_culprits(
             if local is None or accumulated is None or not (local.diverged and accumulated.diverged):
                 continue
             verdict, spec = _verdict(run, layer.tensor, graph, judge)
+            kept = _kept(graph, layer, run, judge)
             culprits.append(
                 Culprit(
                     tensor=layer.tensor,
@@ -238,10 +239,8 @@ def find_culprits(
                     spec=spec,
                     noise_level=is_noise(ErrorFigures.of(local), layer.dtype),
                     quantization=q.describe() if (q := quantized.get(layer.tensor)) else "",
-                    exclude=tuple(
-                        exclude_pattern(n)
-                        for n in (*_to_exclude(graph, layer.onnx_node, judge), *run.kept_after(layer.tensor, graph))
-                    ),
+                    exclude=exclusion_patterns(graph, kept),
+                    exclude_nodes=kept,
                 )
             )
     return culprits, (None if culprits else _drift(layers, runs))
@@ -293,11 +292,34 @@ def _verdict(run: LocalRun, tensor: str, graph: GraphInfo, judge: Judge) -> tupl
         return "unknown", None
     versus_reference, versus_candidate = judge(tensor, reference, spec), judge(tensor, candidate, spec)
     figures = ErrorFigures.of(versus_reference)
-    if not versus_reference.diverged:
+    if not _values_differ(versus_reference):
         return "runtime", figures
-    if not versus_candidate.diverged:
+    if not _values_differ(versus_candidate):
         return "export", figures
     return "unknown", figures
+
+
+def _values_differ(metrics: PairMetrics) -> bool:
+    """Whether two values of a tensor differ: diverged for a reason other than the graph's own scale (a
+    "quant_scale" reason holds whatever the values; the spec's verdict asks which side the values agree with)."""
+    return any(reason.metric != "quant_scale" for reason in metrics.reasons)
+
+
+def _kept(graph: GraphInfo, layer: Layer, run: LocalRun, judge: Judge) -> tuple[str, ...]:
+    """The nodes a culprit at `layer` keeps in higher precision, once each: around it, then after an overflow."""
+    return tuple(dict.fromkeys((*_to_exclude(graph, layer.onnx_node, judge), *run.kept_after(layer.tensor, graph))))
+
+
+def exclusion_notes(culprits: Sequence[Culprit], graph: GraphInfo) -> list[str]:
+    """One note per node the culprits keep in higher precision that no line of the exclusion list can name alone
+    (pairing.qdq.unwritable), saying why: it is left out of `exclude` and must be kept by hand."""
+    names = dict.fromkeys(name for culprit in culprits for name in culprit.exclude_nodes)
+    return [
+        f"exclusion list: {name} is to be kept in higher precision too, but {why}: no regular expression "
+        "matches it alone, so it is not in the list; keep it by hand"
+        for name in names
+        if (why := unwritable(graph, name)) is not None
+    ]
 
 
 def _to_exclude(graph: GraphInfo, node: str, judge: Judge) -> tuple[str, ...]:

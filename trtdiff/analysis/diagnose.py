@@ -18,8 +18,18 @@ import numpy as np
 from trtdiff.analysis.advice import Interpolations, advise
 from trtdiff.analysis.attribution import AttributionInputs, attribute
 from trtdiff.analysis.control_flow import subgraph_notes
-from trtdiff.analysis.culprits import LocalRun, OpenLike, Reference, ValuesOf, find_culprits, local_errors, with_local
+from trtdiff.analysis.culprits import (
+    LocalRun,
+    OpenLike,
+    Reference,
+    ValuesOf,
+    exclusion_notes,
+    find_culprits,
+    local_errors,
+    with_local,
+)
 from trtdiff.backends.base import fetch
+from trtdiff.source.masks import computed_magnitude, mask_tensors
 
 if TYPE_CHECKING:
     import onnx
@@ -99,6 +109,7 @@ def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair
     updated = with_local(layers, runs)
     culprits, drift = find_culprits(updated, runs, inputs.graph, inputs.judge)
     advised = advise(culprits, inputs.graph, inputs.interpolations, inputs.name_of, _magnitudes(inputs, runs))
+    notes += exclusion_notes(advised, inputs.graph)
     notes += subgraph_notes(
         inputs.graph, advised, runs, inputs.captured, _exact_values(inputs), _opener(inputs), inputs.judge.thresholds
     )
@@ -112,11 +123,12 @@ def _magnitudes(inputs: Inputs, runs: Sequence[LocalRun]) -> dict[str, float] | 
     past float16's range is then what explains it); None at FP32."""
     if inputs.judge.reduced is None:
         return None
+    masks = mask_tensors(inputs.graph, inputs.feeds)  # what an attention mask carries is no overflow
     return {
-        tensor: float(np.nanmax(np.abs(reference.astype(np.float64)), initial=0.0))
+        tensor: magnitude
         for run in runs
         for tensor, (reference, _) in run.diverged.items()
-        if reference.dtype.kind == "f"
+        if (magnitude := computed_magnitude(reference, tensor in masks)) is not None
     }
 
 

@@ -4,7 +4,10 @@ Between a QuantizeLinear and its DequantizeLinear a tensor holds integers: compa
 float model by cosine and a relative error made for float32 rounding calls every INT8 layer
 diverged. A tensor the graph's own Q/DQ nodes quantize (trtdiff.pairing.qdq.quantizations) is
 judged instead by its error in steps of that DequantizeLinear's scale against
-`max_quant_steps`; NaN/Inf that differ and a shape mismatch still diverge. Every other tensor,
+`max_quant_steps`; NaN/Inf that differ and a shape mismatch still diverge. A DequantizeLinear whose scale
+(or its QuantizeLinear's) is zero, negative or not finite diverges whatever its values (reason
+"quant_scale"), so it is the culprit, and the float tensor its QuantizeLinear reads is not judged in steps
+of that scale (every error over a zero step is infinite). Every other tensor,
 and every tensor of a graph with no Q/DQ, keeps its figures and verdict unchanged (nothing is
 computed for them).
 """
@@ -12,6 +15,7 @@ computed for them).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +47,12 @@ def in_steps(
     """`metrics` of `reference` against `candidate` judged in quantization steps where `tensor` is
     quantized; unchanged otherwise."""
     quantization = quantized.get(tensor)
-    if quantization is None or metrics.max_abs is None or metrics.mismatches is not None or metrics.shape_mismatch:
+    if quantization is None or metrics.mismatches is not None or metrics.shape_mismatch:
+        return metrics
+    if quantization.fault and tensor != quantization.output:  # the float tensor before: no step to judge it in
+        kept = tuple(r for r in metrics.reasons if r.metric in _KEPT)
+        return dataclasses.replace(metrics, reasons=kept, diverged=bool(kept))
+    if metrics.max_abs is None and not quantization.fault:
         return metrics
     ref = np.asarray(to_host(reference), dtype=np.float64).reshape(-1)
     cand = np.asarray(to_host(candidate), dtype=np.float64).reshape(-1)
@@ -52,6 +61,8 @@ def in_steps(
     error = float(np.percentile(delta, QUANT_PERCENTILE)) if delta.size else 0.0
     steps = quant_steps(error, quantization.scale)
     reasons = [r for r in metrics.reasons if r.metric in _KEPT]
+    if quantization.fault:  # wrong whatever the values: named at its DequantizeLinear
+        reasons.append(Reason("quant_scale", quantization.scale, detail=quantization.describe()))
     if steps > thresholds.max_quant_steps:
         reasons.append(Reason("quant_steps", steps, thresholds.max_quant_steps, detail=quantization.node))
     return dataclasses.replace(metrics, quant_steps=steps, reasons=tuple(reasons), diverged=bool(reasons))
@@ -63,7 +74,8 @@ def quantized_weights(graph: GraphInfo, parameters: Mapping[str, np.ndarray]) ->
 
     A weight quantized correctly is within half a step of its parameter everywhere (round to nearest; a
     symmetric range covers the largest value): the figure is the max, not a percentile, since nothing
-    about a constant varies with the input.
+    about a constant varies with the input. A scale that is zero, negative or not finite (source.qdq_scales)
+    is inf steps, parameter or not: no value of the weight makes it right.
     """
     weights = weight_quantizations(graph)
     if not weights:
@@ -73,10 +85,12 @@ def quantized_weights(graph: GraphInfo, parameters: Mapping[str, np.ndarray]) ->
     for node in (n for n in graph.nodes if n.name in weights):
         name = node.inputs[0].removesuffix("_quantized")  # quantize_static's and ModelOpt's naming
         parameter = parameters.get(name)
-        steps = _weight_steps(graph, node, constants, parameter) if parameter is not None else None
         quantization = weights[node.name]
+        fault = quantization.fault if quantization is not None else ""
+        steps = _weight_steps(graph, node, constants, parameter) if parameter is not None and not fault else None
         described = quantization.describe() if quantization is not None else ""
-        found.append(QuantizedWeight(node.name, name if parameter is not None else None, steps, described))
+        parameter_name = name if parameter is not None else None
+        found.append(QuantizedWeight(node.name, parameter_name, math.inf if fault else steps, described, fault))
     return tuple(found)
 
 
@@ -98,7 +112,7 @@ def _weight_steps(
     scale = _along(numpy_helper.to_array(constants[node.inputs[1]]).astype(np.float64), values.ndim, axis)
     zero = _along(zero, values.ndim, axis)
     error = np.abs((values - zero) * scale - parameter.astype(np.float64))
-    return float(np.max(error / np.where(scale > 0, scale, np.inf), initial=0.0))
+    return float(np.max(error / scale, initial=0.0))  # every scale positive: a fault is inf steps before this
 
 
 def _along(value: np.ndarray, ndim: int, axis: int) -> np.ndarray:

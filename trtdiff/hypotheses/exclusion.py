@@ -58,12 +58,18 @@ def with_exclusion_checked(
             onnx.save(unquantized(graph, nodes), str(path))
             how = f"with the activation Q/DQ in front of {', '.join(nodes)} removed (the weights stay quantized)"
             given = isinstance(model, (str, Path)) and str(model) == report.onnx_path
+            faulty = [weight.node for weight in report.weights if weight.fault]
             checked = _again(
                 path if given else model,
                 options if given else options.with_fields(onnx=str(path)),
                 progress,
                 name_of,
                 how,
+                f" here: this check cannot undo the faulty scale of {', '.join(faulty)} (the float weights are not "
+                "in the file); ModelOpt, quantizing the float model without these nodes, leaves their weights in "
+                "float"
+                if faulty
+                else "",
             )
     else:
         return report
@@ -76,9 +82,11 @@ def _again(
     progress: Progress | None,
     name_of: Callable[[str], str],
     how: str,
+    why_not: str = "",
 ) -> str | None:
     """The note on comparing `model` again with `options` (the culprits' nodes in higher precision, `how`): do the
-    final outputs pass every check? None where the options cannot apply (a graph trtdiff did not convert)."""
+    final outputs pass every check? None where the options cannot apply (a graph trtdiff did not convert).
+    `why_not` ends the note where they still fail: what the check could not undo."""
     if progress is not None:
         progress("comparing again with the culprits' nodes in higher precision (the exclusion list)")
     try:
@@ -91,16 +99,22 @@ def _again(
         return f"exclusion list checked: {how} the final outputs pass every check"
     return (
         f"exclusion list checked: {how} {len(failed)} of {len(final)} checks of the final outputs still fail "
-        f"(first: {failed[0].id if failed else '?'}): keeping these nodes is not enough"
+        f"(first: {failed[0].id if failed else '?'}): keeping these nodes is not enough{why_not}"
     )
 
 
 def excluded_nodes(report: Report) -> tuple[str, ...]:
-    """The node names of every culprit's `exclude` patterns ("^/a\\.b$" -> "/a.b"), in order, once each."""
-    names = (_unescaped(pattern) for culprit in report.culprits for pattern in culprit.exclude)
+    """The names of the nodes every culprit keeps in higher precision (`exclude_nodes`), in order, once each.
+
+    A report written before those names were kept holds only the patterns: their names are read back from
+    them ("^/a\\.b$" -> "/a.b")."""
+    names = (
+        name for culprit in report.culprits for name in (culprit.exclude_nodes or map(_unescaped, culprit.exclude))
+    )
     return tuple(dict.fromkeys(names))
 
 
 def _unescaped(pattern: str) -> str:
-    """The name `re.escape` wrote into an anchored pattern (pairing.qdq.exclude_pattern)."""
-    return re.sub(r"\\(.)", r"\1", pattern.removeprefix("^").removesuffix("$"))
+    """The name `re.escape` wrote into an anchored pattern of a report written before `exclude_nodes`
+    ("^" + re.escape(name) + "$", where an escaped line break is a backslash before the break itself)."""
+    return re.sub(r"\\(.)", r"\1", pattern.removeprefix("^").removesuffix("$"), flags=re.DOTALL)

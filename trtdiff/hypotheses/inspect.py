@@ -19,6 +19,7 @@ from trtdiff.errors import BackendError
 from trtdiff.options import BackendOptions, CompareOptions
 from trtdiff.pipeline.prepare import prepare
 from trtdiff.report.inspection import Inspection
+from trtdiff.source.masks import computed_magnitude, mask_tensors
 from trtdiff.source.onnx_graph import GraphInfo
 from trtdiff.source.pitfalls import inspect_graph, worst_severity
 
@@ -81,18 +82,21 @@ def _input_shapes(graph: GraphInfo) -> dict[str, str]:
 def tensor_magnitudes(
     graph: GraphInfo, feeds: Mapping[str, np.ndarray], runtime: BackendOptions
 ) -> tuple[dict[str, float] | None, str | None]:
-    """Largest |value| of each float tensor computed from the inputs (ONNX Runtime on `feeds`), or a note why not."""
+    """Largest |value| of each float tensor computed from the inputs (ONNX Runtime on `feeds`), or a note why not.
+
+    What an attention mask carries (-inf, finfo.min: source.masks) is left out: it was given, not computed."""
     from trtdiff.backends.registry import open_backend
 
     wanted = [t for t in graph.node_outputs if t in graph.data_tensors]
     sizes = {t: n for t in wanted if (n := graph.tensor_type(t).nbytes()) is not None}
+    masks = mask_tensors(graph, feeds)
     magnitudes: dict[str, float] = {}
     try:
         with open_backend("onnxruntime", graph, runtime) as backend:
             for chunk in backend.run(feeds, wanted, sizes=sizes, max_bytes=runtime.chunk_bytes):
                 for name, value in chunk.items():
-                    if np.issubdtype(value.dtype, np.floating) and value.size and not np.isnan(value).all():
-                        magnitudes[name] = float(np.nanmax(np.abs(value)))
+                    if (magnitude := computed_magnitude(value, name in masks)) is not None:
+                        magnitudes[name] = magnitude
     except BackendError as error:
         return None, f"FP16 range not checked: {error}"
     return magnitudes, None

@@ -17,11 +17,15 @@ them yet). Only what the graph says is read: no value is computed to decide a pa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from trtdiff.source.onnx_graph import constant_values
+from trtdiff.source.qdq_scales import QDQ_OPS, ScaleFault, scale_faults
 
 if TYPE_CHECKING:
     import onnx
@@ -29,7 +33,8 @@ if TYPE_CHECKING:
     from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.source.onnx_graph import GraphInfo, NodeInfo
 
-_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+_QDQ = QDQ_OPS
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}  # the escapes a regular expression reads as these characters
 _CLIPS = frozenset({"relu", "relu6", "hardtanh", "clamp"})  # record kinds a Q/DQ range may absorb
 
 
@@ -41,10 +46,15 @@ class Quantization:
     scale: float
     zero_point: int
     dtype: str
+    output: str = ""
+    """The DequantizeLinear's output (the other tensor it judges is the float one its QuantizeLinear reads)."""
+    fault: str = ""
+    """What is wrong with its scale or its QuantizeLinear's (source.qdq_scales: zero, negative, not finite), or ""."""
 
     def describe(self) -> str:
-        """ "/relu/Relu_output_0_DequantizeLinear (scale 0.00943, zero point -128, int8)" """
-        return f"{self.node} (scale {self.scale:.3g}, zero point {self.zero_point:g}, {self.dtype})"
+        """ "/relu/Relu_output_0_DequantizeLinear (scale 0.00943, zero point -128, int8)", then its fault if any."""
+        text = f"{self.node} (scale {self.scale:.3g}, zero point {self.zero_point:g}, {self.dtype})"
+        return f"{text}: {self.fault}" if self.fault else text
 
 
 def has_qdq(graph: GraphInfo) -> bool:
@@ -60,21 +70,31 @@ def quantizations(graph: GraphInfo) -> dict[str, Quantization]:
     """
     if not has_qdq(graph):
         return {}
-    constants = _constants(graph)
+    constants, faults = constant_values(graph), scale_faults(graph)
     found: dict[str, Quantization] = {}
     for node in graph.nodes:
         if node.op_type != "DequantizeLinear" or not node.outputs or not node.inputs:
             continue
         if node.inputs[0] in constants or node.outputs[0] not in graph.data_tensors:
             continue  # a weight: a constant
-        quantization = _quantization(node, constants)
+        source = graph.node_of(node.inputs[0])
+        quantize = source if source is not None and source.op_type == "QuantizeLinear" and source.inputs else None
+        quantization = _quantization(node, constants, _fault(node, quantize, faults))
         if quantization is None:
             continue
         found[node.outputs[0]] = quantization
-        source = graph.node_of(node.inputs[0])
-        if source is not None and source.op_type == "QuantizeLinear" and source.inputs:
-            found.setdefault(source.inputs[0], quantization)
+        if quantize is not None:
+            found.setdefault(quantize.inputs[0], quantization)
     return found
+
+
+def _fault(dequantize: NodeInfo, quantize: NodeInfo | None, faults: Mapping[str, ScaleFault]) -> str:
+    """What is wrong with the scale of `dequantize`, else of the QuantizeLinear feeding it; "" where nothing is."""
+    if (own := faults.get(dequantize.name)) is not None:
+        return own.describe()
+    if quantize is not None and (fault := faults.get(quantize.name)) is not None:
+        return f"the scale of its QuantizeLinear {quantize.name}, {fault.scale}, {fault.text}"
+    return ""
 
 
 def weight_dequantizers(graph: GraphInfo) -> list[str]:
@@ -86,9 +106,9 @@ def weight_quantizations(graph: GraphInfo) -> dict[str, Quantization | None]:
     """Each weight or bias DequantizeLinear (its input a constant) -> its quantization (None: no constant scale)."""
     if not has_qdq(graph):
         return {}
-    constants = _constants(graph)
+    constants, faults = constant_values(graph), scale_faults(graph)
     return {
-        n.name: _quantization(n, constants)
+        n.name: _quantization(n, constants, _fault(n, None, faults))
         for n in graph.nodes
         if n.op_type == "DequantizeLinear" and n.inputs and n.inputs[0] in constants
     }
@@ -123,17 +143,7 @@ def dequantized_keys(graph: GraphInfo, capture: TorchCapture, keys: dict[str, st
     return found
 
 
-def _constants(graph: GraphInfo) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
-
-    values = {init.name: numpy_helper.to_array(init) for init in graph.model.graph.initializer}
-    for node in graph.model.graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return values
-
-
-def _quantization(node: NodeInfo, constants: dict[str, np.ndarray]) -> Quantization | None:
+def _quantization(node: NodeInfo, constants: dict[str, np.ndarray], fault: str = "") -> Quantization | None:
     scale = constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
     if scale is None or scale.size == 0:
         return None
@@ -146,7 +156,8 @@ def _quantization(node: NodeInfo, constants: dict[str, np.ndarray]) -> Quantizat
         flat = zero.reshape(-1)
         zero_point = int(flat[0])
         dtype = str(zero.dtype)
-    return Quantization(node.name, float(np.max(np.abs(scale.astype(np.float64)))), zero_point, dtype)
+    largest = float(np.max(np.abs(scale.astype(np.float64))))
+    return Quantization(node.name, largest, zero_point, dtype, node.outputs[0] if node.outputs else "", fault)
 
 
 def to_exclude(graph: GraphInfo, node_name: str) -> tuple[str, ...]:
@@ -182,11 +193,11 @@ def unquantized(graph: GraphInfo, nodes: Sequence[str]) -> onnx.ModelProto:
 
     model = onnx.ModelProto()
     model.CopyFrom(graph.model)
-    constants = _constants(graph)
+    constants = constant_values(graph)
     wanted, relus = set(nodes), {o for n in model.graph.node for o in n.output}  # relus: names taken
     ordered: list[onnx.NodeProto] = []
-    for node in model.graph.node:
-        for i, tensor in enumerate(node.input if node.name in wanted else ()):
+    for info, node in zip(graph.nodes, model.graph.node, strict=True):  # trtdiff's names: unnamed ones too
+        for i, tensor in enumerate(node.input if info.name in wanted else ()):
             float_input = _quantized_from(graph, tensor, constants)
             if float_input is None:
                 continue
@@ -228,8 +239,39 @@ def _quantized_from(graph: GraphInfo, tensor: str, constants: dict[str, np.ndarr
 
 
 def exclude_pattern(node_name: str) -> str:
-    """A node name as a regular expression that matches it alone (escaped and anchored), as
-    ModelOpt's `nodes_to_exclude` reads its entries."""
-    import re
+    """A node name as a regular expression that matches it alone under `re.match` (as ModelOpt reads its
+    `nodes_to_exclude` entries), written as one line of printable text.
 
-    return f"^{re.escape(node_name)}$"
+    Anchored by `^` and `\\Z` (`$` would also match the name followed by a newline); every character
+    literal: regex syntax backslashed (`re.escape`), white space and what is not printable (a newline,
+    ESC, a Unicode separator or control) as `\\n`, `\\r`, `\\t` or a `\\xHH`, `\\uHHHH` or `\\UHHHHHHHH`
+    escape, which `re` reads as that character. So the line never breaks, never holds what a terminal acts on, and never
+    starts with `::` (a CI workflow command).
+    """
+    return "^" + "".join(map(_literal, node_name)) + "\\Z"
+
+
+def _literal(char: str) -> str:
+    """One character of a node name as a regular expression matching it, in printable text with no space."""
+    if char.isprintable() and not char.isspace():
+        return re.escape(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def unwritable(graph: GraphInfo, node_name: str) -> str | None:
+    """Why no line of an exclusion list can name `node_name` alone (None where `exclude_pattern` does): the
+    file gives the node no name (trtdiff's own name for it is not in the file), or several nodes share it."""
+    count = sum(node.name == node_name for node in graph.model.graph.node)
+    if count == 1 and node_name:
+        return None
+    return "the file gives the node no name" if count == 0 or not node_name else f"{count} nodes share the name"
+
+
+def exclusion_patterns(graph: GraphInfo, node_names: Sequence[str]) -> tuple[str, ...]:
+    """`exclude_pattern` of each of `node_names` that one can name alone in `graph` (`unwritable`), in order."""
+    return tuple(exclude_pattern(name) for name in node_names if unwritable(graph, name) is None)

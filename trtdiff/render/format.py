@@ -159,6 +159,8 @@ def reason_text(reason: Reason) -> str:
         return f"shape {reason.detail or '?'}"
     if reason.metric == "quant_steps":
         return f"{reason.value:.1f} quantization steps > {limit:g} (of {reason.detail or '?'})"
+    if reason.metric == "quant_scale":
+        return f"unusable quantization scale: {reason.detail or '?'}"
     if reason.metric == "noise_ratio":
         return f"{reason.value:.1f}x the error {reason.detail or 'the precision'} makes here > {limit:g}"
     return f"{_count(reason.value)} of {_count(limit)} elements differ"
@@ -181,9 +183,10 @@ def _general(figure: float | None) -> str:
 def check_message(check: ThresholdCheck, report: Report) -> str:
     """One line on what a check measured, e.g. "min-cosine 0.9999 on final outputs of 3 sample(s): worst ..."."""
     if check.scope == "weights":
+        fault = next((w.fault for w in report.weights if w.node == check.worst_sample and w.fault), "")
         return (
             f"max-quant-steps {check.limit:g} on {check.compared} quantized weights against the PyTorch "
-            f"parameters: worst {_general(check.worst)} steps ({check.worst_sample})"
+            f"parameters: worst {_general(check.worst)} steps ({check.worst_sample}{': ' + fault if fault else ''})"
         )
     if check.threshold in _THRESHOLD_WORDS:
         return (
@@ -376,7 +379,7 @@ def ratio_text(culprit: Culprit) -> str:
 
 
 def _exclude_text(culprit: Culprit) -> str:
-    """ "; keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): ^/a$" where the culprit has any."""
+    """ "; keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): ^/a\\Z" where the culprit has any."""
     if not culprit.exclude:
         return ""
     return f"; keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): {' '.join(culprit.exclude)}"

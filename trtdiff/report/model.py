@@ -38,7 +38,7 @@ READABLE_SCHEMAS = (2, 3)
 """The layouts this trtdiff reads back: the current one and the one before (3 added `options`)."""
 
 ReasonMetric = Literal[
-    "cosine", "rel_err", "max_abs", "non_finite", "shape", "mismatches", "quant_steps", "noise_ratio"
+    "cosine", "rel_err", "max_abs", "non_finite", "shape", "mismatches", "quant_steps", "quant_scale", "noise_ratio"
 ]
 CheckScope = Literal["outputs", "layers", "agreement", "labels", "weights"]
 CheckMetric = Literal[
@@ -128,7 +128,9 @@ class Reason:
     For "non_finite", `value` and `limit` count the candidate's and the reference's NaN/Inf
     and `detail` says at how many positions they differ ("3 of 64 positions");
     for "mismatches" (integer tensors), `value` counts differing elements and `limit` all;
-    for "shape", `detail` holds "2x3 vs 3x2".
+    for "shape", `detail` holds "2x3 vs 3x2"; for "quant_scale" (a DequantizeLinear whose scale, or its
+    QuantizeLinear's, is zero, negative or not finite), `value` is the largest |scale| and `detail` the
+    DequantizeLinear with what is wrong.
     """
 
     metric: ReasonMetric
@@ -273,8 +275,14 @@ class Culprit:
     """For a quantized tensor, the DequantizeLinear that judges it, with its scale and zero point
     ("/x_DequantizeLinear (scale 0.0094, zero point -128, int8)"); "" otherwise and in older reports."""
     exclude: tuple[str, ...] = ()
-    """In a quantized graph, the nodes to keep in higher precision, as ModelOpt's `nodes_to_exclude`
-    regular expressions (escaped, anchored: "^/conv2/Conv$"); --exclude-list writes them, one a line."""
+    """The nodes to keep in higher precision (in a quantized or reduced-precision comparison), as ModelOpt's
+    `nodes_to_exclude` regular expressions (pairing.qdq.exclude_pattern: each matches its node alone under
+    `re.match`, one line of printable text, "^/conv2/Conv\\Z"); --exclude-list writes them, one a line. A node
+    no such line can name alone (unnamed in the file, or a name several nodes share) is in `exclude_nodes`
+    only, and a note of the report says so."""
+    exclude_nodes: tuple[str, ...] = ()
+    """The names of those nodes themselves, every one of them, in the order of `exclude` (what the exclusion
+    list is checked with); () in reports written before, whose `exclude` held "^" + re.escape(name) + "$"."""
 
 
 @dataclass(frozen=True)
@@ -418,13 +426,16 @@ class QuantizedWeight:
     `parameter`: the PyTorch name (the quantized initializer's, "conv1.weight_quantized", less its
     suffix), None where no parameter of the model has it (listed, not compared). `steps`: the largest
     |dequantized - parameter| in steps of the scale of its channel: at most half a step when the
-    weight is quantized correctly (round to nearest), None when not compared.
+    weight is quantized correctly (round to nearest), None when not compared; inf where its scale is
+    zero, negative or not finite (`fault` says which and where), with or without a parameter.
     """
 
     node: str
     parameter: str | None
     steps: float | None
     quantization: str
+    fault: str = ""
+    """What is wrong with its scale ("its scale conv2.weight_scale is 0 at channel 3 of 8: ..."); "" otherwise."""
 
 
 @dataclass(frozen=True)

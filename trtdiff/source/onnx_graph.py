@@ -310,3 +310,17 @@ def attributes(graph: GraphInfo, node: NodeInfo) -> dict[str, Any]:
         value = helper.get_attribute_value(attribute)
         values[attribute.name] = value.decode() if isinstance(value, bytes) else value
     return values
+
+
+def constant_values(graph: GraphInfo, names: set[str] | None = None) -> dict[str, np.ndarray]:
+    """The values of the graph's constants (initializers, Constant nodes' outputs), those in `names` only where
+    given: nothing else is converted."""
+    from onnx import numpy_helper
+
+    model = graph.model.graph
+    values = {i.name: numpy_helper.to_array(i) for i in model.initializer if names is None or i.name in names}
+    for node in model.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            if names is None or node.output[0] in names:
+                values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    return values

@@ -18,6 +18,7 @@ from onnx import numpy_helper
 from trtdiff.errors import param
 from trtdiff.report.inspection import SEVERITY_RANK, Finding, Interpolation, ResizeInfo, Severity
 from trtdiff.source.onnx_graph import GraphInfo, NodeInfo, attributes, dynamic_inputs, node_module
+from trtdiff.source.qdq_scales import scale_faults
 from trtdiff.source.resizes import STACK_TRACE_KEY, guess_module, read_resizes, source_of, with_calls
 
 FP16_MAX = 65504.0
@@ -62,6 +63,9 @@ RULES: dict[str, tuple[Severity, str]] = {
     "baked-dimension": ("error", "export with the dimension symbolic: reshape with x.size(0), -1 or 0 instead of "
                         "int(x.size(0)) (int() and .item() make the trace write a number), and give the exporter the "
                         "dimension as dynamic (dynamic_axes for TorchScript, dynamic_shapes for dynamo)"),
+    "qdq-scale": ("error", "give it a positive, finite scale: calibrate again with data that reaches this tensor (a "
+                  "zero scale comes from a calibration that only ever saw zeros there), or leave the tensor "
+                  "unquantized; TensorRT's ONNX parser refuses a scale that is not positive"),
     "shape-chains": ("info", "compare the model before and after simplification (onnxslim, fixed input shapes) "
                      f"with {param('simplify')}: if the numbers change, the shape path is a suspect"),
 }
@@ -78,11 +82,15 @@ EXPORT_RULES = frozenset(
         "softmax-axis",
         "unusual-epsilon",
         "baked-dimension",
+        "qdq-scale",
     }
 )
 # Rules whose node may sit inside a culprit's subgraph rather than be the culprit itself: a constant
 # shape that is wrong shows first in the paired op after it (a Softmax after the baked Reshape).
 SUBGRAPH_RULES = frozenset({"baked-dimension"})
+# Rules whose message names the node at fault and what is wrong with it: a culprit's advice starts with it
+# (the node may not be the culprit itself: a weight's DequantizeLinear behind the Conv that reads it).
+NAMING_RULES = SUBGRAPH_RULES | {"qdq-scale"}
 # Ops whose target shape is an input, and which input (a constant there fixes every dimension).
 _SHAPED = {"Reshape": 1, "Expand": 1}
 
@@ -124,8 +132,8 @@ def find_all(context: Context) -> list[Finding]:
     for node in context.graph.nodes:
         if (info := context.resizes.get(node.name)) is not None:
             found += _coordinates(context, node, info) + _nearest(context, node, info) + _size_one(context, node, info)
-    rules = (_softmax, _int64_data, _int64_constants, _fp16, _batchnorm, _epsilons, _groupnorm, _baked, _shapes)
-    for rule in rules:
+    rules = (_softmax, _int64_data, _int64_constants, _fp16, _batchnorm, _epsilons, _groupnorm, _baked)
+    for rule in (*rules, _qdq_scales, _shapes):
         found += rule(context)
     return sorted(found, key=lambda f: -SEVERITY_RANK[f.severity])
 
@@ -262,7 +270,9 @@ def _int64_constants(context: Context) -> list[Finding]:
 
 
 def _fp16(context: Context) -> list[Finding]:
-    """Tensors whose magnitude on the example input overflows FP16 (|x| > 65504)."""
+    """Tensors whose magnitude on the example input overflows FP16 (|x| > 65504): a value a computation made,
+    which the magnitudes hold (source.masks.computed_magnitude: an attention mask's -inf or finfo.min, given
+    rather than computed, is left out of them)."""
     magnitudes, graph = context.magnitudes or {}, context.graph
     over = [(t, magnitudes[t]) for t in graph.node_outputs if magnitudes.get(t, 0.0) > FP16_MAX]
     if not over:
@@ -353,6 +363,25 @@ def _baked(context: Context) -> list[Finding]:
                 f"{k} is dynamic: fed another size there, every tensor after it has another shape than PyTorch's"
             )
             found.append(context.finding("baked-dimension", [node], message))
+    return found
+
+
+def _qdq_scales(context: Context) -> list[Finding]:
+    """Q/DQ nodes whose scale is zero, negative or not finite (source.qdq_scales), each with the node a comparison
+    names for it: a QuantizeLinear's DequantizeLinear, a weight DequantizeLinear's readers. A QuantizeLinear whose
+    DequantizeLinear reads the same faulty scale is that DequantizeLinear's finding."""
+    graph, faults, found = context.graph, scale_faults(context.graph), []
+    for name, fault in faults.items():
+        node = next(n for n in graph.nodes if n.name == name)
+        after = [n for t in node.outputs for n in context.users(t)]
+        if fault.op_type == "QuantizeLinear":
+            after = [n for n in after if n.op_type == "DequantizeLinear"]
+            if any(n.name in faults and faults[n.name].scale == fault.scale for n in after):
+                continue
+        elif _constant(graph, node.inputs[0]) is None:  # an activation's DequantizeLinear: the culprit itself
+            after = []
+        message = f"{node.op_type} {node.name}: {fault.describe()}"
+        found.append(context.finding("qdq-scale", [node, *after], message))
     return found
 
 
