@@ -20,7 +20,9 @@ from torch import nn
 
 import trtdiff
 from trtdiff.analysis.attribution import pixel_share
-from trtdiff.render.format import attribution_summary
+from trtdiff.render.culprits import (
+    attribution_summary,
+)
 from trtdiff.render.terminal import render_terminal
 from trtdiff.report import Report
 

@@ -19,7 +19,9 @@ from trtdiff.backends.base import fetch
 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
 from trtdiff.cli.app import main
 from trtdiff.errors import BackendError
-from trtdiff.render.format import attribution_summary
+from trtdiff.render.culprits import (
+    attribution_summary,
+)
 from trtdiff.report import BackendPair
 from trtdiff.source.onnx_graph import load_graph
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trtdiff.render import format as fmt
+from trtdiff.render import culprits as ctext, format as fmt
 from trtdiff.report import BackendPair, Reason, Report, Thresholds
 
 
@@ -156,48 +156,48 @@ def test_layer_index(diverged: Report) -> None:
 
 def test_verdicts(culprits: Report) -> None:
     export, runtime = culprits.culprits
-    assert fmt.verdict_text(export) == "export problem (the ONNX spec computes the same)"
-    assert fmt.verdict_text(runtime) == "runtime problem (onnxruntime deviates from the ONNX spec)"
+    assert ctext.verdict_text(export) == "export problem (the ONNX spec computes the same)"
+    assert ctext.verdict_text(runtime) == "runtime problem (onnxruntime deviates from the ONNX spec)"
     unknown = dataclasses.replace(export, verdict="unknown")
-    assert fmt.verdict_text(unknown) == "cause unknown (the ONNX spec agrees with neither side)"
-    assert fmt.verdict_text(dataclasses.replace(unknown, spec=None)) == "cause unknown (no ONNX spec evaluation)"
-    assert fmt.verdict_text(runtime, short=True) == "runtime problem"
-    assert fmt.culprit_marker(export, 2) == "culprit: #2 /decoder/Resize (Resize, export problem)"
+    assert ctext.verdict_text(unknown) == "cause unknown (the ONNX spec agrees with neither side)"
+    assert ctext.verdict_text(dataclasses.replace(unknown, spec=None)) == "cause unknown (no ONNX spec evaluation)"
+    assert ctext.verdict_text(runtime, short=True) == "runtime problem"
+    assert ctext.culprit_marker(export, 2) == "culprit: #2 /decoder/Resize (Resize, export problem)"
 
 
 def test_attribution_without_segmentation_and_against_agreement(culprits: Report) -> None:
     first, second = culprits.attribution
     plain = dataclasses.replace(first, miou_before=None, miou_after=None, miou_recovered=None)
-    assert fmt.attribution_text(culprits, plain) == (
+    assert ctext.attribution_text(culprits, plain) == (
         "injecting torch's value: final rel-err 1.14e-01 -> 7.10e-03, cosine 0.999225 -> 0.999900"
     )
-    assert fmt.attribution_text(culprits, second, earlier=2).startswith(
+    assert ctext.attribution_text(culprits, second, earlier=2).startswith(
         "injecting torch's values here and at the 2 earlier culprits recovers 0.1540 of 0.1540 mIoU"
     )
     no_labels = dataclasses.replace(culprits, segmentation=None)
-    lost = fmt.miou_lost(no_labels, first)
+    lost = ctext.miou_lost(no_labels, first)
     assert lost is not None and math.isclose(lost, 1 - 0.804), "without labels the ceiling is full agreement"
 
 
 def test_culprits_of_and_attribution_of(culprits: Report) -> None:
     only = dataclasses.replace(culprits, culprits=())
-    assert fmt.culprits_of(only) == (culprits.culprits[0],)
-    assert fmt.culprits_of(dataclasses.replace(only, culprit=None)) == ()
-    assert fmt.attribution_of(culprits, culprits.culprits[1]) == culprits.attribution[1]
-    assert fmt.attribution_of(dataclasses.replace(culprits, attribution=()), culprits.culprits[1]) is None
-    assert fmt.culprits_brief(only) == "culprit /decoder/Resize (Resize, export problem)"
+    assert ctext.culprits_of(only) == (culprits.culprits[0],)
+    assert ctext.culprits_of(dataclasses.replace(only, culprit=None)) == ()
+    assert ctext.attribution_of(culprits, culprits.culprits[1]) == culprits.attribution[1]
+    assert ctext.attribution_of(dataclasses.replace(culprits, attribution=()), culprits.culprits[1]) is None
+    assert ctext.culprits_brief(only) == "culprit /decoder/Resize (Resize, export problem)"
 
 
 def test_inherited_and_drift_texts(inherited: Report, drift: Report, culprits: Report) -> None:
-    assert fmt.inherited_text(inherited, code=lambda s: f"`{s}`") == " (inherited from `/decoder/Resize`)"
-    assert fmt.inherited_text(drift) == " (inherited: local rel-err 2.00e-04 holds)"
-    assert fmt.inherited_text(culprits) == "", "the first divergence is a culprit"
+    assert ctext.inherited_text(inherited, code=lambda s: f"`{s}`") == " (inherited from `/decoder/Resize`)"
+    assert ctext.inherited_text(drift) == " (inherited: local rel-err 2.00e-04 holds)"
+    assert ctext.inherited_text(culprits) == "", "the first divergence is a culprit"
     assert drift.drift is not None
-    assert fmt.drift_text(drift.drift, limit=1) == (
+    assert ctext.drift_text(drift.drift, limit=1) == (
         "accumulated drift, no single culprit; largest local contributors: /backbone/Conv (rel-err 4.00e-04), … 3 more"
     )
     empty = dataclasses.replace(drift.drift, contributors=())
-    assert fmt.drift_text(empty) == "accumulated drift, no single culprit"
+    assert ctext.drift_text(empty) == "accumulated drift, no single culprit"
 
 
 def test_non_finite_check_and_lines(passing: Report) -> None:
@@ -239,8 +239,8 @@ def test_a_culprit_whose_nan_positions_differ_is_worded_by_them(culprits: Report
     export = culprits.culprits[0]
     nan_local = dataclasses.replace(export.local, non_finite_mismatches=2)
     nan_culprit = dataclasses.replace(export, local=nan_local, accumulated=nan_local)
-    assert fmt.local_vs_accumulated(nan_culprit) == "NaN/Inf differ at 2 positions here (accumulated: 2)"
-    assert fmt.local_vs_accumulated(export).startswith("local rel-err 2.64e-02 vs accumulated")
+    assert ctext.local_vs_accumulated(nan_culprit) == "NaN/Inf differ at 2 positions here (accumulated: 2)"
+    assert ctext.local_vs_accumulated(export).startswith("local rel-err 2.64e-02 vs accumulated")
     first = culprits.attribution[0]
     plain = dataclasses.replace(
         first,
@@ -252,16 +252,18 @@ def test_a_culprit_whose_nan_positions_differ_is_worded_by_them(culprits: Report
         final_non_finite_after=0,
         final_rel_err_after_alone=first.final_rel_err_before,
     )
-    assert "final NaN/Inf differing at 2 -> 0 positions" in fmt.attribution_text(culprits, plain)
+    assert "final NaN/Inf differing at 2 -> 0 positions" in ctext.attribution_text(culprits, plain)
     only = dataclasses.replace(
         culprits, culprits=(nan_culprit,), culprit=nan_culprit, attribution=(plain,), segmentation=None
     )
-    assert fmt.attribution_summary(only) == [
+    assert ctext.attribution_summary(only) == [
         "/decoder/Resize alone carries 100% of the 2 final output positions whose NaN/Inf differ"
     ]
 
 
 def test_a_share_short_of_the_whole_is_never_written_as_all_of_it() -> None:
-    from trtdiff.render.format import _percent
+    from trtdiff.render.culprits import (
+        _percent,
+    )
 
     assert [_percent(s) for s in (0.94, 0.995, 0.99996, 1.0, 0.004)] == ["94%", "99.5%", "99.9%", "100%", "0%"]

@@ -390,7 +390,9 @@ def test_a_culprit_whose_output_has_no_finite_value_reads_n_a(diverged: Report) 
 def test_recovered_says_what_it_measures_mIoU_or_the_output_error_alike_everywhere(advised: Report) -> None:
     """The labels' mIoU loses nothing (the argmax agrees) while the output's error is 8.38e-02: fixing the head
     Conv alone recovers no measurable mIoU, yet all of the output's error; no line may say it recovers nothing."""
-    from trtdiff.render.format import attribution_summary
+    from trtdiff.render.culprits import (
+        attribution_summary,
+    )
     from trtdiff.render.markdown import render_markdown
 
     first, second = advised.attribution

@@ -14,13 +14,15 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from trtdiff.render.format import (
+from trtdiff.render.culprits import (
     advice_text,
-    check_message,
     culprits_of,
+    verdict_text,
+)
+from trtdiff.render.format import (
+    check_message,
     limit_text,
     module_text,
-    verdict_text,
 )
 from trtdiff.report.text import plain
 

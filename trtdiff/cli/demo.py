@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from trtdiff.hypotheses.sweep import sweep
-from trtdiff.render.format import attribution_summary, culprit_brief, culprit_text, culprits_of
+from trtdiff.render.culprits import (
+    attribution_summary,
+    culprit_brief,
+    culprit_text,
+    culprits_of,
+)
 from trtdiff.render.sweep_text import render_sweep
 
 if TYPE_CHECKING:

@@ -10,26 +10,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trtdiff.render.culprits import (
+    attribution_of,
+    attribution_summary,
+    culprit_text,
+    culprits_of,
+    drift_text,
+    inherited_text,
+    miou_lost,
+    verdict_text,
+)
 from trtdiff.render.format import (
     NOTHING,
     agreeing_text,
-    attribution_of,
-    attribution_summary,
     check_message,
     cosine,
-    culprit_text,
-    culprits_of,
     divergence_figures,
     divergence_node,
-    drift_text,
     escape_html as esc,
     format_value,
-    inherited_text,
     inputs_text,
     layer_index,
     limit_text,
     miou,
-    miou_lost,
     non_finite_counts_text,
     non_finite_failed,
     non_finite_groups,
@@ -41,7 +44,6 @@ from trtdiff.render.format import (
     shape_text,
     suspects_text,
     thresholds_text,
-    verdict_text,
 )
 from trtdiff.render.html_plots import depth_svg, samples_svg
 from trtdiff.render.runtimes import runtime_lines

@@ -15,10 +15,12 @@ from itertools import groupby
 from typing import Any
 
 from trtdiff.errors import OptionError
-from trtdiff.render.format import (
-    cosine,
+from trtdiff.render.culprits import (
     culprit_marker,
     culprits_of,
+)
+from trtdiff.render.format import (
+    cosine,
     escape_html as esc,
     format_value,
     layer_index,

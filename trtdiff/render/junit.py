@@ -12,16 +12,18 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from trtdiff.render.format import (
-    check_message,
+from trtdiff.render.culprits import (
     culprit_text,
     culprits_brief,
     culprits_of,
+    drift_text,
+    inherited_text,
+)
+from trtdiff.render.format import (
+    check_message,
     divergence_figures,
     divergence_node,
-    drift_text,
     format_value,
-    inherited_text,
     inputs_text,
     limit_text,
     non_finite_groups,

@@ -11,20 +11,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trtdiff.render.format import (
-    agreeing_text,
+from trtdiff.render.culprits import (
     attribution_summary,
     culprit_text,
     culprits_of,
-    divergence_figures,
-    divergence_node,
     drift_text,
-    format_value,
     grouped_culprits,
     inherited_text,
+    noise_text,
+)
+from trtdiff.render.format import (
+    agreeing_text,
+    divergence_figures,
+    divergence_node,
+    format_value,
     inputs_text,
     limit_text,
-    noise_text,
     non_finite_lines,
     plural,
     segmentation_parts,

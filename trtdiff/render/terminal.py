@@ -12,24 +12,26 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from trtdiff.render.format import (
-    agreeing_text,
+from trtdiff.render.culprits import (
     attribution_summary,
-    check_message,
-    cosine,
     culprit_brief,
     culprit_quiet,
     culprit_text,
     culprits_of,
-    divergence_figures,
-    divergence_head,
     drift_text,
-    engines_line,
     grouped_culprits,
     inherited_text,
+    noise_text,
+)
+from trtdiff.render.format import (
+    agreeing_text,
+    check_message,
+    cosine,
+    divergence_figures,
+    divergence_head,
+    engines_line,
     inputs_text,
     marking_changed_line,
-    noise_text,
     non_finite_failed,
     non_finite_lines,
     plural,
