@@ -144,10 +144,9 @@ def run_command(model: str, values: Mapping[str, Any]) -> Recording:
 
 def build_command(model: str, values: Mapping[str, Any]) -> None:
     """Build the engine, print what was built, write the JSON when asked."""
-    from pathlib import Path
-
     from rich.console import Console
 
+    from trtdiff import outputs
     from trtdiff.pipeline.build import build
     from trtdiff.render.files import check_json_path
     from trtdiff.render.terminal import render_build
@@ -163,16 +162,15 @@ def build_command(model: str, values: Mapping[str, Any]) -> None:
         report = build(model, options)
     if json_path:
         with writing():
-            Path(json_path).write_text(report.to_json() + "\n")
+            outputs.write_text(json_path, report.to_json() + "\n")
     render_build(report, Console(highlight=False))
 
 
 def inspect_command(model: str, values: Mapping[str, Any]) -> bool:
     """Inspect the model, print the view, write the JSON when asked; True when nothing is above info."""
-    from pathlib import Path
-
     from rich.console import Console
 
+    from trtdiff import outputs
     from trtdiff.hypotheses.inspect import inspect_model
     from trtdiff.render.files import check_json_path
     from trtdiff.render.inspect_text import render_inspection
@@ -183,7 +181,7 @@ def inspect_command(model: str, values: Mapping[str, Any]) -> bool:
     inspection = inspect_model(model, _options(read), name_of=flag_of)
     if json_path:
         with writing():
-            Path(json_path).write_text(inspection.to_json() + "\n")
+            outputs.write_text(json_path, inspection.to_json() + "\n")
     render_inspection(inspection, Console(highlight=False))
     return inspection.clean
 

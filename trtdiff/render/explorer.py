@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtdiff import outputs
 from trtdiff.errors import ReportFileError, first_line
 from trtdiff.report import Layer, Report
 
@@ -212,9 +213,10 @@ def _base(path: Path) -> Path:
 
 def is_overlay(path: Path) -> bool:
     """Whether `path` holds node data trtdiff wrote (so it may be written again)."""
+    text = outputs.head(path, 256 << 20)  # a regular file, never read through a link
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(text) if text is not None else None
+    except (ValueError, RecursionError):
         return False
     return isinstance(data, dict) and str(data.get("name", "")).startswith(NAME_PREFIX) and "results" in data
 
@@ -265,7 +267,7 @@ def write_model_explorer(report: Report, path: str | Path, model: onnx.ModelProt
     """Write the four overlays of `report` next to each other (me.json, me.error.json, ...); the paths written."""
     written = []
     for overlay, target in zip(overlays(report, model), overlay_paths(path), strict=True):
-        target.write_text(json.dumps(overlay.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        outputs.write_text(target, json.dumps(overlay.to_dict(), indent=2, allow_nan=False) + "\n")
         written.append(target)
     return tuple(written)
 
