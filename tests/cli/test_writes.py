@@ -90,3 +90,54 @@ def test_inspect_json_is_never_written_through_a_link(relu: Path, tmp_path: Path
     (tmp_path / "inspection.json").symlink_to(tmp_path / "missing.json")
     code, stderr = _run("inspect", str(relu), "--json", str(tmp_path / "inspection.json"))
     assert code == 2 and "is a symbolic link" in stderr and not (tmp_path / "missing.json").exists()
+
+
+MODEL = ("tests.cli.test_process:small_cnn", "--input-shape", "1x3x8x8", "--backends", "torch,onnxruntime", "-q")
+
+
+def test_save_onnx_is_never_written_through_a_link(tmp_path: Path) -> None:
+    """Before: a link to a missing file was no "existing file" (so no --force was needed) and the export created
+    its target; with --force, the export overwrote the file the link points to."""
+    (tmp_path / "model.onnx").symlink_to(tmp_path / "created.onnx")
+    code, stderr = _run("compare", *MODEL, "--save-onnx", str(tmp_path / "model.onnx"))
+    assert code == 2 and "the file exists" in stderr and "--force" in stderr
+    assert not (tmp_path / "created.onnx").exists()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's")
+    (tmp_path / "kept.onnx").symlink_to(victim)
+    assert _run("compare", *MODEL, "--save-onnx", str(tmp_path / "kept.onnx"), "--force")[0] == 0
+    assert victim.read_text() == "the user's" and not (tmp_path / "kept.onnx").is_symlink()
+    assert onnx.load(str(tmp_path / "kept.onnx")).graph.node
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.onnx", "model.onnx", "victim.txt"]
+
+
+def test_run_save_is_never_written_through_a_link(relu: Path, tmp_path: Path) -> None:
+    (tmp_path / "new.npz").symlink_to(tmp_path / "created.npz")
+    code, stderr = _run("run", str(relu), "--backend", "onnxruntime", "--save", str(tmp_path / "new.npz"))
+    assert code == 2 and "the file exists" in stderr and not (tmp_path / "created.npz").exists()
+    victim = tmp_path / "victim.npz"
+    victim.write_bytes(b"the user's")
+    (tmp_path / "rec.npz").symlink_to(victim)
+    assert _run("run", str(relu), "--backend", "onnxruntime", "--save", str(tmp_path / "rec.npz"), "--force")[0] == 0
+    assert victim.read_bytes() == b"the user's" and not (tmp_path / "rec.npz").is_symlink()
+    assert _run("compare", str(relu), *ONNX_ONLY, "--load", f"onnxruntime={tmp_path / 'rec.npz'}")[0] == 0
+
+
+def test_the_marked_engine_beside_save_engine_needs_force_too(relu: Path, tmp_path: Path) -> None:
+    """Before: NAME.marked.engine, written beside --save-engine, was overwritten whatever was there."""
+    (tmp_path / "model.marked.engine").write_bytes(b"the user's")
+    code, stderr = _run("build", str(relu), "--save-engine", str(tmp_path / "model.engine"))
+    assert code == 2 and "model.marked.engine" in stderr and "--force" in stderr, stderr
+    assert (tmp_path / "model.marked.engine").read_bytes() == b"the user's"
+
+
+def test_force_lists_exactly_what_it_covers() -> None:
+    """Before: its help named --save-onnx and --save-engine; it also covered run's --save, --save-repro's folder
+    and the ONNX file beside --model-explorer."""
+    from trtdiff.options.declare import all_declarations
+    from trtdiff.options.parts import COMPARE_PARTS
+
+    (force,) = [d for d in all_declarations(COMPARE_PARTS) if d.name == "force"]
+    text = force.option.help
+    assert all(flag in text for flag in ("--save-onnx", "--save-engine", ".marked.engine", "run's --save"))
+    assert "--save-repro" in text.split("Nothing else")[1] and "report files" in text.split("Nothing else")[1]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trtdiff.cli.flags import Given, given
-from trtdiff.cli.interrupt import raising_interrupts, unfinished, writing
+from trtdiff.cli.interrupt import raising_interrupts, writing
 from trtdiff.cli.progress import progress_display
 from trtdiff.cli.sources import read_options, set_by_file_only
 from trtdiff.errors import OptionError
@@ -65,13 +65,13 @@ def _keep_onnx_beside(options: CompareOptions, files: ReportFiles) -> CompareOpt
     """With Model Explorer's node data, the exported ONNX file is kept beside it (me.json -> me.onnx).
 
     Unless --save-onnx names where to keep it, or the ONNX file is given (--onnx, or MODEL). An
-    ONNX file already there belongs to earlier trtdiff node data (checked before): it is replaced.
+    ONNX file already there belongs to earlier trtdiff node data (checked before; no link): it is
+    replaced, with or without --force, which does not cover it.
     """
     beside = files.explorer_onnx()
     if beside is None or options.export.save_onnx is not None or options.export.onnx is not None:
         return options
-    if beside.exists() and not options.force:
-        beside.unlink()
+    beside.unlink(missing_ok=True)  # --save-onnx, which it becomes, then finds no file to refuse
     return options.with_fields(save_onnx=str(beside))
 
 
@@ -138,8 +138,8 @@ def run_command(model: str, values: Mapping[str, Any]) -> Recording:
     options = _options(read)
     options.validate()
     assert read.run.backend is not None and read.run.save is not None  # click requires both
-    with unfinished(read.run.save):  # written as the backend runs: an interrupted recording is removed
-        return run(model, options, backend=read.run.backend, save=read.run.save)
+    # written under a temporary name as the backend runs, renamed when whole: an interrupted one is removed
+    return run(model, options, backend=read.run.backend, save=read.run.save)
 
 
 def build_command(model: str, values: Mapping[str, Any]) -> None:

@@ -16,8 +16,9 @@ installs a handler that raises nothing and ends the process itself:
   exports, ONNX Runtime's and TensorRT's scratch folders) and TMPDIR's (native code). Removing
   that folder removes them all, whichever step was running; a normal end removes it too.
 - A report is written whole: inside `writing()` the handler only notes the interrupt, and the
-  block ends the process when it has finished. A file written as the run goes (`run --save`)
-  is `unfinished`: removed if the run is interrupted after it changed.
+  block ends the process when it has finished. Every output is written under a temporary name
+  beside its own and renamed into place when whole (trtdiff.outputs): what is being written
+  then (a recording `run --save` writes as the backend runs, a repro bundle) is removed.
 - While the main thread waits in a long native call, Python cannot run the handler. A second
   Ctrl-C is then seen by a watcher thread, woken through signal.set_wakeup_fd, which ends the
   process the same way: a stuck run still ends at once.
@@ -40,6 +41,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
+from trtdiff import outputs
+
 EXIT_INTERRUPTED = 130
 
 
@@ -50,7 +53,6 @@ class _Ending:
         self.root = root
         self.stderr = stderr  # a copy of descriptor 2: the exporter's silencing points 2 at a scratch file for a while
         self.at_end: list[Callable[[], None]] = []
-        self.unfinished: dict[Path, tuple[int, int, int] | None] = {}
         self.deferring = 0
         self.pending = False
         self._once = threading.Lock()
@@ -93,10 +95,8 @@ class _Ending:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(BaseException):
                     stream.flush()
-        for path, before in self.unfinished.items():
-            with contextlib.suppress(OSError):
-                if _identity(path) not in (None, before):
-                    path.unlink()
+        with contextlib.suppress(BaseException):
+            outputs.remove_in_progress()
         _remove(self.root)
         with contextlib.suppress(OSError):
             os.write(self.stderr, b"Interrupted.\n")
@@ -160,21 +160,6 @@ def writing() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def unfinished(path: str | Path) -> Iterator[None]:
-    """`path` is removed if the process is interrupted in the block after the file changed (written as the run goes)."""
-    ending = _ending
-    if ending is None:
-        yield
-        return
-    target = Path(path)
-    ending.unfinished[target] = _identity(target)
-    try:
-        yield
-    finally:
-        ending.unfinished.pop(target, None)
-
-
-@contextlib.contextmanager
 def at_interrupt(undo: Callable[[], None]) -> Iterator[None]:
     """Call `undo` before the process ends on an interrupt during the block (e.g. stop a live display)."""
     ending = _ending
@@ -199,15 +184,6 @@ def raising_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def _identity(path: Path) -> tuple[int, int, int] | None:
-    """The file's inode, size and time of change; None when there is none."""
-    try:
-        found = path.stat()
-    except OSError:
-        return None
-    return found.st_ino, found.st_size, found.st_mtime_ns
 
 
 def _remove(root: Path) -> None:

@@ -529,7 +529,12 @@ class CompareOptions:
     gate: GateOptions = field(default_factory=GateOptions)
     analysis: AnalysisOptions = field(default_factory=AnalysisOptions)
     force: bool = option(
-        False, writes=True, group=EXPORT, help="Let --save-onnx / --save-engine overwrite an existing file."
+        False,
+        writes=True,
+        group=EXPORT,
+        help="Let --save-onnx, --save-engine (and NAME.marked.engine beside it) and run's --save replace an existing "
+        "file (a link there is replaced, never followed). Nothing else: report files are written only over "
+        "earlier trtdiff reports, --save-repro only into an empty folder or an earlier repro.",
     )
 
     def with_fields(self, **values: Any) -> CompareOptions:
