@@ -10,7 +10,9 @@ reader never sees half a file. What an existing file at the name may be is each 
 following a link.
 
 Every file and folder being written is listed until it is in place, so that a process stopped
-on the way (Ctrl-C, SIGTERM: trtdiff.cli.interrupt) removes them with `remove_in_progress`.
+on the way (Ctrl-C, SIGTERM: trtdiff.cli.interrupt) removes them with `remove_in_progress`; and
+a block of writes that must not stop half-way (the report files, a repro bundle moved into its
+folder) is `whole()`: the interrupt handler then `defer`s the end of the process to the block's end.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -30,6 +32,8 @@ from trtdiff.errors import OptionError
 Found = Literal["missing", "file", "link", "folder", "other"]
 _PART = ".trtdiff-part"
 _in_progress: set[Path] = set()  # mutated in the main thread; read whole (one C call) by the interrupt handler
+_whole_blocks = 0
+_deferred: list[Callable[[], None]] = []
 
 
 def found(path: str | Path) -> Found:
@@ -109,24 +113,60 @@ def append_text(path: str | Path, text: str, parameter: str) -> None:
 
 @contextlib.contextmanager
 def folder_beside(path: str | Path) -> Iterator[Path]:
-    """A new, empty folder in the same folder as `path` (so that its entries move into `path` by renaming),
-    removed with what is left in it when the block ends."""
+    """A new, empty folder on the file system of `path`, so that it or its entries move there by renaming: in
+    the same folder as `path`, or inside `path` (an existing folder) where that one is not writable. Removed,
+    with whatever is left in it, when the block ends."""
     target = Path(os.path.abspath(path))
+    try:
+        folder = _new_folder(target.parent, target.name)
+    except PermissionError:
+        if found(target) != "folder":
+            raise
+        folder = _new_folder(target, target.name)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        _in_progress.discard(folder)
+
+
+def _new_folder(parent: Path, name: str) -> Path:
+    """Create a new folder in `parent` under a hidden name of its own, listed as in progress."""
     for _ in range(100):
-        folder = target.parent / f".{target.name}.{secrets.token_hex(4)}{_PART}"
+        folder = parent / f".{name}.{secrets.token_hex(4)}{_PART}"
         _in_progress.add(folder)
         try:
             folder.mkdir()
         except FileExistsError:
             _in_progress.discard(folder)
             continue
-        try:
-            yield folder
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        except BaseException:
             _in_progress.discard(folder)
-        return
-    raise FileExistsError(errno.EEXIST, "no free temporary name", str(target.parent))
+            raise
+        return folder
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(parent))
+
+
+@contextlib.contextmanager
+def whole() -> Iterator[None]:
+    """Writes that an interrupt lets finish: an end `defer`red meanwhile runs when the outermost block ends."""
+    global _whole_blocks
+    _whole_blocks += 1
+    try:
+        yield
+    finally:
+        _whole_blocks -= 1
+        if not _whole_blocks and _deferred:
+            _deferred.pop()()
+
+
+def defer(end: Callable[[], None]) -> bool:
+    """Inside `whole()`: keep `end` for the block's end and say True (the first one kept); outside: False."""
+    if not _whole_blocks:
+        return False
+    if not _deferred:
+        _deferred.append(end)
+    return True
 
 
 def remove_in_progress() -> None:

@@ -285,7 +285,8 @@ def repro_command(folder: str) -> bool:
     from trtdiff.render.format import cosine, reasons_text, sci
     from trtdiff.report.text import plain
 
-    results = check_repro(folder)
+    notes: list[str] = []
+    results = check_repro(folder, notes=notes)
     console = Console(highlight=False)
     for result in results:
         m = result.metrics
@@ -296,4 +297,6 @@ def repro_command(folder: str) -> bool:
             f"rel-err {sci(m.rel_err)}: {verdict}"
         )
         console.print(Text(plain(line)))  # the backend's name and the reasons come from the bundle: never markup
+    for note in notes:  # a runtime that cannot run the subgraph here (its error quotes the bundle's names)
+        console.print(Text(plain(f"note: {note}")))
     return not any(result.metrics.diverged for result in results)

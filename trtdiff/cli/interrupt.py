@@ -53,14 +53,13 @@ class _Ending:
         self.root = root
         self.stderr = stderr  # a copy of descriptor 2: the exporter's silencing points 2 at a scratch file for a while
         self.at_end: list[Callable[[], None]] = []
-        self.deferring = 0
         self.pending = False
         self._once = threading.Lock()
 
     def handle(self, _signum: int, _frame: FrameType | None) -> None:
-        """SIGINT, in the main thread: end now, or when the file being written is whole. Never raises."""
+        """SIGINT, in the main thread: end now, or when the files being written are whole. Never raises."""
         try:
-            if self.deferring and not self.pending:
+            if not self.pending and outputs.defer(lambda: self.end(in_main=True)):
                 self.pending = True
                 return
             self.end(in_main=True)
@@ -146,17 +145,8 @@ def ending_on_interrupt() -> Iterator[None]:
 @contextlib.contextmanager
 def writing() -> Iterator[None]:
     """Files written whole: an interrupt in the block ends the process when the block ends (a second one at once)."""
-    ending = _ending
-    if ending is None:
+    with outputs.whole():
         yield
-        return
-    ending.deferring += 1
-    try:
-        yield
-    finally:
-        ending.deferring -= 1
-        if ending.pending and not ending.deferring:
-            ending.end(in_main=True)
 
 
 @contextlib.contextmanager

@@ -431,7 +431,9 @@ class AnalysisOptions:
                                        "attribution).")
     save_repro: str | None = option(None, writes=True, group=THRESHOLDS, commands=COMPARE, metavar="DIR",
                                     help="Write each culprit's subgraph as a standalone ONNX file with its inputs, "
-                                         "every backend's output and a README with the command that shows it.")
+                                         "every backend's output and a README with the command that shows it, into "
+                                         "DIR: a new or empty folder or an earlier repro, written whole or not at "
+                                         "all.")
     capture: Capture = option("full", group=THRESHOLDS, commands=COMPARE,
                               help="full: every value of every layer compared. stats: per tensor only statistics "
                                    "made where it lives (NaN/Inf counts, min, max, mean, norm, sampled values), "

@@ -787,7 +787,7 @@ def _check_repro_dir(options: CompareOptions) -> None:
     if options.analysis.save_repro is not None:
         from trtdiff.analysis.repro import check_repro_dir
 
-        check_repro_dir(options.analysis.save_repro, options.force)
+        check_repro_dir(options.analysis.save_repro)
 
 
 def _repro(options: CompareOptions, prepared: Prepared, notes: list[str]) -> OnCulprits | None:
