@@ -49,6 +49,25 @@ def found(path: str | Path) -> Found:
     return "file" if stat.S_ISREG(mode) else "other"
 
 
+def check_path(path: str | Path, parameter: str) -> None:
+    """OptionError (naming `parameter`) unless `path` is a file trtdiff may write: its folder exists, and it is
+    neither a folder nor a symbolic link (which trtdiff would replace, but a link where an output goes is no
+    file of trtdiff's: removing it is the user's call)."""
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise OptionError(f"folder {target.parent} does not exist; create it first", parameter=parameter, value=target)
+    there = found(target)
+    if there == "folder":
+        raise OptionError("is a folder; give a file path", parameter=parameter, value=target)
+    if there == "link":
+        raise OptionError(
+            "is a symbolic link; trtdiff writes a report only over one it wrote, never through a link: "
+            "remove the link or choose another path",
+            parameter=parameter,
+            value=target,
+        )
+
+
 def head(path: str | Path, limit: int) -> bytes | None:
     """The first `limit` bytes of the regular file at `path`; None for anything else (missing, a link, a pipe)."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)

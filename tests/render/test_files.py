@@ -188,3 +188,23 @@ def test_every_format_trtdiff_writes_may_be_written_again(tmp_path: Path, report
     files.validate()  # a sweep's files over a report's, and the other way round
     (tmp_path / "exclude.txt").write_text("^/Add$\n^/decoder/Resize$\n")  # a list trtdiff wrote for a culprit
     files.validate()
+
+
+def test_a_sweeps_node_data_is_written_only_over_earlier_node_data(tmp_path: Path, report: Report) -> None:
+    """A sweep names its node-data files by combination (me.opset13-torchscript.json), known only once it ran:
+    before, they were written over whatever was there; now each is checked before any is written."""
+    from trtdiff.hypotheses.sweep import Sweep, SweepEntry
+
+    mine = tmp_path / "me.opset13-torchscript.local.json"
+    mine.write_text('{"mine": true}')
+    sweep = Sweep((SweepEntry(opset=13, exporter="torchscript", report=report),))
+    files = ReportFiles(model_explorer=str(tmp_path / "me.json"))
+    files.validate()
+    with pytest.raises(OptionError, match="is not trtdiff node data") as caught:
+        files.write_sweep(sweep)
+    assert caught.value.parameter == "model_explorer"
+    assert mine.read_text() == '{"mine": true}' and sorted(p.name for p in tmp_path.iterdir()) == [mine.name]
+    mine.unlink()
+    files.write_sweep(sweep)
+    files.write_sweep(sweep)  # and again, over its own
+    assert len(list(tmp_path.glob("me.opset13-torchscript*.json"))) == 4

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtdiff import outputs
-from trtdiff.errors import ReportFileError, first_line
+from trtdiff.errors import OptionError, ReportFileError, first_line
 from trtdiff.report import Layer, Report
 
 if TYPE_CHECKING:
@@ -219,6 +219,31 @@ def is_overlay(path: Path) -> bool:
     except (ValueError, RecursionError):
         return False
     return isinstance(data, dict) and str(data.get("name", "")).startswith(NAME_PREFIX) and "results" in data
+
+
+def check_overlay_paths(path: str) -> None:
+    """Node data overwrites only earlier trtdiff node data; the ONNX file beside it, only beside earlier node data.
+
+    Checked before any work (ReportFiles.validate), and for a sweep, whose files are named by
+    its combinations, before any of them is written.
+    """
+    files = overlay_paths(path)
+    for target in files:
+        outputs.check_path(target, "model_explorer")
+        if outputs.found(target) != "missing" and not is_overlay(target):
+            raise OptionError(
+                f"{target} exists and is not trtdiff node data; choose another path",
+                parameter="model_explorer",
+                value=path,
+            )
+    beside = onnx_beside(path)
+    outputs.check_path(beside, "model_explorer")
+    if outputs.found(beside) != "missing" and not is_overlay(files[0]):
+        raise OptionError(
+            f"{beside} exists and belongs to no earlier trtdiff node data here; choose another path",
+            parameter="model_explorer",
+            value=path,
+        )
 
 
 def load_onnx(report: Report, report_path: str | Path | None = None) -> onnx.ModelProto | None:

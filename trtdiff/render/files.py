@@ -50,6 +50,8 @@ class ReportFiles:
         for name in ("junit", "markdown", "html", "exclude_list"):
             check_earlier(getattr(self, name), name)
         if self.model_explorer:
+            from trtdiff.render.explorer import check_overlay_paths
+
             check_overlay_paths(self.model_explorer)
         if self.html and importlib.util.find_spec("matplotlib") is None:
             raise OptionError(
@@ -109,21 +111,8 @@ class ReportFiles:
 
 def check_output_path(path: str | Path | None, parameter: str) -> None:
     """A report file's folder must exist, and the path must be neither a folder nor a symbolic link."""
-    if not path:
-        return
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise OptionError(f"folder {target.parent} does not exist; create it first", parameter=parameter, value=target)
-    there = outputs.found(target)
-    if there == "folder":
-        raise OptionError("is a folder; give a file path", parameter=parameter, value=target)
-    if there == "link":
-        raise OptionError(
-            "is a symbolic link; trtdiff writes a report only over one it wrote, never through a link: "
-            "remove the link or choose another path",
-            parameter=parameter,
-            value=target,
-        )
+    if path:
+        outputs.check_path(path, parameter)
 
 
 def _junit(head: bytes) -> bool:
@@ -177,29 +166,6 @@ def _check_ours(target: Path, parameter: str, what: str, ours: Callable[[bytes],
     if head is None or not ours(head):
         raise OptionError(
             f"the file exists and is not a trtdiff {what}; choose another path", parameter=parameter, value=target
-        )
-
-
-def check_overlay_paths(path: str) -> None:
-    """Node data overwrites only earlier trtdiff node data; the ONNX file beside it, only beside earlier node data."""
-    from trtdiff.render.explorer import is_overlay, onnx_beside, overlay_paths
-
-    files = overlay_paths(path)
-    for target in files:
-        check_output_path(target, "model_explorer")
-        if outputs.found(target) != "missing" and not is_overlay(target):
-            raise OptionError(
-                f"{target} exists and is not trtdiff node data; choose another path",
-                parameter="model_explorer",
-                value=path,
-            )
-    beside = onnx_beside(path)
-    check_output_path(beside, "model_explorer")
-    if outputs.found(beside) != "missing" and not is_overlay(files[0]):
-        raise OptionError(
-            f"{beside} exists and belongs to no earlier trtdiff node data here; choose another path",
-            parameter="model_explorer",
-            value=path,
         )
 
 

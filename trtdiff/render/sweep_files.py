@@ -154,8 +154,7 @@ def write_sweep_html(sweep: Sweep, path: str | Path) -> None:
 
 def write_sweep_explorer(sweep: Sweep, path: str | Path) -> tuple[Path, ...]:
     """Node data per compared combination: me.json -> me.opset10-torchscript.json (and its .local, ... files)."""
-    from trtdiff.render.explorer import write_model_explorer
-    from trtdiff.render.files import check_overlay_paths
+    from trtdiff.render.explorer import check_overlay_paths, write_model_explorer
 
     target = Path(path)
     stem = target.with_suffix("") if target.suffix == ".json" else target
