@@ -112,7 +112,7 @@ def test_a_bundle_that_fails_half_way_leaves_the_folder_as_it_was(
     def full(*_: object) -> str:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(repro, "_top_readme", full)
+    monkeypatch.setattr(repro, "top_readme", full)
     with pytest.raises(OSError, match="No space left"):
         _compare_into(top)
     assert {p.relative_to(top): p.read_bytes() for p in top.rglob("*") if p.is_file()} == before

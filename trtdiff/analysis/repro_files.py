@@ -23,6 +23,8 @@ import numpy as np
 from trtdiff.errors import ReportFileError
 
 MANIFEST = "repro.json"
+README = "README.md"
+SUBGRAPH = "subgraph.onnx"
 MARKER = "trtdiff-repro"
 # A culprit folder as write_repros names it: its number, a dash, the node's name made safe for a file name.
 _FOLDER = re.compile(r"[0-9]+-[A-Za-z0-9._-]+")

@@ -794,7 +794,8 @@ def _repro(options: CompareOptions, prepared: Prepared, notes: list[str]) -> OnC
     """The culprit step's repro writer, when `save_repro` asks for one."""
     if options.analysis.save_repro is None:
         return None
-    from trtdiff.analysis.repro import ReproContext, repro_writer
+    from trtdiff.analysis.repro import repro_writer
+    from trtdiff.analysis.repro_readme import ReproContext
 
     context = ReproContext(
         Path(options.analysis.save_repro),
