@@ -23,6 +23,7 @@ PACKAGE = Path(trtdiff.__file__).parent
 STAGES = (
     "errors",
     "version",
+    "outputs",  # every file trtdiff is asked to write: a new file renamed over the name
     "options",  # every option declared once; the report records the thresholds and options used
     "report",
     "source",

@@ -123,3 +123,31 @@ def test_a_folder_trtdiff_did_not_write_is_refused(tmp_path: Path) -> None:
     with pytest.raises(OptionError) as caught:  # a sweep would write one repro per combination into one folder
         sweep(SmallCNN(), opsets=[10, 13], input_shapes=["1x3x16x16"], save_repro=str(tmp_path / "new"))
     assert caught.value.parameter == "save_repro"
+
+
+def test_a_quantized_culprit_is_handed_over_whole_where_the_spec_evaluator_cannot_run_it(tmp_path: Path) -> None:
+    """Issue 36 item 5. The ONNX reference evaluator has no DequantizeLinear below opset 19: before, its rerun of
+    the Q/DQ culprit's subgraph raised, --save-repro exited 2 with no JSON written and half a bundle left, which
+    the next run refused. Now that runtime is a note in the bundle, and the comparison ends as it should (1)."""
+    from tests.quant_models import quantized, scale_dequantize, small_cnn
+
+    doubled = tmp_path / "doubled.onnx"
+    scale_dequantize(quantized(small_cnn(), tmp_path), "/relu_1/Relu_output_0_DequantizeLinear_Output", 2.0, doubled)
+    out, report = tmp_path / "bundles" / "repro", tmp_path / "r.json"
+    out.parent.mkdir()
+    args = ["compare", "tests.quant_models:small_cnn", "--onnx", str(doubled), "--input-shape", "1x3x16x16"]
+    args += ["--backends", "torch,onnxruntime", "--save-repro", str(out), "--json", str(report), "--quiet"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.stderr
+    assert trtdiff.report.Report.from_json(report.read_text()).culprits
+    (folder,) = [out / name for name in json.loads((out / MANIFEST).read_text())["culprits"]]
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert manifest["culprit"]["op_type"] == "DequantizeLinear" and set(manifest["outputs"]) == {"onnxruntime"}
+    (note,) = manifest["notes"]
+    assert note.startswith("onnx-reference cannot run the subgraph alone: ") and "DequantizeLinear" in note
+    assert str(out.parent) not in note  # the path it was built at is not quoted
+    assert "onnx-reference cannot run the subgraph alone" in (folder / "README.md").read_text()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["repro"]  # nothing left beside it
+    again = CliRunner().invoke(main, ["repro", str(folder)])
+    assert again.exit_code == 1 and "onnxruntime (run now)" in again.stdout and "DIVERGED" in again.stdout
+    assert "note: onnx-reference cannot run the subgraph alone" in again.stdout

@@ -51,15 +51,74 @@ def test_a_crafted_manifest_cannot_make_save_repro_remove_anything_but_its_own_f
     (parent / "sibling.txt").write_text("keep")
     (top / "notes.txt").write_text("keep")  # the user's own file in the bundle folder
     (top / "1-earlier").mkdir()  # an earlier repro's folder: trtdiff's to replace
-    (top / "2-link").symlink_to(outside, target_is_directory=True)
-    names = ["..", ".", str(outside), "../parent", "2-link", "not-a-culprit", "1-earlier"]
+    names = ["..", ".", str(outside), "../parent", "not-a-culprit", "1-earlier"]
     (top / MANIFEST).write_text(json.dumps({"kind": "trtdiff-repro", "culprits": names}))
     (parent / "not-a-culprit").mkdir()
     _compare_into(top)
     assert (outside / "keep.txt").read_text() == "keep" and (parent / "sibling.txt").read_text() == "keep"
     assert (top / "notes.txt").read_text() == "keep" and (parent / "not-a-culprit").is_dir()
-    assert (top / "2-link").is_symlink() and (outside / "keep.txt").exists()
     assert not (top / "1-earlier").exists()  # only the earlier repro's own folder went
+    assert json.loads((top / MANIFEST).read_text())["culprits"] == ["1-Resize"]
+    assert sorted(p.name for p in parent.iterdir()) == ["not-a-culprit", "repro", "sibling.txt"]  # no scratch left
+
+
+def test_an_earlier_repro_holding_a_culprit_folder_it_does_not_list_is_refused_before_any_work(tmp_path: Path) -> None:
+    """A folder or link named like a culprit folder (1-Resize) that the manifest does not list as one of its own
+    would be in the way of the new bundle (before: exit 3, FileExistsError, after the whole comparison)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    top = tmp_path / "repro"
+    top.mkdir()
+    (top / "2-link").symlink_to(outside, target_is_directory=True)
+    (top / "1-Resize").mkdir()
+    (top / MANIFEST).write_text(json.dumps({"kind": "trtdiff-repro", "culprits": ["2-link"]}))
+    with pytest.raises(OptionError, match=r"1-Resize, which its repro\.json does not list") as caught:
+        check_repro_dir(str(top))
+    assert caught.value.parameter == "save_repro"
+    assert (top / "2-link").is_symlink() and (top / "1-Resize").is_dir()
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_project_folder_is_refused_with_or_without_force(tmp_path: Path, force: bool) -> None:
+    """Before: --force --save-repro . replaced the project's README.md and repro.json, and exited 3
+    (FileExistsError) where a 1-Resize/ was there already."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README.md").write_text("# my project\n")
+    (project / MANIFEST).write_text('{"name": "my reproduction"}\n')
+    (project / "1-Resize").mkdir()
+    args = ["compare", "tests.cli.test_process:small_cnn", "--input-shape", "1x3x8x8", "--save-repro", str(project)]
+    result = CliRunner().invoke(main, [*args, *(["--force"] if force else [])])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "not empty and holds no earlier trtdiff repro" in result.stderr and "--force" not in result.stderr
+    assert (project / "README.md").read_text() == "# my project\n"
+    assert (project / MANIFEST).read_text() == '{"name": "my reproduction"}\n'
+    assert sorted(p.name for p in project.iterdir()) == ["1-Resize", "README.md", MANIFEST]
+
+
+def test_a_bundle_that_fails_half_way_leaves_the_folder_as_it_was(
+    bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the culprit folders were written into DIR one by one, so a failure left half a bundle (no repro.json),
+    which the next run refused. Now built beside DIR and moved in whole: here the disk fills at the last file."""
+    import errno
+
+    from trtdiff.analysis import repro
+
+    top = tmp_path / "repro"
+    shutil.copytree(bundle.parent, top)
+    before = {p.relative_to(top): p.read_bytes() for p in top.rglob("*") if p.is_file()}
+
+    def full(*_: object) -> str:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(repro, "top_readme", full)
+    with pytest.raises(OSError, match="No space left"):
+        _compare_into(top)
+    assert {p.relative_to(top): p.read_bytes() for p in top.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repro"]  # the folder it was built in is gone
+    monkeypatch.undo()
+    _compare_into(top)  # and the next run is not refused
     assert json.loads((top / MANIFEST).read_text())["culprits"] == ["1-Resize"]
 
 
@@ -151,12 +210,13 @@ def test_a_symlinked_bundle_and_a_manifest_pointing_out_are_refused(bundle: Path
     assert _repro(bundle)[0] == 1  # the real bundle, untouched, still shows its divergence
 
 
-def test_save_repro_with_force_writes_through_no_link_left_in_the_folder(tmp_path: Path) -> None:
+def test_save_repro_writes_through_no_link_left_in_an_earlier_bundle(tmp_path: Path) -> None:
     victim = tmp_path / "victim.md"
     victim.write_text("keep")
     top = tmp_path / "repro"
     top.mkdir()
-    (top / "README.md").symlink_to(victim)  # a folder trtdiff did not write, filled with --force
-    trtdiff.compare(SmallCNN().eval(), opset=10, input_shapes=["1x3x16x16"], save_repro=str(top), force=True)
+    (top / MANIFEST).write_text(json.dumps({"kind": "trtdiff-repro", "culprits": []}))
+    (top / "README.md").symlink_to(victim)
+    trtdiff.compare(SmallCNN().eval(), opset=10, input_shapes=["1x3x16x16"], save_repro=str(top))
     assert victim.read_text() == "keep"
     assert not (top / "README.md").is_symlink() and (top / "1-Resize").is_dir()

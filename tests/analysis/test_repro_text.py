@@ -16,7 +16,8 @@ import onnx
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 
-from trtdiff.analysis.repro import MANIFEST, MARKER, ReproContext, _readme, _top_readme
+from trtdiff.analysis.repro import MANIFEST, MARKER
+from trtdiff.analysis.repro_readme import ReproContext, readme, top_readme
 from trtdiff.cli.app import main
 from trtdiff.options import Thresholds
 from trtdiff.report import BackendPair
@@ -50,13 +51,13 @@ def test_the_readmes_write_names_as_markdown_text(tmp_path: Path) -> None:
         "inputs": {NODE: "inputs/0-Resize.npy"},
     }
     reference = np.ones((2, 2), dtype=np.float32)
-    text = _readme(folder, manifest, reference, {BACKEND: reference * 2}, _context(tmp_path), False)
+    text = readme(folder, manifest, reference, {BACKEND: reference * 2}, _context(tmp_path), False)
     _assert_markdown(text)
     assert text.startswith(
         "# /Resize\\\\n# heading\\\\r!\\[img\\](http://x)&lt;script&gt;\\\\x1b\\[31m (Resize&lt;b&gt;)"
     )
     assert f"    trtdiff repro '{folder}'" in text, "the command's path is quoted for the shell"
-    top = _top_readme(_context(tmp_path), [], [folder])
+    top = top_readme(_context(tmp_path), [], [folder])
     _assert_markdown(top)
     assert top.startswith("# trtdiff repro of `model\\n# /Resize\\n# heading")
 

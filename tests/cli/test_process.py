@@ -185,23 +185,24 @@ def heavy() -> Any:
 INTERRUPT_PROBE = """
 import ctypes, os, signal, sys, tempfile, threading
 from pathlib import Path
-from trtdiff.cli.interrupt import ending_on_interrupt, unfinished, writing
+from trtdiff import outputs
+from trtdiff.cli.interrupt import ending_on_interrupt, writing
 
 with ending_on_interrupt():
     Path(tempfile.gettempdir(), "spilled.npy").write_bytes(b"x")
-    case = sys.argv[1]
+    case, sent = sys.argv[1], getattr(signal, sys.argv[2])
     if case == "writing":  # the report is finished before the process ends
         with writing():
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), sent)
             with open("report.txt", "w") as report:
                 report.writelines(f"{i}\\n" for i in range(10000))
-    elif case == "unfinished":  # a file written as the run goes is removed, one it did not touch is kept
-        with unfinished("kept.npz"), unfinished("partial.npz"):
-            Path("partial.npz").write_bytes(b"PK")
-            os.kill(os.getpid(), signal.SIGINT)
+    elif case == "unfinished":  # a file written as the run goes is removed, the file at its name is kept
+        with outputs.replacing("kept.npz") as partial:
+            partial.write_bytes(b"PK")
+            os.kill(os.getpid(), sent)
             sum(range(10**6))
     else:  # stuck in native code: Python cannot run a handler in the main thread
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_BLOCK, {sent})
         sleep = ctypes.CDLL(None).sleep
         threading.Timer(0.3, print, ["stuck"], {"flush": True}).start()  # said from inside the sleep
         sleep(60)
@@ -209,9 +210,9 @@ with ending_on_interrupt():
 """
 
 
-def _probe(case: str, cwd: Path, scratch: Path) -> subprocess.Popen[str]:
+def _probe(case: str, cwd: Path, scratch: Path, sent: str = "SIGINT") -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", INTERRUPT_PROBE, case],
+        [sys.executable, "-c", INTERRUPT_PROBE, case, sent],
         cwd=cwd,
         env=_env(scratch),
         stdout=subprocess.PIPE,
@@ -236,7 +237,8 @@ def test_an_interrupt_removes_a_file_the_run_was_writing_and_keeps_one_it_had_no
     process = _probe("unfinished", tmp_path, scratch)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130 and stderr == "Interrupted.\n" and stdout == ""
-    assert not (tmp_path / "partial.npz").exists() and (tmp_path / "kept.npz").read_bytes() == b"the user's"
+    assert [p.name for p in tmp_path.iterdir() if p.name != "tmp"] == ["kept.npz"]
+    assert (tmp_path / "kept.npz").read_bytes() == b"the user's"
     assert not list(scratch.iterdir())
 
 
@@ -255,6 +257,68 @@ def test_a_second_ctrl_c_ends_a_process_stuck_in_native_code(tmp_path: Path) -> 
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 130 and stderr == "Interrupted.\n" and time.monotonic() - started < 5
+    assert not list(scratch.iterdir())
+
+
+def test_sigterm_ends_as_ctrl_c_does_with_exit_143(tmp_path: Path) -> None:
+    """SIGTERM is what CI cancellation and `timeout` send: before, it ended the process at once, leaving the
+    temporary folder (spilled activations) behind, and a report half-written."""
+    for case in ("writing", "unfinished"):
+        scratch = tmp_path / case / "tmp"
+        scratch.mkdir(parents=True)
+        (tmp_path / case / "kept.npz").write_bytes(b"the user's")
+        process = _probe(case, tmp_path / case, scratch, "SIGTERM")
+        stdout, stderr = process.communicate(timeout=60)
+        assert process.returncode == 143 and stderr == "Terminated.\n" and stdout == "", (case, stderr)
+        assert not list(scratch.iterdir()) and (tmp_path / case / "kept.npz").read_bytes() == b"the user's"
+    assert (tmp_path / "writing" / "report.txt").read_text().splitlines()[-1] == "9999"
+    assert sorted(p.name for p in (tmp_path / "unfinished").iterdir()) == ["kept.npz", "tmp"]
+
+
+def test_one_sigterm_ends_a_process_stuck_in_native_code(tmp_path: Path) -> None:
+    """A sender of SIGTERM waits a few seconds, then kills: the watcher thread ends the process when the main
+    thread, stuck in native code, has not within a second."""
+    import signal
+    import time
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    process = _probe("stuck", tmp_path, scratch, "SIGTERM")
+    assert process.stdout is not None and process.stdout.readline() == "stuck\n"
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 143 and stderr == "Terminated.\n" and time.monotonic() - started < 5
+    assert not list(scratch.iterdir())
+
+
+def test_sigterm_during_a_compare_removes_the_spilled_values(tmp_path: Path) -> None:
+    """The issue's case: `timeout` stops a compare that spilled the reference's values to .npy files (81 MB in
+    one run); they, and every other temporary file, are removed."""
+    import signal
+    import time
+
+    from cli_output import without_progress
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    args = ["compare", "tests.cli.test_process:heavy", "--input-shape", "1x16x96x96", "--memory-limit", "1KB"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trtdiff", *args, "--culprit"],
+        cwd=tmp_path,
+        env=_env(scratch),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    while not list(scratch.rglob("*.npy")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None and list(scratch.rglob("*.npy")), process.communicate()
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143 and not stdout, stderr
+    assert without_progress(stderr).endswith("Terminated.\n") and "Traceback" not in stderr, stderr
     assert not list(scratch.iterdir())
 
 

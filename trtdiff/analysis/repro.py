@@ -15,7 +15,12 @@ maintainers need to see the culprit for themselves, without the model or trtdiff
   divergence: `trtdiff repro FOLDER`, and Polygraphy's (from `polygraphy_inputs.json` and
   `polygraphy_reference.json`, its own formats), written where Polygraphy is installed; where
   the culprit's pair involves OpenVINO, a Python snippet replaying the subgraph in OpenVINO
-  (it has no command for it).
+  (it has no command for it). A runtime that cannot run the subgraph alone (the spec evaluator
+  has no DequantizeLinear below opset 19) is a note there, in `repro.json` and in the report.
+
+`DIR` must be new, empty or an earlier repro (`--force` does not change that), checked before
+any work. The bundle is written whole or not at all: built in a folder of its own beside `DIR`,
+then moved in, in place of the earlier repro's own entries and nothing else.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import os
 import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -33,18 +39,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trtdiff import outputs
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.repro_files import (
     MANIFEST,
     MARKER,
+    README,
+    SUBGRAPH,
     culprit_folders,
     inside,
+    is_culprit_name,
     load_array,
     manifest_field,
     read_manifest,
 )
+from trtdiff.analysis.repro_readme import ReproContext, readme, top_readme
 from trtdiff.analysis.shadow import PREFIX, submodel, typed_inputs, unprefix_subgraphs
-from trtdiff.errors import OptionError, ReportFileError
+from trtdiff.errors import BackendError, OptionError, ReportFileError, first_line
 from trtdiff.report import PairMetrics, Thresholds
 
 if TYPE_CHECKING:
@@ -53,39 +64,53 @@ if TYPE_CHECKING:
     from trtdiff.analysis.culprits import LocalRun
     from trtdiff.backends.base import OnnxBackend
     from trtdiff.report import Culprit
-    from trtdiff.source.onnx_graph import GraphInfo
 
-SUBGRAPH = "subgraph.onnx"
-# Backends that run the standalone file again here (TensorRT's output is kept as the comparison ran it).
-RERUN = ("onnxruntime", "onnx-reference")
 OnCulprits = Callable[[Sequence["Culprit"], Sequence["LocalRun"]], None]
 
 
-def check_repro_dir(directory: str | None, force: bool = False) -> None:
-    """Refuse a folder trtdiff may not fill: a file, a missing parent, a non-empty folder not written by trtdiff."""
+def check_repro_dir(directory: str | None) -> None:
+    """Refuse, before any work, a folder trtdiff may not fill: a link, a file, a missing parent, a folder it cannot
+    write, a non-empty folder that holds no earlier trtdiff repro (`force` does not cover it), or an earlier repro
+    holding something in the way of the new bundle (a culprit folder's name its manifest does not list)."""
     if directory is None:
         return
     target = Path(directory)
-    if target.is_symlink():
+    there = outputs.found(target)
+    if there == "link":
         raise OptionError(
             "is a symbolic link; give the folder itself, so that nothing outside it is written or removed",
             parameter="save_repro",
             value=directory,
         )
-    if target.exists() and not target.is_dir():
-        raise OptionError("is a file; give a folder to create", parameter="save_repro", value=directory)
-    if not target.exists():
+    if there == "missing":
         if not target.parent.is_dir():
             raise OptionError(
                 f"folder {target.parent} does not exist; create it first", parameter="save_repro", value=directory
             )
+        _check_writable(target.parent, directory)
         return
-    if any(target.iterdir()) and not _ours(target) and not force:
+    if there != "folder":
+        raise OptionError("is a file; give a folder to create", parameter="save_repro", value=directory)
+    _check_writable(target, directory)
+    if any(target.iterdir()) and not _ours(target):
         raise OptionError(
             "the folder is not empty and holds no earlier trtdiff repro; choose a new or empty folder",
             parameter="save_repro",
             value=directory,
         )
+    in_the_way = _in_the_way(target)
+    if in_the_way:
+        raise OptionError(
+            f"the earlier repro there holds {in_the_way}, which its {MANIFEST} does not list as one of its culprit "
+            "folders; remove it or choose a new folder",
+            parameter="save_repro",
+            value=directory,
+        )
+
+
+def _check_writable(folder: Path, directory: str) -> None:
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OptionError(f"folder {folder} is not writable; choose another", parameter="save_repro", value=directory)
 
 
 def _ours(target: Path) -> bool:
@@ -96,70 +121,110 @@ def _ours(target: Path) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class ReproContext:
-    """What the repro folder says about where the culprit came from, and how to rerun its backends."""
-
-    directory: Path
-    graph: GraphInfo
-    thresholds: Thresholds
-    model: str
-    ort_provider: str = "CPUExecutionProvider"
+def _in_the_way(top: Path) -> str | None:
+    """The first entry of an earlier repro at `top` that a new bundle could not replace (None: none)."""
+    if not _ours(top):
+        return None
+    own = {folder.name for folder in culprit_folders(top, read_manifest(top).get("culprits"))}
+    for entry in sorted(top.iterdir()):
+        if is_culprit_name(entry.name) and entry.name not in own:
+            return entry.name
+        if entry.name in (MANIFEST, README) and outputs.found(entry) == "folder":
+            return entry.name
+    return None
 
 
 def repro_writer(context: ReproContext, notes: list[str]) -> OnCulprits:
     """A callback for the culprit step: writes the repro folders of the culprits it is given."""
 
     def write(culprits: Sequence[Culprit], runs: Sequence[LocalRun]) -> None:
-        written = write_repros(context, culprits, runs)
+        bundle_notes: list[str] = []
+        written = write_repros(context, culprits, runs, bundle_notes)
         if written:
             notes.append(f"repro of {len(written)} culprit(s) in {context.directory}: trtdiff repro {written[0]}")
+            notes.extend(f"repro: {note} (noted in its README)" for note in dict.fromkeys(bundle_notes))
         else:
             notes.append(f"no culprit to reproduce: nothing written to {context.directory}")
 
     return write
 
 
-def write_repros(context: ReproContext, culprits: Sequence[Culprit], runs: Sequence[LocalRun]) -> list[Path]:
-    """One folder per culprit whose local run is at hand; the folders written."""
+def write_repros(
+    context: ReproContext, culprits: Sequence[Culprit], runs: Sequence[LocalRun], notes: list[str] | None = None
+) -> list[Path]:
+    """One folder per culprit whose local run is at hand; the folders written (`notes`: what could not be rerun).
+
+    The bundle is written whole or not at all: built in a folder of its own beside the
+    directory, then moved in (`_move_in`); a failure on the way leaves the directory as it was.
+    """
     if not culprits:
         return []
     top = context.directory
-    _clear_earlier(top)
-    top.mkdir(exist_ok=True)
     by_pair = {run.pair: run for run in runs}
-    folders: list[Path] = []
-    for number, culprit in enumerate(culprits, start=1):
-        run = by_pair.get(culprit.pair)
-        if run is None or culprit.tensor not in run.shadow.subgraphs:
-            continue
-        folder = top / f"{number}-{_slug(culprit.onnx_node)}"
-        _write_one(folder, context, culprit, run)
-        folders.append(folder)
-    manifest = {"kind": MARKER, "culprits": [f.name for f in folders], "model": context.model}
-    for name in (MANIFEST, "README.md"):  # written as new files: never through a link left in the folder
-        if (top / name).is_symlink():
-            (top / name).unlink()
-    (top / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    (top / "README.md").write_text(_top_readme(context, culprits, folders))
-    return folders
+    names: list[str] = []
+    with outputs.folder_beside(top) as building:
+        for number, culprit in enumerate(culprits, start=1):
+            run = by_pair.get(culprit.pair)
+            if run is None or culprit.tensor not in run.shadow.subgraphs:
+                continue
+            name = f"{number}-{_slug(culprit.onnx_node)}"
+            found = _write_one(building / name, top / name, context, culprit, run)
+            if notes is not None:
+                notes.extend(found)
+            names.append(name)
+        manifest = {"kind": MARKER, "culprits": names, "model": context.model}
+        (building / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        (building / README).write_text(top_readme(context, culprits, [top / name for name in names]))
+        _move_in(building, top)
+    return [top / name for name in names]
 
 
-def _clear_earlier(top: Path) -> None:
-    """Remove what an earlier repro wrote here (its culprit folders and files), nothing else.
+def _move_in(building: Path, top: Path) -> None:
+    """Put the bundle built in `building` at `top`: the folder itself where there is none, else its entries,
+    in place of an earlier repro's own (culprit folders, manifest, README) and nothing else.
 
-    The manifest's list of folders is read, never trusted: only names trtdiff gives its culprit
-    folders, as real folders directly inside `top`, are removed (repro_files.culprit_folders).
+    An interrupt lets the moves finish (outputs.whole). Until the new manifest is in, the
+    manifest there lists the earlier culprit folders and the new ones, so that a process killed
+    on the way (SIGKILL) leaves a repro that the next run still recognises and replaces.
     """
-    if not _ours(top):
-        return
-    for folder in culprit_folders(top, read_manifest(top).get("culprits")):
-        shutil.rmtree(folder)
-    for name in (MANIFEST, "README.md"):
-        (top / name).unlink(missing_ok=True)  # a symbolic link is removed itself, never what it points to
+    with outputs.whole():
+        if outputs.found(top) == "missing":
+            os.rename(building, top)
+            return
+        new = sorted(entry.name for entry in building.iterdir() if entry.name not in (MANIFEST, README))
+        earlier = _still_replaceable(top, new, building)
+        both = {"kind": MARKER, "culprits": [f.name for f in earlier] + new}
+        outputs.write_text(top / MANIFEST, json.dumps(both) + "\n")
+        for folder in earlier:
+            shutil.rmtree(folder)
+        for name in [*new, README, MANIFEST]:  # a link at either file's name is replaced, never followed
+            os.replace(building / name, top / name)
 
 
-def _write_one(folder: Path, context: ReproContext, culprit: Culprit, run: LocalRun) -> None:
+def _still_replaceable(top: Path, new: Sequence[str], building: Path) -> list[Path]:
+    """The earlier repro's culprit folders at `top`, checked again when the bundle is moved in: OptionError where
+    something that appeared during the comparison is in its way (nothing is written then)."""
+    ours = _ours(top)
+    earlier = culprit_folders(top, read_manifest(top).get("culprits")) if ours else []
+    own = {folder.name for folder in earlier}
+    blocking = next((name for name in new if name not in own and outputs.found(top / name) != "missing"), None)
+    there = sorted(entry.name for entry in top.iterdir() if entry != building)  # it may be built inside `top`
+    if not ours and there:
+        blocking = there[0]
+    blocking = blocking or next((n for n in (MANIFEST, README) if outputs.found(top / n) == "folder"), None)
+    if blocking is not None:
+        raise OptionError(
+            f"{top / blocking} appeared during the comparison, in the way of the new repro; nothing was written: "
+            "move it away and compare again",
+            parameter="save_repro",
+            value=top,
+        )
+    return earlier
+
+
+def _write_one(folder: Path, final: Path, context: ReproContext, culprit: Culprit, run: LocalRun) -> list[str]:
+    """Write one culprit's folder at `folder` (its README names it as `final`, where it goes); the runtimes that
+    could not run the subgraph alone, as notes."""
     import onnx
 
     graph = context.graph
@@ -179,15 +244,15 @@ def _write_one(folder: Path, context: ReproContext, culprit: Culprit, run: Local
     savez: Any = np.savez  # numpy's stub types the keywords as its own flags
     savez(folder / "inputs.npz", **inputs)
     reference, candidate = run.diverged.get(culprit.tensor, (None, None))
-    outputs: dict[str, np.ndarray] = {}
+    outputs_found: dict[str, np.ndarray] = {}
     if candidate is not None:
-        outputs[culprit.pair.candidate] = np.asarray(candidate)
-    for name, value in rerun(folder / SUBGRAPH, inputs, output, context.ort_provider).items():
-        outputs[name] = value
+        outputs_found[culprit.pair.candidate] = np.asarray(candidate)
+    notes: list[str] = []
+    outputs_found.update(rerun(folder / SUBGRAPH, inputs, output, context.ort_provider, notes))
     output_files = {}
     if reference is not None:
         np.save(folder / "outputs" / "reference.npy", np.asarray(reference))
-    for name, value in outputs.items():
+    for name, value in outputs_found.items():
         file = f"outputs/{_slug(name)}.npy"
         np.save(folder / file, value)
         output_files[name] = file
@@ -211,10 +276,12 @@ def _write_one(folder: Path, context: ReproContext, culprit: Culprit, run: Local
             "rtol": context.thresholds.rtol,
             "max_abs": context.thresholds.max_abs,
         },
+        "notes": notes,
     }
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     polygraphy = _polygraphy_files(folder, inputs, output, reference)
-    (folder / "README.md").write_text(_readme(folder, manifest, reference, outputs, context, polygraphy))
+    (folder / README).write_text(readme(final, manifest, reference, outputs_found, context, polygraphy))
+    return notes
 
 
 def standalone(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -232,19 +299,33 @@ def standalone(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def rerun(path: Path, inputs: Mapping[str, np.ndarray], output: str, provider: str) -> dict[str, np.ndarray]:
-    """The standalone file's output on ONNX Runtime and on the ONNX spec evaluator, run here now."""
+def rerun(
+    path: Path, inputs: Mapping[str, np.ndarray], output: str, provider: str, notes: list[str]
+) -> dict[str, np.ndarray]:
+    """The standalone file's output on ONNX Runtime and on the ONNX spec evaluator, run here now.
+
+    A runtime that cannot run the subgraph alone (the spec evaluator has no DequantizeLinear
+    below opset 19) is a line in `notes`, not an error: the other runtime's output still shows it.
+    """
     from trtdiff.backends.onnx_reference import OnnxReferenceBackend
     from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
     from trtdiff.source.onnx_graph import load_graph
 
     graph = load_graph(path)
     found: dict[str, np.ndarray] = {}
-    runners: tuple[OnnxBackend, ...] = (OnnxRuntimeBackend(graph, provider=provider), OnnxReferenceBackend(graph))
-    for name, runner in zip(RERUN, runners, strict=True):
-        for chunk in runner.run(dict(inputs), [output]):
-            if output in chunk:
-                found[name] = np.asarray(chunk[output])
+    runners: dict[str, Callable[[], OnnxBackend]] = {
+        "onnxruntime": lambda: OnnxRuntimeBackend(graph, provider=provider),
+        "onnx-reference": lambda: OnnxReferenceBackend(graph),
+    }
+    for name, opened in runners.items():
+        try:
+            with opened() as runner:
+                for chunk in runner.run(dict(inputs), [output]):
+                    if output in chunk:
+                        found[name] = np.asarray(chunk[output])
+        except BackendError as error:
+            cause = error.render().removeprefix(f"{path}: ")  # where it was run is no part of the reason
+            notes.append(f"{name} cannot run the subgraph alone: {first_line(cause)}")
     return found
 
 
@@ -257,10 +338,13 @@ class ReproResult:
     rerun: bool  # run again now (True) or as the comparison ran it (False)
 
 
-def check_repro(folder: str | Path, provider: str = "CPUExecutionProvider") -> list[ReproResult]:
+def check_repro(
+    folder: str | Path, provider: str = "CPUExecutionProvider", notes: list[str] | None = None
+) -> list[ReproResult]:
     """Run the repro in `folder` again (ONNX Runtime, the spec evaluator) and compare every output with the reference.
 
-    `folder` is one culprit's folder, or the top folder (its first culprit).
+    `folder` is one culprit's folder, or the top folder (its first culprit). A runtime that
+    cannot run the subgraph here is a line in `notes`.
     """
     target = Path(folder)
     data = read_manifest(target)
@@ -276,7 +360,8 @@ def check_repro(folder: str | Path, provider: str = "CPUExecutionProvider") -> l
         for name, file in manifest_field(data, "inputs", dict, target, files=True).items()
     }
     reference = load_array(inside(target, manifest_field(data, "reference", dict, target).get("file")))
-    fresh = rerun(inside(target, data.get("subgraph")), inputs, manifest_field(data, "output", str, target), provider)
+    subgraph, output = inside(target, data.get("subgraph")), manifest_field(data, "output", str, target)
+    fresh = rerun(subgraph, inputs, output, provider, [] if notes is None else notes)
     results = [ReproResult(name, compare_tensors(reference, value, thresholds), True) for name, value in fresh.items()]
     for name, file in manifest_field(data, "outputs", dict, target, files=True).items():
         if name not in fresh:
@@ -316,133 +401,5 @@ def _polygraphy_files(
     return True
 
 
-def _readme(
-    folder: Path,
-    manifest: Mapping[str, Any],
-    reference: np.ndarray | None,
-    outputs: Mapping[str, np.ndarray],
-    context: ReproContext,
-    polygraphy: bool,
-) -> str:
-    """The culprit folder's README; every name from the model goes through `trtdiff.report.text` (Markdown-safe,
-    one line), and the commands' paths are quoted for the shell."""
-    import shlex
-
-    from trtdiff.report.text import markdown, markdown_code, plain
-
-    culprit = manifest["culprit"]
-    thresholds = context.thresholds
-    here = shlex.quote(plain(str(folder)))
-    advice = f"; fix: {markdown(manifest['advice'])}" if manifest["advice"] else ""
-    lines = [
-        f"# {markdown(culprit['onnx_node'])} ({markdown(culprit['op_type'])}) diverges on {markdown(manifest['pair'])}",
-        "",
-        f"Found by trtdiff in {markdown_code(context.model)} (ONNX opset {manifest['opset']}): this node's own error "
-        f"breaks the thresholds (cosine ≥ {thresholds.min_cosine}, max-abs error ≤ {thresholds.rtol} × the "
-        f"reference's largest magnitude) when it runs alone on the reference's inputs. trtdiff's verdict: "
-        f"**{markdown(manifest['verdict'])}**{advice}.",
-        "",
-        f"- `{SUBGRAPH}`: nodes {', '.join(markdown_code(n) for n in manifest['nodes'])}; "
-        f"output {markdown_code(manifest['output'])}",
-        "- `inputs/*.npy`, `inputs.npz`: the reference's values of its inputs "
-        + ", ".join(markdown_code(n) for n in manifest["inputs"]),
-        "- `outputs/reference.npy`: the reference's value of the output; `outputs/BACKEND.npy`: each backend's",
-        "",
-    ]
-    if reference is not None:
-        lines += _figures_table(reference, outputs, thresholds)
-    lines += ["Show it with trtdiff (exit 1 when the subgraph alone still diverges):", ""]
-    lines += [f"    trtdiff repro {here}", ""]
-    if polygraphy and reference is not None:
-        lines += _polygraphy_lines(here, reference, thresholds)
-    lines += [
-        "With ONNX Runtime and numpy alone:",
-        "",
-        "```python",
-        "import numpy as np, onnxruntime as ort",
-        f"session = ort.InferenceSession('{SUBGRAPH}', providers=['CPUExecutionProvider'])",
-        "feeds = dict(np.load('inputs.npz'))",
-        "got, want = session.run(None, feeds)[0].ravel(), np.load('outputs/reference.npy').ravel()",
-        "print('cosine', got @ want / np.linalg.norm(got) / np.linalg.norm(want),",
-        "      'rel-err', np.abs(got - want).max() / np.abs(want).max())",
-        "```",
-        "",
-    ]
-    if "openvino" in manifest["pair"].split("~"):
-        lines += _openvino_lines(context)
-    return "\n".join(lines)
-
-
-def _openvino_lines(context: ReproContext) -> list[str]:
-    """A Python snippet replaying the subgraph in OpenVINO (it has no command for it), compiled as trtdiff did."""
-    from trtdiff.backends.openvino.runtime import HINTS
-    from trtdiff.source.fp16 import graph_precision
-
-    hint = HINTS[graph_precision(context.graph)]
-    return [
-        f"With OpenVINO (CPU plugin, inference precision {hint} as trtdiff compiled it; another device's name "
-        "for `--openvino-device`):",
-        "",
-        "```python",
-        "import numpy as np, openvino as ov",
-        "core = ov.Core()",
-        f"compiled = core.compile_model(core.read_model('{SUBGRAPH}'), 'CPU',",
-        f"                              {{'INFERENCE_PRECISION_HINT': '{hint}'}})",
-        "feeds = dict(np.load('inputs.npz'))",
-        "got = np.asarray(compiled(feeds)[compiled.output(0)]).ravel()",
-        "want = np.load('outputs/reference.npy').ravel()",
-        "print('cosine', got @ want / np.linalg.norm(got) / np.linalg.norm(want),",
-        "      'rel-err', np.abs(got - want).max() / np.abs(want).max())",
-        "```",
-        "",
-    ]
-
-
-def _figures_table(reference: np.ndarray, outputs: Mapping[str, np.ndarray], thresholds: Thresholds) -> list[str]:
-    """The README's table: each backend's output of the subgraph against the reference (names Markdown-safe)."""
-    from trtdiff.report.text import markdown
-
-    lines = ["| output | cosine | max-abs | rel-err | diverged |", "| --- | --- | --- | --- | --- |"]
-    for name, value in outputs.items():
-        m = compare_tensors(reference, value, thresholds)
-        cell = markdown(name).replace("|", "\\|")
-        figures = [_figure(m.cosine, ".6f"), _figure(m.max_abs, ".2e"), _figure(m.rel_err, ".2e")]
-        lines.append(f"| {cell} | {' | '.join(figures)} | {'yes' if m.diverged else 'no'} |")
-    return [*lines, ""]
-
-
-def _polygraphy_lines(here: str, reference: np.ndarray, thresholds: Thresholds) -> list[str]:
-    """Polygraphy's command, its tolerance trtdiff's rtol times the reference's largest magnitude."""
-    atol = thresholds.rtol * float(np.max(np.abs(reference))) if reference.size else 0.0
-    return [
-        "With Polygraphy (ONNX Runtime against the saved reference output; the tolerance is trtdiff's rtol "
-        "times the reference's largest magnitude):",
-        "",
-        f"    cd {here} && polygraphy run {SUBGRAPH} --onnxrt --load-inputs polygraphy_inputs.json "
-        f"--load-outputs polygraphy_reference.json --atol {atol:.3g} --rtol 0",
-        "",
-    ]
-
-
-def _top_readme(context: ReproContext, culprits: Sequence[Culprit], folders: Sequence[Path]) -> str:
-    """The bundle's README: the model (Markdown-safe, one line) and the command per culprit folder."""
-    import shlex
-
-    from trtdiff.report.text import markdown_code, plain
-
-    lines = [f"# trtdiff repro of {markdown_code(context.model)}", ""]
-    for folder in folders:
-        command = f"trtdiff repro {shlex.quote(plain(str(folder)))}"
-        lines.append(f"- {markdown_code(folder.name + '/')}: {markdown_code(command)}")
-    if len(folders) < len(culprits):
-        lines.append(f"- {len(culprits) - len(folders)} culprit(s) without a local run here: no folder")
-    return "\n".join(lines) + "\n"
-
-
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "node"
-
-
-def _figure(value: float | None, spec: str) -> str:
-    """A figure for the repro's README: n/a where there are no finite values to compute it over."""
-    return "n/a" if value is None else format(value, spec)

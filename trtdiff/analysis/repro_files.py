@@ -23,9 +23,16 @@ import numpy as np
 from trtdiff.errors import ReportFileError
 
 MANIFEST = "repro.json"
+README = "README.md"
+SUBGRAPH = "subgraph.onnx"
 MARKER = "trtdiff-repro"
 # A culprit folder as write_repros names it: its number, a dash, the node's name made safe for a file name.
 _FOLDER = re.compile(r"[0-9]+-[A-Za-z0-9._-]+")
+
+
+def is_culprit_name(name: str) -> bool:
+    """Whether `name` has the form trtdiff gives a culprit folder: N-NODE."""
+    return _FOLDER.fullmatch(name) is not None
 
 
 def culprit_folders(top: Path, names: object) -> list[Path]:
@@ -38,7 +45,7 @@ def culprit_folders(top: Path, names: object) -> list[Path]:
         return []
     found = []
     for name in names:
-        if not isinstance(name, str) or not _FOLDER.fullmatch(name):
+        if not isinstance(name, str) or not is_culprit_name(name):
             continue
         folder = top / name
         if folder.is_symlink() or not folder.is_dir() or folder.resolve().parent != top.resolve():

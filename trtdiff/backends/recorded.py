@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trtdiff import outputs
 from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, chunk_names
 from trtdiff.errors import InputError, param
 
@@ -47,7 +48,10 @@ def record(
     wanted = [t for t in graph.node_outputs if t in available]
     sizes = {t: n for t in wanted if (n := graph.tensor_type(t).nbytes()) is not None}
     count = 0
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+    with (
+        outputs.replacing(path) as partial,  # in place once whole; an interrupted run leaves nothing
+        zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive,
+    ):
         for name, value in feeds.items():
             _write(archive, INPUT_PREFIX + name, value)
         for group in chunk_names(wanted, sizes, chunk_bytes):

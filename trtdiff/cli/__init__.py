@@ -30,7 +30,7 @@ def main() -> NoReturn:
     from trtdiff.cli.interrupt import ending_on_interrupt
 
     code: str | int | None = 0
-    with ending_on_interrupt():  # Ctrl-C: exit 130, nothing left behind (trtdiff.cli.interrupt)
+    with ending_on_interrupt():  # Ctrl-C: exit 130, SIGTERM: 143, nothing left behind (trtdiff.cli.interrupt)
         try:
             command()  # click's standalone mode: ends in SystemExit
         except SystemExit as stop:

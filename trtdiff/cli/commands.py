@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trtdiff.cli.flags import Given, given
-from trtdiff.cli.interrupt import raising_interrupts, unfinished, writing
+from trtdiff.cli.interrupt import raising_interrupts, writing
 from trtdiff.cli.progress import progress_display
 from trtdiff.cli.sources import read_options, set_by_file_only
 from trtdiff.errors import OptionError
@@ -65,13 +65,13 @@ def _keep_onnx_beside(options: CompareOptions, files: ReportFiles) -> CompareOpt
     """With Model Explorer's node data, the exported ONNX file is kept beside it (me.json -> me.onnx).
 
     Unless --save-onnx names where to keep it, or the ONNX file is given (--onnx, or MODEL). An
-    ONNX file already there belongs to earlier trtdiff node data (checked before): it is replaced.
+    ONNX file already there belongs to earlier trtdiff node data (checked before; no link): it is
+    replaced, with or without --force, which does not cover it.
     """
     beside = files.explorer_onnx()
     if beside is None or options.export.save_onnx is not None or options.export.onnx is not None:
         return options
-    if beside.exists() and not options.force:
-        beside.unlink()
+    beside.unlink(missing_ok=True)  # --save-onnx, which it becomes, then finds no file to refuse
     return options.with_fields(save_onnx=str(beside))
 
 
@@ -138,16 +138,15 @@ def run_command(model: str, values: Mapping[str, Any]) -> Recording:
     options = _options(read)
     options.validate()
     assert read.run.backend is not None and read.run.save is not None  # click requires both
-    with unfinished(read.run.save):  # written as the backend runs: an interrupted recording is removed
-        return run(model, options, backend=read.run.backend, save=read.run.save)
+    # written under a temporary name as the backend runs, renamed when whole: an interrupted one is removed
+    return run(model, options, backend=read.run.backend, save=read.run.save)
 
 
 def build_command(model: str, values: Mapping[str, Any]) -> None:
     """Build the engine, print what was built, write the JSON when asked."""
-    from pathlib import Path
-
     from rich.console import Console
 
+    from trtdiff import outputs
     from trtdiff.pipeline.build import build
     from trtdiff.render.files import check_json_path
     from trtdiff.render.terminal import render_build
@@ -163,16 +162,15 @@ def build_command(model: str, values: Mapping[str, Any]) -> None:
         report = build(model, options)
     if json_path:
         with writing():
-            Path(json_path).write_text(report.to_json() + "\n")
+            outputs.write_text(json_path, report.to_json() + "\n")
     render_build(report, Console(highlight=False))
 
 
 def inspect_command(model: str, values: Mapping[str, Any]) -> bool:
     """Inspect the model, print the view, write the JSON when asked; True when nothing is above info."""
-    from pathlib import Path
-
     from rich.console import Console
 
+    from trtdiff import outputs
     from trtdiff.hypotheses.inspect import inspect_model
     from trtdiff.render.files import check_json_path
     from trtdiff.render.inspect_text import render_inspection
@@ -183,7 +181,7 @@ def inspect_command(model: str, values: Mapping[str, Any]) -> bool:
     inspection = inspect_model(model, _options(read), name_of=flag_of)
     if json_path:
         with writing():
-            Path(json_path).write_text(inspection.to_json() + "\n")
+            outputs.write_text(json_path, inspection.to_json() + "\n")
     render_inspection(inspection, Console(highlight=False))
     return inspection.clean
 
@@ -287,7 +285,8 @@ def repro_command(folder: str) -> bool:
     from trtdiff.render.format import cosine, reasons_text, sci
     from trtdiff.report.text import plain
 
-    results = check_repro(folder)
+    notes: list[str] = []
+    results = check_repro(folder, notes=notes)
     console = Console(highlight=False)
     for result in results:
         m = result.metrics
@@ -298,4 +297,6 @@ def repro_command(folder: str) -> bool:
             f"rel-err {sci(m.rel_err)}: {verdict}"
         )
         console.print(Text(plain(line)))  # the backend's name and the reasons come from the bundle: never markup
+    for note in notes:  # a runtime that cannot run the subgraph here (its error quotes the bundle's names)
+        console.print(Text(plain(f"note: {note}")))
     return not any(result.metrics.diverged for result in results)

@@ -1,4 +1,8 @@
-"""Ctrl-C in the `trtdiff` process: exit 130, one line "Interrupted.", and no temporary file left.
+"""Ctrl-C and SIGTERM in the `trtdiff` process: exit 130 (143), one line "Interrupted." ("Terminated."), and no
+temporary file left.
+
+SIGTERM is what CI cancellation, `timeout` and `kill` send; it is handled as SIGINT is, below,
+and exits 143 (128 + 15, as a process ended by it would report).
 
 Why the process never raises KeyboardInterrupt: Python raises it in whatever Python code runs
 when SIGINT arrives, and much of a comparison's Python code is called back from native code
@@ -16,11 +20,15 @@ installs a handler that raises nothing and ends the process itself:
   exports, ONNX Runtime's and TensorRT's scratch folders) and TMPDIR's (native code). Removing
   that folder removes them all, whichever step was running; a normal end removes it too.
 - A report is written whole: inside `writing()` the handler only notes the interrupt, and the
-  block ends the process when it has finished. A file written as the run goes (`run --save`)
-  is `unfinished`: removed if the run is interrupted after it changed.
+  block ends the process when it has finished. Every output is written under a temporary name
+  beside its own and renamed into place when whole (trtdiff.outputs): what is being written
+  then (a recording `run --save` writes as the backend runs, a repro bundle) is removed.
 - While the main thread waits in a long native call, Python cannot run the handler. A second
   Ctrl-C is then seen by a watcher thread, woken through signal.set_wakeup_fd, which ends the
-  process the same way: a stuck run still ends at once.
+  process the same way: a stuck run still ends at once. A sender of SIGTERM does not send a
+  second one (it kills the process a few seconds later), so the watcher ends the process
+  itself when the main thread has not within `TERM_GRACE` seconds (unless its handler has run
+  and waits for a report being written: `outputs.whole`).
 
 In process (the click group called by tests or other programs) nothing is installed: Ctrl-C
 is Python's KeyboardInterrupt, which the group turns into one line and exit 130.
@@ -40,7 +48,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
+from trtdiff import outputs
+
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+TERM_GRACE = 1.0  # seconds the main thread has to answer SIGTERM before the watcher ends the process
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_LINES = {signal.SIGINT: b"Interrupted.\n", signal.SIGTERM: b"Terminated.\n"}
 
 
 class _Ending:
@@ -50,38 +64,53 @@ class _Ending:
         self.root = root
         self.stderr = stderr  # a copy of descriptor 2: the exporter's silencing points 2 at a scratch file for a while
         self.at_end: list[Callable[[], None]] = []
-        self.unfinished: dict[Path, tuple[int, int, int] | None] = {}
-        self.deferring = 0
         self.pending = False
+        self.signum = signal.SIGINT  # the first signal that asked the process to end: its exit code and line
+        self._asked = False
         self._once = threading.Lock()
 
-    def handle(self, _signum: int, _frame: FrameType | None) -> None:
-        """SIGINT, in the main thread: end now, or when the file being written is whole. Never raises."""
+    def handle(self, signum: int, _frame: FrameType | None) -> None:
+        """SIGINT or SIGTERM, in the main thread: end now, or when the files being written are whole. Never raises."""
         try:
-            if self.deferring and not self.pending:
+            self._ask(signum)
+            if not self.pending and outputs.defer(lambda: self.end(in_main=True)):
                 self.pending = True
                 return
             self.end(in_main=True)
-        except BaseException:  # noqa: BLE001 - whatever failed, the process still ends as interrupted
-            os._exit(EXIT_INTERRUPTED)
+        except BaseException:  # noqa: BLE001 - whatever failed, the process still ends as asked
+            os._exit(128 + self.signum)
+
+    def _ask(self, signum: int) -> None:
+        if not self._asked:
+            self._asked, self.signum = True, signal.Signals(signum)
 
     def watch(self, wakeup: socket.socket) -> None:
-        """The watcher thread: a second SIGINT ends the process even while the main thread is in native code."""
+        """The watcher thread: a second signal, or a SIGTERM the main thread has not answered within TERM_GRACE,
+        ends the process even while the main thread is in native code."""
         seen = 0
         with wakeup:
             while True:
                 try:
                     data = wakeup.recv(64)
+                except TimeoutError:  # SIGTERM, unanswered: the main thread is stuck
+                    if not self.pending:
+                        self.end(in_main=False)
+                    wakeup.settimeout(None)
+                    continue
                 except OSError:
                     return
                 if not data:  # the process ends normally
                     return
-                seen += data.count(signal.SIGINT)
+                for signum in (s for s in data if s in SIGNALS):
+                    self._ask(signum)
+                    seen += 1
                 if seen >= 2:
                     self.end(in_main=False)
+                elif signal.SIGTERM in data and wakeup.gettimeout() is None:
+                    wakeup.settimeout(TERM_GRACE)
 
     def end(self, in_main: bool) -> None:
-        """Stop the display (main thread), remove what the run leaves, say so, exit 130."""
+        """Stop the display (main thread), remove what the run leaves, say so, exit 130 (143 for SIGTERM)."""
         if not self._once.acquire(blocking=False):
             if in_main:  # the watcher is ending the process
                 self._once.acquire()
@@ -93,14 +122,12 @@ class _Ending:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(BaseException):
                     stream.flush()
-        for path, before in self.unfinished.items():
-            with contextlib.suppress(OSError):
-                if _identity(path) not in (None, before):
-                    path.unlink()
+        with contextlib.suppress(BaseException):
+            outputs.remove_in_progress()
         _remove(self.root)
         with contextlib.suppress(OSError):
-            os.write(self.stderr, b"Interrupted.\n")
-        os._exit(EXIT_INTERRUPTED)
+            os.write(self.stderr, _LINES[self.signum])
+        os._exit(128 + self.signum)
 
 
 _ending: _Ending | None = None
@@ -108,7 +135,8 @@ _ending: _Ending | None = None
 
 @contextlib.contextmanager
 def ending_on_interrupt() -> Iterator[None]:
-    """For the block: SIGINT ends the process (see the module), temporary files go to a folder of the process's own."""
+    """For the block: SIGINT and SIGTERM end the process (see the module), temporary files go to a folder of the
+    process's own."""
     global _ending
     if _ending is not None or threading.current_thread() is not threading.main_thread():
         yield
@@ -124,15 +152,16 @@ def ending_on_interrupt() -> Iterator[None]:
     wakeup, signalled = socket.socketpair()
     signalled.setblocking(False)
     previous_fd = signal.set_wakeup_fd(signalled.fileno(), warn_on_full_buffer=False)
-    previous = signal.signal(signal.SIGINT, ending.handle)
+    previous = {signum: signal.signal(signum, ending.handle) for signum in SIGNALS}
     threading.Thread(target=ending.watch, args=(wakeup,), name="trtdiff-interrupt", daemon=True).start()
     _ending = ending
     try:
         yield
     finally:
-        _remove(root)  # the handler still ends the process on SIGINT here
+        _remove(root)  # the handler still ends the process on SIGINT or SIGTERM here
         _ending = None
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         signal.set_wakeup_fd(previous_fd)
         signalled.close()
         os.close(ending.stderr)
@@ -146,32 +175,8 @@ def ending_on_interrupt() -> Iterator[None]:
 @contextlib.contextmanager
 def writing() -> Iterator[None]:
     """Files written whole: an interrupt in the block ends the process when the block ends (a second one at once)."""
-    ending = _ending
-    if ending is None:
+    with outputs.whole():
         yield
-        return
-    ending.deferring += 1
-    try:
-        yield
-    finally:
-        ending.deferring -= 1
-        if ending.pending and not ending.deferring:
-            ending.end(in_main=True)
-
-
-@contextlib.contextmanager
-def unfinished(path: str | Path) -> Iterator[None]:
-    """`path` is removed if the process is interrupted in the block after the file changed (written as the run goes)."""
-    ending = _ending
-    if ending is None:
-        yield
-        return
-    target = Path(path)
-    ending.unfinished[target] = _identity(target)
-    try:
-        yield
-    finally:
-        ending.unfinished.pop(target, None)
 
 
 @contextlib.contextmanager
@@ -199,15 +204,6 @@ def raising_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def _identity(path: Path) -> tuple[int, int, int] | None:
-    """The file's inode, size and time of change; None when there is none."""
-    try:
-        found = path.stat()
-    except OSError:
-        return None
-    return found.st_ino, found.st_size, found.st_mtime_ns
 
 
 def _remove(root: Path) -> None:

@@ -82,7 +82,10 @@ class Sweep:
         return cls(tuple(from_jsonable(list[SweepEntry], json.loads(text)["sweep"])))
 
     def write_json(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n")
+        """Write the sweep as JSON to `path`: a new file renamed over the name (trtdiff.outputs)."""
+        from trtdiff import outputs
+
+        outputs.write_text(path, self.to_json() + "\n")
 
 
 def sweep(

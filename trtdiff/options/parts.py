@@ -441,7 +441,9 @@ class AnalysisOptions:
                                        "attribution).")
     save_repro: str | None = option(None, writes=True, group=THRESHOLDS, commands=COMPARE, metavar="DIR",
                                     help="Write each culprit's subgraph as a standalone ONNX file with its inputs, "
-                                         "every backend's output and a README with the command that shows it.")
+                                         "every backend's output and a README with the command that shows it, into "
+                                         "DIR: a new or empty folder or an earlier repro, written whole or not at "
+                                         "all.")
     capture: Capture = option("full", group=THRESHOLDS, commands=COMPARE,
                               help="full: every value of every layer compared. stats: per tensor only statistics "
                                    "made where it lives (NaN/Inf counts, min, max, mean, norm, sampled values), "
@@ -539,7 +541,12 @@ class CompareOptions:
     gate: GateOptions = field(default_factory=GateOptions)
     analysis: AnalysisOptions = field(default_factory=AnalysisOptions)
     force: bool = option(
-        False, writes=True, group=EXPORT, help="Let --save-onnx / --save-engine overwrite an existing file."
+        False,
+        writes=True,
+        group=EXPORT,
+        help="Let --save-onnx, --save-engine (and NAME.marked.engine beside it) and run's --save replace an existing "
+        "file (a link there is replaced, never followed). Nothing else: report files are written only over "
+        "earlier trtdiff reports, --save-repro only into an empty folder or an earlier repro.",
     )
 
     def with_fields(self, **values: Any) -> CompareOptions:

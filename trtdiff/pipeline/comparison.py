@@ -797,14 +797,15 @@ def _check_repro_dir(options: CompareOptions) -> None:
     if options.analysis.save_repro is not None:
         from trtdiff.analysis.repro import check_repro_dir
 
-        check_repro_dir(options.analysis.save_repro, options.force)
+        check_repro_dir(options.analysis.save_repro)
 
 
 def _repro(options: CompareOptions, prepared: Prepared, notes: list[str]) -> OnCulprits | None:
     """The culprit step's repro writer, when `save_repro` asks for one."""
     if options.analysis.save_repro is None:
         return None
-    from trtdiff.analysis.repro import ReproContext, repro_writer
+    from trtdiff.analysis.repro import repro_writer
+    from trtdiff.analysis.repro_readme import ReproContext
 
     context = ReproContext(
         Path(options.analysis.save_repro),

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtdiff import outputs
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.backends.registry import choose_backends, open_backends
 from trtdiff.backends.store import release_memory
@@ -131,7 +132,9 @@ def prepare(
     timings = {} if timings is None else timings
     say = say or (lambda _text: None)
     save_path = check_new_file(options.export.save_onnx, options.force, "save_onnx")
-    engine_path = check_new_file(options.runtime.save_engine, options.force, "save_engine")
+    engine_path = check_new_file(
+        options.runtime.save_engine, options.force, "save_engine", _marked_beside(options.runtime.save_engine)
+    )
     source, backends, notes = _loaded(model, options, backends, first_feeds, timings, say)
     precision = run_precision(options.runtime.precision, source.given_graph)
     golden = precision != "fp32"  # reduced precision is judged against PyTorch in float64
@@ -474,22 +477,41 @@ def onnx_graph_for(
         ) from error
 
 
-def check_new_file(path: str | Path | None, force: bool, parameter: str) -> Path | None:
-    """A path trtdiff may write: never an existing file unless `force`, and its folder must exist."""
+def check_new_file(
+    path: str | Path | None, force: bool, parameter: str, beside: str | Path | None = None
+) -> Path | None:
+    """A path trtdiff may write: never an existing file unless `force`, and its folder must exist.
+
+    A symbolic link at the path counts as an existing file (one to a missing file too): with
+    `force` it is replaced itself, never followed (trtdiff.outputs). `beside`: a second file
+    written with it (the marked engine beside the one that ships), under the same rule.
+    """
     if path is None:
         return None
     path = Path(path)
-    if path.is_dir():
-        raise OptionError("is a folder; give a file path", parameter=parameter, value=path)
-    if path.exists() and not force:
-        raise OptionError(
-            f"the file exists; choose another path or pass {param('force')} to overwrite it",
-            parameter=parameter,
-            value=path,
-        )
+    for target in (path, *([] if beside is None else [Path(beside)])):
+        there = outputs.found(target)
+        if there == "folder":
+            raise OptionError(f"{target} is a folder; give a file path", parameter=parameter, value=path)
+        if there != "missing" and not force:
+            what = "the file exists" if target == path else f"{target}, written beside it, exists"
+            raise OptionError(
+                f"{what}; choose another path or pass {param('force')} to overwrite it",
+                parameter=parameter,
+                value=path,
+            )
     if not path.parent.is_dir():
         raise OptionError(f"folder {path.parent} does not exist; create it first", parameter=parameter, value=path)
     return path
+
+
+def _marked_beside(path: str | None) -> Path | None:
+    """Where the marked engine is written beside `--save-engine PATH` (None without one)."""
+    if path is None:
+        return None
+    from trtdiff.backends.tensorrt.result import marked_engine_path  # neither TensorRT nor torch
+
+    return marked_engine_path(Path(path))
 
 
 def onnx_feeds(graph: GraphInfo, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtdiff.errors import ReportFileError, first_line
+from trtdiff import outputs
+from trtdiff.errors import OptionError, ReportFileError, first_line
 from trtdiff.report import Layer, Report
 
 if TYPE_CHECKING:
@@ -225,11 +226,37 @@ def _base(path: Path) -> Path:
 
 def is_overlay(path: Path) -> bool:
     """Whether `path` holds node data trtdiff wrote (so it may be written again)."""
+    text = outputs.head(path, 256 << 20)  # a regular file, never read through a link
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(text) if text is not None else None
+    except (ValueError, RecursionError):
         return False
     return isinstance(data, dict) and str(data.get("name", "")).startswith(NAME_PREFIX) and "results" in data
+
+
+def check_overlay_paths(path: str) -> None:
+    """Node data overwrites only earlier trtdiff node data; the ONNX file beside it, only beside earlier node data.
+
+    Checked before any work (ReportFiles.validate), and for a sweep, whose files are named by
+    its combinations, before any of them is written.
+    """
+    files = overlay_paths(path)
+    for target in files:
+        outputs.check_path(target, "model_explorer")
+        if outputs.found(target) != "missing" and not is_overlay(target):
+            raise OptionError(
+                f"{target} exists and is not trtdiff node data; choose another path",
+                parameter="model_explorer",
+                value=path,
+            )
+    beside = onnx_beside(path)
+    outputs.check_path(beside, "model_explorer")
+    if outputs.found(beside) != "missing" and not is_overlay(files[0]):
+        raise OptionError(
+            f"{beside} exists and belongs to no earlier trtdiff node data here; choose another path",
+            parameter="model_explorer",
+            value=path,
+        )
 
 
 def load_onnx(report: Report, report_path: str | Path | None = None) -> onnx.ModelProto | None:
@@ -278,7 +305,7 @@ def write_model_explorer(report: Report, path: str | Path, model: onnx.ModelProt
     """Write the four overlays of `report` next to each other (me.json, me.error.json, ...); the paths written."""
     written = []
     for overlay, target in zip(overlays(report, model), overlay_paths(path), strict=True):
-        target.write_text(json.dumps(overlay.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        outputs.write_text(target, json.dumps(overlay.to_dict(), indent=2, allow_nan=False) + "\n")
         written.append(target)
     return tuple(written)
 

@@ -1,19 +1,26 @@
 """Where the reports go: report file paths checked before a comparison, each format written after it.
 
-Report files are overwritten (CI reruns write them again), but a JSON path that holds
-something other than an earlier trtdiff report is refused, so nothing the user made is lost.
-Model Explorer's node data is written the same way: over earlier trtdiff node data only, and
-the ONNX file beside it (me.json -> me.onnx) only where it belongs to earlier node data.
+Report files are written again by CI reruns, but only over a file trtdiff wrote: a path that
+holds anything else (the user's notes, a hand-written exclusion list, a JSON file of another
+kind) is refused before any work, and so is a symbolic link, which a checked-out pull request
+could plant where a report goes. Each format is recognised by what trtdiff writes at its head
+(`_EARLIER`). Every file is then written as a new file renamed over its name (trtdiff.outputs),
+so a link that appears in between is replaced, never followed. Model Explorer's node data is
+written the same way: over earlier trtdiff node data only, and the ONNX file beside it
+(me.json -> me.onnx) only where it belongs to earlier node data.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from trtdiff import outputs
 from trtdiff.errors import OptionError
 
 if TYPE_CHECKING:
@@ -21,6 +28,8 @@ if TYPE_CHECKING:
     from trtdiff.report import Report
 
 JsonKind = Literal["report", "build", "inspection"]
+_HEAD = 4096  # what is read of an earlier Markdown, JUnit or HTML file to recognise it
+_WHOLE = 256 << 20  # what is read of an earlier JSON report or exclusion list (anything larger is not trtdiff's)
 
 
 @dataclass(frozen=True)
@@ -35,11 +44,14 @@ class ReportFiles:
     exclude_list: str | None = None
 
     def validate(self, kind: JsonKind = "report") -> None:
-        """Refuse paths in missing folders, folders, and JSON files that are not earlier reports."""
+        """Refuse, before any work, paths in missing folders, folders, symbolic links, and files trtdiff did not
+        write (each format over an earlier one of its own only)."""
         check_json_path(self.json, kind)
-        for name in ("junit", "markdown", "html", "model_explorer", "exclude_list"):
-            check_output_path(getattr(self, name), name)
+        for name in ("junit", "markdown", "html", "exclude_list"):
+            check_earlier(getattr(self, name), name)
         if self.model_explorer:
+            from trtdiff.render.explorer import check_overlay_paths
+
             check_overlay_paths(self.model_explorer)
         if self.html and importlib.util.find_spec("matplotlib") is None:
             raise OptionError(
@@ -71,7 +83,7 @@ class ReportFiles:
             write_model_explorer(report, self.model_explorer, load_onnx(report, report_path or self.json))
         if self.exclude_list:
             patterns = dict.fromkeys(p for culprit in report.culprits for p in culprit.exclude)
-            Path(self.exclude_list).write_text("".join(f"{p}\n" for p in patterns), encoding="utf-8")
+            outputs.write_text(self.exclude_list, "".join(f"{p}\n" for p in patterns))
 
     def write_sweep(self, sweep: Sweep) -> None:
         """Write every asked-for format of a sweep: one document for all combinations (node data: one set each)."""
@@ -97,37 +109,64 @@ class ReportFiles:
         return onnx_beside(self.model_explorer)
 
 
-def check_output_path(path: str | None, parameter: str) -> None:
-    """A report file's folder must exist and the path must not be a folder."""
+def check_output_path(path: str | Path | None, parameter: str) -> None:
+    """A report file's folder must exist, and the path must be neither a folder nor a symbolic link."""
+    if path:
+        outputs.check_path(path, parameter)
+
+
+def _junit(head: bytes) -> bool:
+    """render_junit and render_sweep_junit: an XML declaration, then testsuites named "trtdiff" or "trtdiff sweep"."""
+    return re.match(rb'<\?xml [^>]*\?>\s*<testsuites name="trtdiff(?: sweep)?"', head) is not None
+
+
+def _markdown(head: bytes) -> bool:
+    """render_markdown and render_sweep_markdown: the verdict's heading first."""
+    return re.match(rb"### trtdiff(?: sweep)?: ", head) is not None
+
+
+def _html(head: bytes) -> bool:
+    """html_document: a page titled with trtdiff's verdict (a report's or a sweep's)."""
+    titled = re.search(rb"<title>trtdiff (?:sweep )?(?:PASS|FAIL)", head)
+    return head.startswith(b"<!DOCTYPE html>") and titled is not None
+
+
+def _exclude_list(text: bytes) -> bool:
+    """What --exclude-list writes: every line one anchored pattern, ^...\\Z (pairing.qdq.exclude_pattern; ^...$
+    before it), and nothing at all on a passing run."""
+    try:
+        lines = text.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        return False
+    return all(len(line) >= 2 and line.startswith("^") and line.endswith(("\\Z", "$")) for line in lines)
+
+
+_EARLIER: dict[str, tuple[Callable[[bytes], bool], int, str]] = {
+    "junit": (_junit, _HEAD, "JUnit report"),
+    "markdown": (_markdown, _HEAD, "Markdown summary"),
+    "html": (_html, _HEAD, "HTML report"),
+    "exclude_list": (_exclude_list, _WHOLE, "exclusion list (one anchored ^...\\Z pattern a line)"),
+}
+"""Per format: how an earlier file of trtdiff's is recognised from its first bytes, how many to read, its name."""
+
+
+def check_earlier(path: str | None, parameter: str) -> None:
+    """Refuse a path that holds anything but an earlier file of this format written by trtdiff."""
     if not path:
         return
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise OptionError(f"folder {target.parent} does not exist; create it first", parameter=parameter, value=target)
-    if target.is_dir():
-        raise OptionError("is a folder; give a file path", parameter=parameter, value=target)
+    check_output_path(path, parameter)
+    recognise, limit, what = _EARLIER[parameter]
+    _check_ours(Path(path), parameter, what, recognise, limit)
 
 
-def check_overlay_paths(path: str) -> None:
-    """Node data overwrites only earlier trtdiff node data; the ONNX file beside it, only beside earlier node data."""
-    from trtdiff.render.explorer import is_overlay, onnx_beside, overlay_paths
-
-    files = overlay_paths(path)
-    for target in files:
-        if target.is_dir():
-            raise OptionError(f"{target} is a folder; give another path", parameter="model_explorer", value=path)
-        if target.exists() and not is_overlay(target):
-            raise OptionError(
-                f"{target} exists and is not trtdiff node data; choose another path",
-                parameter="model_explorer",
-                value=path,
-            )
-    beside = onnx_beside(path)
-    if beside.exists() and not (files[0].exists() and is_overlay(files[0])):
+def _check_ours(target: Path, parameter: str, what: str, ours: Callable[[bytes], bool], limit: int) -> None:
+    """An existing file at `target` must be one `ours` recognises (read without following a link)."""
+    if outputs.found(target) == "missing":
+        return
+    head = outputs.head(target, limit)
+    if head is None or not ours(head):
         raise OptionError(
-            f"{beside} exists and belongs to no earlier trtdiff node data here; choose another path",
-            parameter="model_explorer",
-            value=path,
+            f"the file exists and is not a trtdiff {what}; choose another path", parameter=parameter, value=target
         )
 
 
@@ -141,18 +180,16 @@ def _is_kind(earlier: dict[str, Any], kind: JsonKind) -> bool:
 
 
 def check_json_path(path: str | None, kind: JsonKind = "report") -> None:
-    """Refuse to overwrite a file that is not an earlier trtdiff report of this kind."""
+    """Refuse to overwrite a file that is not an earlier trtdiff report of this kind (nor a symbolic link)."""
     if not path:
         return
     check_output_path(path, "json")
-    target = Path(path)
-    if target.exists():
+
+    def ours(text: bytes) -> bool:
         try:
-            earlier = json.loads(target.read_text())
-            ours = isinstance(earlier, dict) and _is_kind(earlier, kind)
-        except (OSError, ValueError):
-            ours = False
-        if not ours:
-            raise OptionError(
-                f"the file exists and is not a trtdiff {kind}; choose another path", parameter="json", value=target
-            )
+            earlier = json.loads(text)
+        except (ValueError, RecursionError):
+            return False
+        return isinstance(earlier, dict) and _is_kind(earlier, kind)
+
+    _check_ours(Path(path), "json", kind, ours, _WHOLE)

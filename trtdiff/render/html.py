@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trtdiff import outputs
 from trtdiff.render.culprits import (
     attribution_of,
     attribution_summary,
@@ -123,8 +124,8 @@ def html_body(report: Report) -> str:
 
 
 def write_html(report: Report, path: str | Path) -> None:
-    """Write `render_html(report)` to `path` (UTF-8)."""
-    Path(path).write_text(render_html(report), encoding="utf-8")
+    """Write `render_html(report)` to `path` (UTF-8; a new file renamed over the name, trtdiff.outputs)."""
+    outputs.write_text(path, render_html(report))
 
 
 def _header(report: Report) -> str:

@@ -12,6 +12,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from trtdiff import outputs
 from trtdiff.render.culprits import (
     culprit_text,
     culprits_brief,
@@ -75,8 +76,8 @@ def render_junit(report: Report) -> str:
 
 
 def write_junit(report: Report, path: str | Path) -> None:
-    """Write `render_junit(report)` to `path` (UTF-8)."""
-    Path(path).write_text(render_junit(report), encoding="utf-8")
+    """Write `render_junit(report)` to `path` (UTF-8; a new file renamed over the name, trtdiff.outputs)."""
+    outputs.write_text(path, render_junit(report))
 
 
 def classname(check: ThresholdCheck) -> str:

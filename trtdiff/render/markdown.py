@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trtdiff import outputs
 from trtdiff.render.culprits import (
     attribution_summary,
     culprit_text,
@@ -54,13 +55,12 @@ def render_markdown(report: Report) -> str:
 
 
 def write_markdown(report: Report, path: str | Path, *, append: bool = False) -> None:
-    """Write `render_markdown(report)` to `path`; `append` adds it after what is there ($GITHUB_STEP_SUMMARY)."""
-    target = Path(path)
-    text = render_markdown(report)
-    if append and target.exists() and target.stat().st_size:
-        text = "\n" + text
-    with target.open("a" if append else "w", encoding="utf-8") as out:
-        out.write(text)
+    """Write `render_markdown(report)` to `path`, a new file renamed over the name; `append` adds it after what is
+    there instead ($GITHUB_STEP_SUMMARY, which other steps write too), through no symbolic link (trtdiff.outputs)."""
+    if append:
+        outputs.append_text(path, render_markdown(report), "markdown")
+    else:
+        outputs.write_text(path, render_markdown(report))
 
 
 def _verdict(report: Report) -> str:

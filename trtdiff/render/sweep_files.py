@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trtdiff import outputs
 from trtdiff.render.format import cosine, escape_html, plural, sci
 from trtdiff.render.sweep_text import _finding, _miou, _output_metrics
 from trtdiff.report.text import markdown, plain
@@ -81,7 +82,7 @@ def render_sweep_markdown(sweep: Sweep) -> str:
 
 
 def write_sweep_markdown(sweep: Sweep, path: str | Path) -> None:
-    Path(path).write_text(render_sweep_markdown(sweep), encoding="utf-8")
+    outputs.write_text(path, render_sweep_markdown(sweep))
 
 
 def render_sweep_junit(sweep: Sweep) -> str:
@@ -118,7 +119,7 @@ def render_sweep_junit(sweep: Sweep) -> str:
 
 
 def write_sweep_junit(sweep: Sweep, path: str | Path) -> None:
-    Path(path).write_text(render_sweep_junit(sweep), encoding="utf-8")
+    outputs.write_text(path, render_sweep_junit(sweep))
 
 
 def render_sweep_html(sweep: Sweep) -> str:
@@ -148,19 +149,21 @@ def render_sweep_html(sweep: Sweep) -> str:
 
 
 def write_sweep_html(sweep: Sweep, path: str | Path) -> None:
-    Path(path).write_text(render_sweep_html(sweep), encoding="utf-8")
+    outputs.write_text(path, render_sweep_html(sweep))
 
 
 def write_sweep_explorer(sweep: Sweep, path: str | Path) -> tuple[Path, ...]:
     """Node data per compared combination: me.json -> me.opset10-torchscript.json (and its .local, ... files)."""
-    from trtdiff.render.explorer import write_model_explorer
+    from trtdiff.render.explorer import check_overlay_paths, write_model_explorer
 
     target = Path(path)
     stem = target.with_suffix("") if target.suffix == ".json" else target
+    paths = {f"{stem}.{entry_slug(entry)}.json": entry.report for entry in sweep.entries if entry.report is not None}
+    for each in paths:  # named by the combinations, known only now: each over earlier node data only, or none
+        check_overlay_paths(each)
     written: list[Path] = []
-    for entry in sweep.entries:
-        if entry.report is not None:
-            written += write_model_explorer(entry.report, f"{stem}.{entry_slug(entry)}.json")
+    for each, report in paths.items():
+        written += write_model_explorer(report, each)
     return tuple(written)
 
 

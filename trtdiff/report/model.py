@@ -587,4 +587,7 @@ class Report:
         return cls.from_dict(json.loads(text))
 
     def write_json(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n")
+        """Write the report as JSON to `path`: a new file renamed over the name (trtdiff.outputs)."""
+        from trtdiff import outputs
+
+        outputs.write_text(path, self.to_json() + "\n")

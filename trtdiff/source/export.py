@@ -15,7 +15,6 @@ import io
 import logging
 import os
 import re
-import shutil
 import tempfile
 import threading
 import warnings
@@ -28,6 +27,7 @@ import numpy as np
 import onnx
 import torch
 
+from trtdiff import outputs
 from trtdiff.errors import ExportError, OptionError, cause_line, interrupts_kept, param
 from trtdiff.options import EXPORTERS
 from trtdiff.options.exporters import (
@@ -88,20 +88,23 @@ def export_onnx(
     chosen = choose_exporter(exporter, opset, loaded)
     check_writable(opset, chosen, loaded)
     given = returned if returned is not None and reads_returned(loaded, chosen) else None
-    with contextlib.ExitStack() as stack:
-        # The TorchScript exporter's C++ writes only to UTF-8 paths: elsewhere, a scratch folder, then a move.
-        scratch = None if utf8_path(path) else stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-"))
-        target = path if scratch is None else Path(scratch) / "model.onnx"
+    # Exported in a scratch folder, then moved in under `path` whole, as every output is (trtdiff.outputs: a link
+    # there is replaced, never followed); under a name of its own where `path`'s is no UTF-8, the only paths
+    # the TorchScript exporter's C++ writes to.
+    with tempfile.TemporaryDirectory(prefix="trtdiff-") as scratch:
+        target = Path(scratch) / (path.name if utf8_path(path.name) else "model.onnx")
         _export_to(loaded, feeds, chosen, opset, target, given)
-        if scratch is not None:
-            if any(written != target for written in Path(scratch).iterdir()):
-                raise OptionError(
-                    "the exporter wrote the weights beside the ONNX file, which refers to them by name; "
-                    "choose a path that is valid UTF-8",
-                    parameter="save_onnx",
-                    value=path,
-                )
-            shutil.move(target, path)
+        weights = [written for written in Path(scratch).iterdir() if written != target]
+        if weights and target.name != path.name:
+            raise OptionError(
+                "the exporter wrote the weights beside the ONNX file, which refers to them by name; "
+                "choose a path that is valid UTF-8",
+                parameter="save_onnx",
+                value=path,
+            )
+        for written in weights:  # a model over 2 GB: its weights, under the names the file gives them
+            outputs.publish(written, path.parent / written.name)
+        outputs.publish(target, path)
     return ExportResult(path=path, exporter=chosen, opset=opset)
 
 

@@ -382,6 +382,24 @@ def test_cache_key_changes_with_any_input_and_engines_reload(tmp_path: Path) -> 
     assert any("no-ops" in n for n in first.notes)  # RTX says its timing cache does nothing
 
 
+def test_the_engine_cache_writes_through_no_link(tmp_path: Path) -> None:
+    """Before: each file was written first as `.NAME.PID.part`, a name anyone could plant a link at."""
+    import os
+
+    from trtdiff.backends.tensorrt.cache import save_engine
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"the user's")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / f".key.engine.{os.getpid()}.part").symlink_to(victim)
+    (cache / "key.json").symlink_to(victim)
+    save_engine(cache, "key", b"plan", {"trtdiff": 1})
+    assert victim.read_bytes() == b"the user's"
+    assert (cache / "key.engine").read_bytes() == b"plan" and json.loads((cache / "key.json").read_text())
+    assert not (cache / "key.json").is_symlink()
+
+
 def test_layer_names_and_inspector_json_map_to_onnx_nodes(every_reason: GraphInfo) -> None:
     assert fusion.nodes_from_name("mul + gt + where", every_reason) == ("mul", "gt", "where")
     assert fusion.nodes_from_name("PWN(PWN(mul, gt), where)", every_reason) == ("mul", "gt", "where")

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from trtdiff import outputs
 
 if TYPE_CHECKING:
     import onnx
@@ -99,6 +100,6 @@ def save_runtime_cache(path: Path, data: bytes) -> None:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    partial = path.with_name(f".{path.name}.{os.getpid()}.part")
-    partial.write_bytes(data)
-    os.replace(partial, path)
+    """A new file under a name of its own, renamed over `path`: no reader sees half a plan, and a link there
+    (at the name or at a name a temporary file could take) is never followed (trtdiff.outputs)."""
+    outputs.write_bytes(path, data)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtdiff import outputs
 from trtdiff.backends.tensorrt.fusion import fusion_from_plan
 
 if TYPE_CHECKING:
@@ -15,6 +16,11 @@ if TYPE_CHECKING:
     from trtdiff.backends.tensorrt.marking import MarkPlan
     from trtdiff.options import BuildSettings
     from trtdiff.source.onnx_graph import GraphInfo
+
+
+def marked_engine_path(path: Path) -> Path:
+    """Where the marked engine is written beside the one that ships: model.engine -> model.marked.engine."""
+    return path.with_name(f"{path.stem}.marked{path.suffix}")
 
 
 @dataclass(frozen=True)
@@ -93,11 +99,11 @@ class BuildResult:
 
     def write_engines(self, path: Path) -> tuple[Path, ...]:
         """Write the engine that ships to `path` and, where one was built, the marked engine as `NAME.marked.engine`."""
-        path.write_bytes(self.plain_plan)
+        outputs.write_bytes(path, self.plain_plan)
         if self.plain is None:
             return (path,)
-        marked = path.with_name(f"{path.stem}.marked{path.suffix}")
-        marked.write_bytes(self.marked.plan)
+        marked = marked_engine_path(path)
+        outputs.write_bytes(marked, self.marked.plan)
         return (path, marked)
 
     def to_dict(self) -> dict[str, Any]:
