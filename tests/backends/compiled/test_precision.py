@@ -32,6 +32,8 @@ def test_a_cast_kept_at_the_fp32_boundary_is_not_flagged_a_layer_computing_above
         EngineLayer("conv_f32", (convs[0],), "originalLayersNames", output_types=("FP32",)),
         EngineLayer("conv_f16", (convs[1],), "originalLayersNames", output_types=("FP16",)),
         EngineLayer("head", (convs[-1], out_cast.name), "originalLayersNames", output_types=("FP16",)),
+        EngineLayer("head_as_cast_writes", (convs[-1], out_cast.name), "metadata", output_types=("FP32",)),
+        EngineLayer("head_bf16", (convs[-1], out_cast.name), "originalLayersNames", output_types=("BF16",)),
     )
     order = {node.name: node.index for node in graph.nodes}
     rows = layer_precisions(FusionReport(layers, "test"), asked_types(graph), order, casts)
@@ -39,7 +41,9 @@ def test_a_cast_kept_at_the_fp32_boundary_is_not_flagged_a_layer_computing_above
         ("in_cast", "FP16", "FP32", None),
         ("conv_f32", "FP16", "FP32", "higher"),
         ("conv_f16", "FP16", "FP16", None),
-        ("head", "FP16", "FP16", None),
+        ("head", "FP16", "FP16", None),  # as OpenVINO reports it: what the Conv computes
+        ("head_as_cast_writes", "FP32", "FP32", None),  # as TensorRT reports it: what the fused Cast writes
+        ("head_bf16", "FP16", "BF16", "lower"),  # neither: judged against what the Conv asks
     ]
     before = layer_precisions(FusionReport(layers, "test"), asked_types(graph), order)  # without the conversions
     assert before[0].flag == "higher"

@@ -17,7 +17,7 @@ layer's own row says what it computes in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -70,20 +70,27 @@ def layer_precisions(
     """Each engine layer's built type against what its last ONNX node asks for (`order`: node positions).
 
     Layers that compute no ONNX node (layout reorders a runtime adds) have nothing asked: they get no row.
-    What a layer asks is what its last computing node asks, not a conversion fused after it (a Conv
-    in FP16 and the Cast to the FP32 output); a layer of `converts` (conversions(graph)) alone gets
-    its row but no flag.
+    Where a layer fuses conversions (`converts`, conversions(graph)) with computing nodes, runtimes report
+    either type as built: TensorRT what the last Cast writes (an FP32 Resize between Casts, built FP16),
+    OpenVINO what the last computing node computes (a Conv in FP16 fused with the Cast to the FP32 output).
+    Both are as asked, so the row takes whichever of the two matches; a layer of conversions alone gets its
+    row but no flag.
     """
     rows: list[LayerPrecision] = []
     for layer in (layer for layer in fusion.layers if layer.onnx_nodes):
         computing = [node for node in layer.onnx_nodes if node not in converts] or layer.onnx_nodes
-        last = max(computing, key=lambda node: order.get(node, -1))
-        want = asked.get(last)
         built = _widest(layer.output_types)
+        wants = [asked.get(_last(nodes, order)) for nodes in (computing, layer.onnx_nodes)]
+        want = next((w for w in wants if w is not None and _flag(w, built) is None), wants[0])
         missing = MISSING_ASKED if want is None else (MISSING_BUILT_PLAN if built is None else None)
         flag = None if converts.issuperset(layer.onnx_nodes) else _flag(want, built)
         rows.append(LayerPrecision(layer.name, layer.onnx_nodes, want, built, flag, missing))
     return tuple(rows)
+
+
+def _last(nodes: Sequence[str], order: Mapping[str, int]) -> str:
+    """The last of `nodes` in the graph's order."""
+    return max(nodes, key=lambda node: order.get(node, -1))
 
 
 def _widest(types: tuple[str, ...]) -> str | None:
