@@ -43,7 +43,7 @@ class MaskedAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scores = self.proj(x) @ x.transpose(1, 2)
-        mask = torch.full((x.shape[1], x.shape[1]), float("-inf")).triu(1)
+        mask = torch.full((x.shape[1], x.shape[1]), float("-inf"), device=x.device).triu(1)
         return torch.softmax(scores + mask, dim=-1) @ x
 
 
