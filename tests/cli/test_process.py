@@ -353,14 +353,19 @@ def test_ctrl_c_under_load_exits_130_at_every_moment_and_leaves_nothing(tmp_path
         total = time.monotonic() - started
         assert whole.returncode == 0 and total > 2.0, total
         for fraction in (0.05, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8):
-            offset = fraction * total
-            scratch = tmp_path / f"tmp{fraction}"
-            scratch.mkdir()
-            started = time.monotonic()
-            process = start(scratch)
-            while not list(scratch.iterdir()) and process.poll() is None:  # its handler is in place
-                time.sleep(0.01)
-            time.sleep(max(0.0, started + offset - time.monotonic()))
+            for attempt in range(3):  # a run that ends before its moment (the load eased) times the next one
+                offset = fraction * total
+                scratch = tmp_path / f"tmp{fraction}-{attempt}"
+                scratch.mkdir()
+                started = time.monotonic()
+                process = start(scratch)
+                while not list(scratch.iterdir()) and process.poll() is None:  # its handler is in place
+                    time.sleep(0.01)
+                time.sleep(max(0.0, started + offset - time.monotonic()))
+                if process.poll() is None:
+                    break
+                assert process.returncode == 0, (offset, process.communicate())
+                total = min(total, time.monotonic() - started)
             assert process.poll() is None, (offset, process.communicate())
             process.send_signal(signal.SIGINT)
             stdout, stderr = process.communicate(timeout=60)

@@ -88,7 +88,7 @@ def test_a_streamed_reference_gives_the_figures_of_a_held_one(monkeypatch: pytes
     """
     from tests.culprit_models import transformer_block
     from trtdiff.analysis.engine import StreamedValues
-    from trtdiff.pipeline.comparison import SharedRecording
+    from trtdiff.pipeline.reference import SharedRecording
 
     streams: list[int] = []
     original = StreamedValues.stream

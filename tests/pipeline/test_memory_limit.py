@@ -122,3 +122,48 @@ def test_over_many_chunks_the_reference_streams_in_lockstep_writing_nothing_to_d
     whole = trtdiff.compare(model, **common)  # type: ignore[arg-type]
     figures = [(x.tensor, m.max_abs, m.cosine) for x in small.layers for m in x.pairs.values()]
     assert figures == [(x.tensor, m.max_abs, m.cosine) for x in whole.layers for m in x.pairs.values()]
+
+
+def test_the_budget_shares_the_limit_once_between_the_reference_and_the_chunks() -> None:
+    """MemoryBudget (issue 39): half the limit for any store of the reference; the chunks compared in the other
+    half, shared by one chunk of each ONNX backend and, where the reference is read back, its values of that chunk;
+    a reference on a GPU holds nothing on the host, so a chunk may take the whole limit; --chunk-bytes caps it."""
+    from trtdiff.options import BackendOptions
+    from trtdiff.pipeline.memory import MemoryBudget
+
+    runtime = BackendOptions(memory_bytes=1200, chunk_bytes=1 << 30)
+    assert MemoryBudget.plan(runtime, 2, on_host=True, read_back=False) == MemoryBudget(1200, 600, 300)
+    assert MemoryBudget.plan(runtime, 2, on_host=True, read_back=True) == MemoryBudget(1200, 600, 200)
+    assert MemoryBudget.plan(runtime, 2, on_host=False, read_back=True) == MemoryBudget(1200, 600, 1200)
+    capped = BackendOptions(memory_bytes=1200, chunk_bytes=100)
+    assert MemoryBudget.plan(capped, 1, on_host=True, read_back=False).chunk == 100
+
+
+@pytest.mark.parametrize(
+    ("fields", "mode", "chunk"),
+    [
+        ({}, "streamed", 1 << 19),  # half of 1 MB over one ONNX backend
+        ({"culprit": True}, "held", 1 << 18),  # shared with the reference read back from its store
+        ({"capture": "stats"}, "statistics", 1 << 19),
+    ],
+)
+def test_a_comparison_reads_its_chunks_and_stores_from_one_budget(
+    fields: dict[str, object], mode: str, chunk: int
+) -> None:
+    """The reference's mode is chosen once from the options, and the engine, the culprit pass and every store
+    read the one budget it fixes (pipeline.reference, pipeline.memory)."""
+    from contextlib import ExitStack
+
+    from trtdiff.options import CompareOptions
+    from trtdiff.pipeline.prepare import prepare
+    from trtdiff.pipeline.reference import FirstRecording
+
+    options = CompareOptions().with_fields(
+        input_shapes=["1x3x32x32"], opset=13, memory_bytes=1 << 20, torch_device="cpu", **fields
+    )
+    with ExitStack() as stack:
+        first = FirstRecording(options, stack)
+        prepared = stack.enter_context(prepare(small_cnn(), options, record=first.record))
+        reference = first.paired(prepared, {})
+        assert reference.mode == mode and reference.budget.chunk == chunk and reference.budget.store == 1 << 19
+        assert prepared.capture is not None and prepared.capture.store.memory_bytes == reference.budget.store

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +25,9 @@ from trtdiff.backends.pytorch.reference import TorchReference
 from trtdiff.backends.store import TensorStore
 from trtdiff.backends.tensorrt.settings import engine_settings
 from trtdiff.options import BackendOptions, BuildSettings, CompareOptions
-from trtdiff.pipeline.comparison import SharedRecording
+from trtdiff.pipeline.memory import store_bytes
 from trtdiff.pipeline.prepare import prepare
+from trtdiff.pipeline.reference import FirstRecording, SharedRecording
 from trtdiff.source.onnx_graph import load_graph
 
 SHAPE = "1x3x8x8"
@@ -54,7 +56,7 @@ def test_prepare_derives_one_reference_and_one_engine_setting_from_the_options(n
     )
     with prepare(net, options) as prepared:
         reference = prepared.reference
-        assert reference == TorchReference(net, "cpu", True, 3 << 20, dtype="float64")  # FP16: the golden
+        assert reference == TorchReference(net, "cpu", True, dtype="float64")  # FP16: the golden
         assert reference.module is net and reference.attention == "auto"
         assert prepared.engine == engine_settings(options.runtime, prepared.feeds)
         engine = prepared.engine
@@ -72,29 +74,33 @@ def test_no_reference_without_torch_or_a_module(net: ConvReluHead, tmp_path: Pat
 
 
 def test_the_first_recording_is_made_by_the_reference(net: ConvReluHead) -> None:
-    """prepare hands its one reference to the recording step; the step records with it."""
+    """prepare hands its one reference to the recording step; the step records with it, into a store of the
+    budget's share of the memory limit (half of it: pipeline.memory)."""
     seen: list[TorchReference] = []
+    options = _options(backends=["torch", "onnxruntime"], memory_bytes=2, culprit=True)
 
-    def record(reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
-        seen.append(reference)
-        return reference.record(feeds)
+    with ExitStack() as stack:
+        first = FirstRecording(options, stack)
 
-    with prepare(net, _options(backends=["torch", "onnxruntime"], memory_bytes=1), record=record) as prepared:
-        assert seen == [prepared.reference] and seen[0] is prepared.reference
-        assert prepared.capture is not None and prepared.capture.store.memory_bytes == 1
-        assert prepared.capture.store.spilled == len(prepared.capture.store) > 0  # the options' memory limit
-        prepared.capture.store.close()
+        def record(reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
+            seen.append(reference)
+            return first.record(reference, feeds)
+
+        with prepare(net, options, record=record) as prepared:
+            assert seen == [prepared.reference] and seen[0] is prepared.reference
+            assert prepared.capture is not None and prepared.capture.store.memory_bytes == store_bytes(2) == 1
+            assert prepared.capture.store.spilled == len(prepared.capture.store) > 0  # held for the culprit pass
 
 
 def test_record_returns_what_capture_returns_with_the_same_settings(net: ConvReluHead) -> None:
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8), dtype=np.float32)}
     reference = TorchReference.of(net, BackendOptions(torch_device="cpu", memory_bytes=1 << 20))
-    recorded = reference.record(feeds)
+    recorded = reference.record(feeds, store=TensorStore(1 << 20))
     direct = capture(net, feeds, device="cpu", tf32=False, store=TensorStore(1 << 20))
     assert [r.key for r in recorded.records] == [r.key for r in direct.records] == ["torch:0", "torch:1", "torch:2"]
     for key in [*recorded.output_keys, *(r.key for r in recorded.records)]:
         np.testing.assert_array_equal(recorded.value(key), direct.value(key))
-    assert recorded.store.memory_bytes == 1 << 20 and recorded.device == "cpu"
+    assert recorded.store.memory_bytes == 1 << 20 and recorded.device == "cpu"  # the store it was given
     kept = reference.as_recorded(recorded).record(feeds, keep={"torch:1"}, visit=lambda key, value: None)
     assert "torch:1" in kept.store and len(kept.store) == 1  # per call: which values to keep, who sees them
     assert reference.as_recorded(recorded).attention == ("decomposed" if recorded.decomposed else "fused")
@@ -102,11 +108,11 @@ def test_record_returns_what_capture_returns_with_the_same_settings(net: ConvRel
 
 def test_a_shared_recording_is_lent_only_to_a_reference_that_records_alike(net: ConvReluHead) -> None:
     feeds = {"x": np.ones((1, 3, 8, 8), np.float32)}
-    plain = TorchReference(net, "cpu", False, 1 << 20)
+    plain = TorchReference(net, "cpu", False)
     with SharedRecording() as shared:
-        first = shared.record(plain, feeds)
-        assert shared.record(TorchReference(net, "cpu", False, 1 << 20), feeds) is first
-        other = shared.record(TorchReference(net, "cpu", True, 1 << 20), feeds)  # TF32: recorded anew
+        first = shared.record(plain, feeds, 1 << 20)
+        assert shared.record(TorchReference(net, "cpu", False), feeds, 1 << 20) is first
+        other = shared.record(TorchReference(net, "cpu", True), feeds, 1 << 20)  # TF32: recorded anew
         assert other is not first and len(first.store) == 0 and len(other.store) > 0
     assert len(other.store) == 0  # closed with the sweep
 

@@ -44,6 +44,7 @@ from trtdiff.backends.base import fetch
 from trtdiff.backends.registry import BACKENDS, tolerates_rewrite_failure
 from trtdiff.backends.store import TensorStore
 from trtdiff.errors import describe_error
+from trtdiff.options import DEFAULT_MEMORY_BYTES
 from trtdiff.report import Attribution, number
 from trtdiff.source.onnx_graph import graph_from_model
 from trtdiff.source.samples import Sample
@@ -68,6 +69,7 @@ class AttributionInputs:
     results: Sequence[SampleResult]
     segmentation: SegmentationSummary | None
     thresholds: Thresholds
+    store_bytes: int = DEFAULT_MEMORY_BYTES  # the samples' values held in memory, past it on disk (the budget's store)
 
 
 def attribute(
@@ -99,7 +101,7 @@ def attribute(
             assert together is not None and with_it is not None
             rows.append((culprit, together, with_it, injection(pair, feeding)))
     wanted = list(dict.fromkeys([*(c.tensor for c in culprits), *inputs.graph.graph_outputs]))
-    with TensorStore() as store:
+    with TensorStore(inputs.store_bytes) as store:
         stored = [
             _store(index, sample, feeds, reference(wanted), store)
             for index, (sample, feeds, reference) in enumerate(inputs.samples())

@@ -29,6 +29,7 @@ from trtdiff.analysis.culprits import (
     with_local,
 )
 from trtdiff.backends.base import fetch
+from trtdiff.options import DEFAULT_CHUNK_BYTES, DEFAULT_MEMORY_BYTES
 from trtdiff.source.masks import computed_magnitude, mask_tensors
 
 if TYPE_CHECKING:
@@ -83,6 +84,8 @@ class Inputs:
     interpolations: Interpolations = lambda: ()
     name_of: Callable[[str], str] = str
     on_culprits: OnCulprits | None = None  # given the culprits and their local runs while those are at hand (repro)
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES  # what a runtime returns at once (the comparison's memory budget)
+    store_bytes: int = DEFAULT_MEMORY_BYTES  # what attribution's store holds in memory before spilling
 
 
 def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair]) -> Findings:
@@ -103,7 +106,7 @@ def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair
         _exact_values(inputs),
         _opener(inputs),
         inputs.judge,
-        inputs.runtime.chunk_bytes,
+        inputs.chunk_bytes,
         notes,
     )
     updated = with_local(layers, runs)
@@ -150,7 +153,13 @@ def attribute_culprits(
             yield sample, feeds, _sample_reference(index, sample, feeds, torch_values, live, inputs)
 
     attribution_inputs = AttributionInputs(
-        inputs.graph, with_reference, _opener(inputs), results, segmentation, inputs.judge.thresholds
+        inputs.graph,
+        with_reference,
+        _opener(inputs),
+        results,
+        segmentation,
+        inputs.judge.thresholds,
+        inputs.store_bytes,
     )
     notes: list[str] = []
     attribution = attribute(attribution_inputs, findings.culprits, notes)

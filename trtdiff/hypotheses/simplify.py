@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtdiff.errors import BackendError, OptionError, describe_error
-from trtdiff.pipeline.comparison import SharedRecording, compare_once
+from trtdiff.pipeline.comparison import compare_once
+from trtdiff.pipeline.reference import SharedRecording
 
 if TYPE_CHECKING:
     import onnx

@@ -36,8 +36,8 @@ from trtdiff.report.serialization import from_jsonable, to_jsonable
 if TYPE_CHECKING:
     import torch
 
-    from trtdiff.pipeline.comparison import SharedRecording
     from trtdiff.pipeline.prepare import Progress
+    from trtdiff.pipeline.reference import SharedRecording
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def sweep(
             parameter="sweep_precision",
             value=",".join(precisions),
         )
-    from trtdiff.pipeline.comparison import SharedRecording
+    from trtdiff.pipeline.reference import SharedRecording
 
     entries: list[SweepEntry] = []
     errors: list[Exception] = []

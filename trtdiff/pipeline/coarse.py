@@ -3,7 +3,7 @@
 1. The first recording of PyTorch, the one the pairing reads, summarizes each value as the
    forward makes it (analysis.statistics) and holds values only within its share of
    `--memory-limit`, and the final outputs whatever their size: nothing is written to disk
-   (`record_summaries`).
+   (pipeline.reference.FirstRecording).
 2. Sample 0's tensors come from the ONNX backends chunk by chunk (the first one runs its graph
    once, in segments where they do not fit), are summarized where they are and dropped; every
    pair of summaries is judged (`Judge.summaries`), the final outputs compared in full (`statistics_pass`).
@@ -20,54 +20,24 @@ is suspicious; memory is one chunk, the summaries (a few kilobytes a tensor) and
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from trtdiff.analysis.control_flow import held_inside
 from trtdiff.analysis.engine import BackendValues, Compared, Engine, Pass
 from trtdiff.analysis.statistics import Summary, summarize
-from trtdiff.backends.pytorch.records import is_output_key
-from trtdiff.backends.store import TensorStore, to_host
-from trtdiff.pipeline.memory import store_bytes
+from trtdiff.backends.store import to_host
 
 if TYPE_CHECKING:
     from trtdiff.backends.pytorch.records import TorchCapture
-    from trtdiff.backends.pytorch.reference import TorchReference
     from trtdiff.pairing.pairs import Pairing
     from trtdiff.report import BackendPair, Layer, PairMetrics
     from trtdiff.source.onnx_graph import GraphInfo
 
 REGION = 8
 """Layers compared in full on each side of the first suspicious one (in the order layers are numbered)."""
-
-
-def record_summaries(
-    stack: ExitStack, summaries: MutableMapping[str, Summary]
-) -> Callable[[TorchReference, Mapping[str, np.ndarray]], TorchCapture]:
-    """The first recording of a statistics comparison: each value summarized into `summaries` as it is made.
-
-    Its store (closed by `stack`) holds values within the reference's share of the memory limit,
-    for the pairing's derived values, and the final outputs whatever their size (in memory: the
-    output checks read both copies); the rest is dropped.
-    """
-
-    def record(reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
-        store = TensorStore(store_bytes(reference.memory_bytes), beyond=is_output_key)
-        stack.enter_context(store)
-
-        def visit(key: str, value: Any) -> None:
-            summaries[key] = summarize(value)
-
-        recorded = reference.record(feeds, store=store, visit=visit)
-        made = {record.key for record in recorded.records}  # attention "auto" may have recorded twice
-        for key in [k for k in summaries if k not in made]:
-            del summaries[key]
-        return recorded
-
-    return record
 
 
 def statistics_pass(current: Pass, reference: Mapping[str, Summary], engine: Engine) -> tuple[Compared, list[str]]:

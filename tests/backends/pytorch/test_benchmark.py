@@ -10,6 +10,7 @@ import trtdiff
 from tests.precision_models import SHAPE, Float64Hostile, transformer_block
 from trtdiff.backends.pytorch.benchmark import benchmark_errors
 from trtdiff.backends.pytorch.reference import TorchReference
+from trtdiff.backends.store import TensorStore
 from trtdiff.source.inputs import make_inputs
 
 FEEDS = make_inputs(["x"], shapes=[SHAPE], seed=0)
@@ -18,7 +19,7 @@ FEEDS = make_inputs(["x"], shapes=[SHAPE], seed=0)
 def test_the_benchmark_measures_fp16s_error_at_every_op_against_the_float64_golden() -> None:
     model = transformer_block()
     golden = TorchReference(model, dtype="float64")
-    with golden.store() as store:
+    with TensorStore() as store:
         recorded = golden.record(FEEDS, store=store)
         assert recorded.dtype == "float64" and recorded.value(recorded.output_keys[0]).dtype == np.float64
         errors, notes = benchmark_errors(golden, recorded, "fp16")
@@ -39,7 +40,7 @@ def test_a_model_the_precision_cannot_run_gets_no_figures_and_says_why() -> None
     every value rounded to float16 (RoundedOutputs), so it runs there."""
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 4, 4), dtype=np.float32)}
     golden = TorchReference(Inverse(), dtype="float64")
-    with golden.store() as store:
+    with TensorStore() as store:
         recorded = golden.record(feeds, store=store)
         errors, notes = benchmark_errors(golden, recorded, "bf16")
         rounded, none = benchmark_errors(golden, recorded, "fp16")
@@ -63,7 +64,7 @@ def test_a_golden_reference_casts_the_module_once_for_every_recording_derived_fr
     """The float64 copy is made once: the later recordings (streamed, the culprit pass) share it."""
     model = transformer_block()
     golden = TorchReference(model, dtype="float64")
-    with golden.store() as store:
+    with TensorStore() as store:
         first = golden.record(FEEDS, store=store)
     again = golden.as_recorded(first)
     assert golden.cast is not None and again.cast is golden.cast and golden.cast is not model

@@ -32,7 +32,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from trtdiff.backends.pytorch.capture import QuietMode, resolve_device
-from trtdiff.backends.store import to_host
+from trtdiff.backends.store import TensorStore, to_host
 from trtdiff.errors import ModelRunError, cause_line
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def benchmark_errors(
     else:
         bench = like.at(dtype)
     try:
-        with bench.store() as store, RoundedOutputs(torch.float16) if emulated else nullcontext():
+        with TensorStore() as store, RoundedOutputs(torch.float16) if emulated else nullcontext():
             measured = bench.record(feeds, store=store, visit=visit, keep=())
     except ModelRunError as error:
         cause = error.__cause__

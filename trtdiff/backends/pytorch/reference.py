@@ -1,10 +1,11 @@
 """The PyTorch side of a comparison: the module and how every recording of it is made, stated once.
 
 `TorchReference.of(module, options)` reads the settings a recording needs from the options
-(the device, TF32, the memory limit of the store its values go to) when the comparison is
-prepared; every later recording of the comparison (sample 0 again to stream it, a later
-sample for the culprit pass or a non-finite search) calls `record` on that object and says
-only what differs per call: the inputs, which values to keep, who sees them as they come.
+(the device, TF32) when the comparison is prepared; every later recording of the comparison
+(sample 0 again to stream it, a later sample for the culprit pass or a non-finite search)
+calls `record` on that object and says only what differs per call: the inputs, the store its
+values go to (pipeline.memory.MemoryBudget sizes it), which values to keep, who sees them as
+they come.
 `as_recorded` fixes how attention is recorded to the way the first recording did it, so a
 later sample is recorded as sample 0 was.
 
@@ -20,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from trtdiff.backends.store import TensorStore
-from trtdiff.options import DEFAULT_MEMORY_BYTES
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,8 +36,7 @@ class TorchReference:
     """The module the comparison records, and the settings every recording of it uses.
 
     `device` as the options give it ("auto": the GPU when torch sees one, resolved when
-    recording); `tf32`: TF32 allowed on CUDA (off: true FP32); `memory_bytes`: what a
-    recording's store holds in memory (or on its GPU) before spilling to disk; `attention`:
+    recording); `tf32`: TF32 allowed on CUDA (off: true FP32); `attention`:
     "auto" for the first recording, the way it chose for the later ones (`as_recorded`);
     `dtype`: what the module computes in: "float32" as the user gave it, "float64" for the
     golden run of a reduced-precision comparison, "float16"/"bfloat16" for its benchmark;
@@ -48,7 +47,6 @@ class TorchReference:
     module: torch.nn.Module
     device: str = "cpu"
     tf32: bool = False
-    memory_bytes: int = DEFAULT_MEMORY_BYTES
     attention: AttentionMode = "auto"
     dtype: str = "float32"
     cast: torch.nn.Module | None = field(default=None, compare=False, repr=False)
@@ -67,7 +65,7 @@ class TorchReference:
 
         `golden`: the comparison runs in reduced precision, so the reference computes in float64."""
         dtype = "float64" if golden else "float32"
-        return cls(module, options.torch_device, options.tf32, options.memory_bytes, dtype=dtype)
+        return cls(module, options.torch_device, options.tf32, dtype=dtype)
 
     def at(self, dtype: str) -> TorchReference:
         """This reference computing in `dtype` ("float32", "float64", "float16", "bfloat16")."""
@@ -84,10 +82,6 @@ class TorchReference:
         recorded = self if first.dtype == self.dtype else self.at(first.dtype)
         return dataclasses.replace(recorded, attention="decomposed" if first.decomposed else "fused")
 
-    def store(self) -> TensorStore:
-        """A new store under this reference's memory limit (close it when the values are no longer read)."""
-        return TensorStore(self.memory_bytes)
-
     def record(
         self,
         inputs: Mapping[str, np.ndarray],
@@ -98,15 +92,16 @@ class TorchReference:
     ) -> TorchCapture:
         """One forward on `inputs` (in order), every computing op's output recorded (capture.capture).
 
-        The values go to `store`, else to a new store under the memory limit that the returned
-        capture holds (close `capture.store` when done; closed here if the forward fails).
+        The values go to `store` (the comparison sizes it: pipeline.memory.MemoryBudget), else to a
+        new store that the returned capture holds (close `capture.store` when done; closed here if
+        the forward fails).
         `visit` sees each value as it is produced and only `keep` are kept, when given (a
         streamed recording: `as_recorded` first, since "auto" may record twice).
         """
         from trtdiff.backends.pytorch.capture import capture
 
         own = store is None
-        into = self.store() if store is None else store
+        into = TensorStore() if store is None else store
         try:
             return capture(
                 self.module if self.cast is None else self.cast,
