@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trtdiff.analysis.noise import is_noise
-from trtdiff.analysis.shadow import ShadowModel, as_onnx, build_shadow, embed, submodel, typed_inputs
+from trtdiff.analysis.shadow import ShadowModel, as_onnx, build_shadow, embed, submodel
 from trtdiff.backends.base import fetch
 from trtdiff.backends.registry import BACKENDS, tolerates_rewrite_failure
 from trtdiff.errors import describe_error
 from trtdiff.pairing.qdq import exclusion_patterns, to_exclude, unwritable
 from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures, number
-from trtdiff.source.onnx_graph import graph_from_model
+from trtdiff.source.onnx_graph import graph_from_model, typed_inputs
 
 if TYPE_CHECKING:
     import onnx

@@ -54,9 +54,10 @@ from trtdiff.analysis.repro_files import (
     read_manifest,
 )
 from trtdiff.analysis.repro_readme import ReproContext, readme, top_readme
-from trtdiff.analysis.shadow import PREFIX, submodel, typed_inputs, unprefix_subgraphs
+from trtdiff.analysis.shadow import PREFIX, submodel, unprefix_subgraphs
 from trtdiff.errors import BackendError, OptionError, ReportFileError, first_line
 from trtdiff.report import PairMetrics, Thresholds
+from trtdiff.source.onnx_graph import typed_inputs
 
 if TYPE_CHECKING:
     import onnx

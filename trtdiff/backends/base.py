@@ -47,7 +47,6 @@ class OpenRequest:
     `feeds`: the inputs it will run on (TensorRT builds for their shapes). `engine_path`: where
     TensorRT writes the engines it built. `compare_outputs`: how TensorRT compares its plain
     engine's outputs with the marked one's (no comparison: that check is not run).
-    `plain_engine` False: no plain engine beside the marked one (a rewritten model).
     `engine`: TensorRT's settings as the comparison derived them (tensorrt.settings.engine_settings);
     none given: derived from `options` and `feeds` the same way.
     """
@@ -56,7 +55,6 @@ class OpenRequest:
     feeds: Mapping[str, np.ndarray] | None = None
     engine_path: Path | None = None
     compare_outputs: OutputComparison | None = None
-    plain_engine: bool = True
     engine: BuildSettings | None = None
 
 

@@ -12,12 +12,12 @@ and when opening a later one fails, the ones opened before it are closed.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trtdiff.backends.base import OnnxBackend, OpenRequest
 from trtdiff.errors import BackendError, OptionError, param
@@ -43,6 +43,11 @@ class BackendSpec:
     (fusing) runtime (TensorRT, OpenVINO): a failure of it on a model trtdiff rewrote (the
     culprit pass's shadow model, attribution's injected one) is a note of the report, not the
     end of a comparison already made (`tolerates_rewrite_failure`).
+
+    What a runtime can do beyond running its ONNX file, declared here and asked through this
+    module's functions, so that the stages above know no runtime by name: `reopens`,
+    "module:function" opening it on a model trtdiff rewrote (`reopen_backend`; None: opened
+    as on the original file).
     """
 
     name: str
@@ -53,6 +58,7 @@ class BackendSpec:
     title: str
     describes: str
     compiled: bool = False
+    reopens: str | None = None
 
 
 BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
@@ -93,6 +99,7 @@ BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
             title="TensorRT",
             describes="TensorRT (or TensorRT-RTX): a marked engine with debug tensors beside the plain engine",
             compiled=True,
+            reopens="trtdiff.backends.tensorrt.rewritten:reopen",
         ),
         "openvino": BackendSpec(
             "openvino",
@@ -133,8 +140,7 @@ def backend_class(name: str) -> type[OnnxBackend]:
             parameter="backend",
             value=name,
         )
-    module, _, attribute = spec.opens.partition(":")
-    found = getattr(importlib.import_module(module), attribute)
+    found = _hook(spec.opens)
     if not (isinstance(found, type) and issubclass(found, OnnxBackend)):
         raise TypeError(f"{spec.opens} is not an OnnxBackend")
     return found
@@ -148,14 +154,13 @@ def open_backend(
     feeds: Mapping[str, np.ndarray] | None = None,
     engine_path: Path | None = None,
     compare_outputs: OutputComparison | None = None,
-    plain_engine: bool = True,
     engine: BuildSettings | None = None,
 ) -> OnnxBackend:
     """Open ONNX backend `name` on `graph` with `options` (ONNX Runtime's provider, TensorRT's settings).
 
     The backend is a context manager: use it in a `with` block (or an ExitStack) so that it is
-    closed on every path. `feeds`, `engine_path`, `compare_outputs`, `plain_engine` and `engine`
-    (the engine settings the comparison derived) are read by TensorRT (base.OpenRequest).
+    closed on every path. `feeds`, `engine_path`, `compare_outputs` and `engine` (the engine
+    settings the comparison derived) are read by TensorRT (base.OpenRequest).
     Raises OptionError for an unknown name, BackendError (or the backend's own TrtdiffError)
     when it cannot open.
     """
@@ -164,10 +169,35 @@ def open_backend(
         feeds=feeds,
         engine_path=engine_path,
         compare_outputs=compare_outputs,
-        plain_engine=plain_engine,
         engine=engine,
     )
     return backend_class(name).open(graph, request)
+
+
+def reopen_backend(
+    name: str,
+    graph: GraphInfo,
+    feeds: Mapping[str, np.ndarray],
+    options: BackendOptions,
+    engine: BuildSettings | None = None,
+) -> OnnxBackend:
+    """Backend `name` on a model trtdiff rewrote (the culprit step's shadow model, attribution's injected one),
+    with the comparison's `options` and engine settings (`engine`).
+
+    Through its spec's `reopens` where it has one (TensorRT: one engine, no plain one beside
+    it); else opened as on the original file, without a plain-against-marked check.
+    """
+    spec = backend_spec(name)
+    if spec.reopens is None:
+        return open_backend(name, graph, options, feeds=feeds)
+    reopen: Callable[..., OnnxBackend] = _hook(spec.reopens)
+    return reopen(graph, feeds, options, engine)
+
+
+def _hook(path: str) -> Any:
+    """The function a spec names as "module:function" (its module is imported now, not before)."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 def open_recording(name: str, path: str | Path, graph: GraphInfo) -> OnnxBackend:
