@@ -29,6 +29,7 @@ from trtdiff.analysis.culprits import (
     with_local,
 )
 from trtdiff.backends.base import fetch
+from trtdiff.backends.registry import exact_backend, open_backend, reopen_backend
 from trtdiff.source.masks import computed_magnitude, mask_tensors
 
 if TYPE_CHECKING:
@@ -163,12 +164,13 @@ def _sample_reference(
     live: Mapping[str, OnnxBackend],
     inputs: Inputs,
 ) -> ValuesOf:
-    """One sample's reference values: PyTorch's (recorded again for that sample), else ONNX Runtime's."""
+    """One sample's reference values: PyTorch's (recorded again for that sample), else ONNX Runtime's (the
+    registry's exact backend)."""
     recorded = torch_values(index, sample)
     graph_inputs = {name: feeds[name] for name in inputs.graph.graph_inputs if name in feeds}
     if recorded is not None:
         return lambda names: {**_pick(graph_inputs, names), **recorded(names)}
-    backend = live.get("onnxruntime")
+    backend = live.get(exact_backend())
     if backend is None:
         return lambda names: _pick(graph_inputs, names)
     return lambda names: {**_pick(graph_inputs, names), **fetch(backend, feeds, list(names))}
@@ -210,7 +212,8 @@ def _pick(values: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, n
 
 
 def _exact_values(inputs: Inputs) -> ValuesOf:
-    """Shape arithmetic and other non-float tensors, as ONNX Runtime computes them on the original graph.
+    """Shape arithmetic and other non-float tensors, as ONNX Runtime (the registry's exact backend) computes them
+    on the original graph.
 
     The comparison's own ONNX Runtime where it ran live, else one opened (with the comparison's
     provider) for this call and closed after it.
@@ -219,12 +222,11 @@ def _exact_values(inputs: Inputs) -> ValuesOf:
     def exact(names: Sequence[str]) -> dict[str, np.ndarray]:
         if not names:
             return {}
-        runner = next((b for b in inputs.backends if b.name == "onnxruntime" and _is_live(b)), None)
+        name = exact_backend()
+        runner = next((b for b in inputs.backends if b.name == name and _is_live(b)), None)
         if runner is not None:
             return fetch(runner, inputs.feeds, list(names))
-        from trtdiff.backends.registry import open_backend
-
-        with open_backend("onnxruntime", inputs.graph, inputs.runtime) as opened:
+        with open_backend(name, inputs.graph, inputs.runtime) as opened:
             return fetch(opened, inputs.feeds, list(names))
 
     return exact
@@ -237,8 +239,6 @@ def _opener(inputs: Inputs) -> OpenLike:
     runtime, engine = inputs.runtime, inputs.engine
 
     def open_like(name: str, graph: GraphInfo, feeds: Mapping[str, np.ndarray]) -> OnnxBackend | None:
-        from trtdiff.backends.registry import reopen_backend
-
         if name not in live:
             return None
         return reopen_backend(name, graph, feeds, runtime, engine)

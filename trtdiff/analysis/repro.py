@@ -63,7 +63,6 @@ if TYPE_CHECKING:
     import onnx
 
     from trtdiff.analysis.culprits import LocalRun
-    from trtdiff.backends.base import OnnxBackend
     from trtdiff.report import Culprit
 
 OnCulprits = Callable[[Sequence["Culprit"], Sequence["LocalRun"]], None]
@@ -303,24 +302,22 @@ def standalone(model: onnx.ModelProto) -> onnx.ModelProto:
 def rerun(
     path: Path, inputs: Mapping[str, np.ndarray], output: str, provider: str, notes: list[str]
 ) -> dict[str, np.ndarray]:
-    """The standalone file's output on ONNX Runtime and on the ONNX spec evaluator, run here now.
+    """The standalone file's output on ONNX Runtime and on the ONNX spec evaluator (the registry's repro
+    backends), run here now.
 
     A runtime that cannot run the subgraph alone (the spec evaluator has no DequantizeLinear
     below opset 19) is a line in `notes`, not an error: the other runtime's output still shows it.
     """
-    from trtdiff.backends.onnx_reference import OnnxReferenceBackend
-    from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+    from trtdiff.backends.registry import open_backend, repro_backends
+    from trtdiff.options import BackendOptions
     from trtdiff.source.onnx_graph import load_graph
 
     graph = load_graph(path)
     found: dict[str, np.ndarray] = {}
-    runners: dict[str, Callable[[], OnnxBackend]] = {
-        "onnxruntime": lambda: OnnxRuntimeBackend(graph, provider=provider),
-        "onnx-reference": lambda: OnnxReferenceBackend(graph),
-    }
-    for name, opened in runners.items():
+    options = BackendOptions(ort_provider=provider)
+    for name in repro_backends():
         try:
-            with opened() as runner:
+            with open_backend(name, graph, options) as runner:
                 for chunk in runner.run(dict(inputs), [output]):
                     if output in chunk:
                         found[name] = np.asarray(chunk[output])

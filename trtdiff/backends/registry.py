@@ -47,7 +47,11 @@ class BackendSpec:
     What a runtime can do beyond running its ONNX file, declared here and asked through this
     module's functions, so that the stages above know no runtime by name: `reopens`,
     "module:function" opening it on a model trtdiff rewrote (`reopen_backend`; None: opened
-    as on the original file).
+    as on the original file). `exact`: the runtime trtdiff asks for values the comparison did
+    not give (`exact_backend`): shape arithmetic as the file computes it, a reference where
+    PyTorch's is not at hand, inspect's magnitudes. `evaluates_spec`: the ONNX spec's own
+    evaluator (`spec_evaluator`), the third opinion of a culprit's export-or-runtime verdict.
+    `reruns_repro`: runs a repro bundle's standalone subgraph again (`repro_backends`).
     """
 
     name: str
@@ -59,6 +63,9 @@ class BackendSpec:
     describes: str
     compiled: bool = False
     reopens: str | None = None
+    exact: bool = False
+    evaluates_spec: bool = False
+    reruns_repro: bool = False
 
 
 BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
@@ -80,6 +87,8 @@ BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
             extra=None,
             title="ONNX Runtime",
             describes="ONNX Runtime on the exact ONNX file, graph optimizations off, every node output exposed",
+            exact=True,
+            reruns_repro=True,
         ),
         "onnx-reference": BackendSpec(
             "onnx-reference",
@@ -89,6 +98,8 @@ BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
             extra=None,
             title="the ONNX reference evaluator",
             describes="onnx.reference, the ONNX spec's own evaluator (numpy, CPU): which runtime follows the spec",
+            evaluates_spec=True,
+            reruns_repro=True,
         ),
         "tensorrt": BackendSpec(
             "tensorrt",
@@ -121,6 +132,21 @@ def tolerates_rewrite_failure(name: str) -> bool:
     """Whether backend `name` failing on a rewritten model (culprit pass, attribution) is a note: a compiled runtime."""
     spec = BACKENDS.get(name)
     return spec is not None and spec.compiled
+
+
+def exact_backend() -> str:
+    """The backend trtdiff asks for values the comparison did not give (BackendSpec.exact): ONNX Runtime."""
+    return next(spec.name for spec in BACKENDS.values() if spec.exact)
+
+
+def spec_evaluator() -> str:
+    """The ONNX spec's own evaluator (BackendSpec.evaluates_spec): the third opinion of a culprit's verdict."""
+    return next(spec.name for spec in BACKENDS.values() if spec.evaluates_spec)
+
+
+def repro_backends() -> tuple[str, ...]:
+    """The backends that run a repro's standalone subgraph again (BackendSpec.reruns_repro), in registry order."""
+    return tuple(spec.name for spec in BACKENDS.values() if spec.reruns_repro)
 
 
 def backend_spec(name: str) -> BackendSpec:
