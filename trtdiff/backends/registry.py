@@ -52,6 +52,8 @@ class BackendSpec:
     PyTorch's is not at hand, inspect's magnitudes. `evaluates_spec`: the ONNX spec's own
     evaluator (`spec_evaluator`), the third opinion of a culprit's export-or-runtime verdict.
     `reruns_repro`: runs a repro bundle's standalone subgraph again (`repro_backends`).
+    `repro_readme`: "module:function" writing the repro README's lines that replay the subgraph
+    in it, for a runtime with no command of its own (`repro_readme_lines`).
     """
 
     name: str
@@ -66,6 +68,7 @@ class BackendSpec:
     exact: bool = False
     evaluates_spec: bool = False
     reruns_repro: bool = False
+    repro_readme: str | None = None
 
 
 BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
@@ -122,6 +125,7 @@ BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
             describes="OpenVINO (CPU plugin by default, the graph's precision): compiled models with added outputs "
             "beside the plain one",
             compiled=True,
+            repro_readme="trtdiff.backends.openvino.repro:readme_lines",
         ),
     }
 )
@@ -147,6 +151,16 @@ def spec_evaluator() -> str:
 def repro_backends() -> tuple[str, ...]:
     """The backends that run a repro's standalone subgraph again (BackendSpec.reruns_repro), in registry order."""
     return tuple(spec.name for spec in BACKENDS.values() if spec.reruns_repro)
+
+
+def repro_readme_lines(name: str, graph: GraphInfo, subgraph: str) -> list[str]:
+    """The repro README's lines replaying the `subgraph` file in backend `name` as the comparison on `graph` ran it
+    (BackendSpec.repro_readme: OpenVINO, which has no command for it); none for the others."""
+    spec = BACKENDS.get(name)
+    if spec is None or spec.repro_readme is None:
+        return []
+    write: Callable[[GraphInfo, str], list[str]] = _hook(spec.repro_readme)
+    return write(graph, subgraph)
 
 
 def backend_spec(name: str) -> BackendSpec:
