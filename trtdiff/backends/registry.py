@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, TracebackType
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from trtdiff.backends.base import OutputComparison
     from trtdiff.options import BuildSettings
-    from trtdiff.report import TensorRTSummary
+    from trtdiff.report import TensorRTSummary, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
 
 
@@ -53,7 +53,12 @@ class BackendSpec:
     evaluator (`spec_evaluator`), the third opinion of a culprit's export-or-runtime verdict.
     `reruns_repro`: runs a repro bundle's standalone subgraph again (`repro_backends`).
     `repro_readme`: "module:function" writing the repro README's lines that replay the subgraph
-    in it, for a runtime with no command of its own (`repro_readme_lines`).
+    in it, for a runtime with no command of its own (`repro_readme_lines`). A runtime that
+    builds engines (TensorRT) declares, as "module:function": `engine_settings`, deriving the
+    comparison's engine settings from the options and the inputs fed (`engine_settings`);
+    `saves_beside`, the second file `--save-engine PATH` writes (`saved_beside`); `builds`, what
+    `trtdiff build` builds without running (`build_engines`); `summarizes`, the report's own part
+    for what it built and ran (`ran_summary`).
     """
 
     name: str
@@ -69,6 +74,10 @@ class BackendSpec:
     evaluates_spec: bool = False
     reruns_repro: bool = False
     repro_readme: str | None = None
+    engine_settings: str | None = None
+    saves_beside: str | None = None
+    builds: str | None = None
+    summarizes: str | None = None
 
 
 BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
@@ -114,6 +123,10 @@ BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
             describes="TensorRT (or TensorRT-RTX): a marked engine with debug tensors beside the plain engine",
             compiled=True,
             reopens="trtdiff.backends.tensorrt.rewritten:reopen",
+            engine_settings="trtdiff.backends.tensorrt.settings:engine_settings",
+            saves_beside="trtdiff.backends.tensorrt.result:marked_engine_path",
+            builds="trtdiff.backends.tensorrt.command:build",
+            summarizes="trtdiff.backends.tensorrt.selection:ran_summary",
         ),
         "openvino": BackendSpec(
             "openvino",
@@ -161,6 +174,55 @@ def repro_readme_lines(name: str, graph: GraphInfo, subgraph: str) -> list[str]:
         return []
     write: Callable[[GraphInfo, str], list[str]] = _hook(spec.repro_readme)
     return write(graph, subgraph)
+
+
+def engine_settings(options: BackendOptions, feeds: Mapping[str, np.ndarray] | None = None) -> BuildSettings:
+    """The comparison's engine settings from `options` and, given `feeds`, their shapes, as the backend that builds
+    engines derives them (BackendSpec.engine_settings: TensorRT's part of the options with the precision and TF32).
+
+    Imports neither TensorRT nor torch; a precision no engine is built at is refused when the settings are validated.
+    """
+    derive: Callable[[BackendOptions, Mapping[str, np.ndarray] | None], BuildSettings] = _declared("engine_settings")
+    return derive(options, feeds)
+
+
+def saved_beside(path: Path) -> Path | None:
+    """The second file `--save-engine PATH` writes beside PATH (BackendSpec.saves_beside: TensorRT's marked engine),
+    None where no backend writes one. Imports neither TensorRT nor torch."""
+    beside: Callable[[Path], Path] | None = _declared("saves_beside")
+    return None if beside is None else beside(path)
+
+
+def build_engines(
+    graph: GraphInfo,
+    settings: BuildSettings,
+    options: BackendOptions,
+    engine_path: Path | None,
+    timed: Callable[[str], AbstractContextManager[None]],
+) -> TensorRTSummary:
+    """What `trtdiff build` does (BackendSpec.builds: TensorRT): the engines of `graph` built with `settings`, not
+    run, written to `engine_path` where given, and what the report says about them; `timed(step)` times each step."""
+    build: Callable[..., TensorRTSummary] = _declared("builds")
+    return build(graph, settings, options, engine_path, timed)
+
+
+def ran_summary(backends: Sequence[OnnxBackend], thresholds: Thresholds | None = None) -> TensorRTSummary | None:
+    """The report's `tensorrt` part: what the live backend among `backends` whose spec `summarizes` (TensorRT) built,
+    fused and found comparing its two engines under `thresholds`; None where none of them ran."""
+    for spec in BACKENDS.values():
+        if spec.summarizes is None or not any(backend.name == spec.name for backend in backends):
+            continue
+        summarize: Callable[[Sequence[OnnxBackend], Thresholds | None], TensorRTSummary | None] = _hook(spec.summarizes)
+        found = summarize(backends, thresholds)
+        if found is not None:
+            return found
+    return None
+
+
+def _declared(attribute: str) -> Any:
+    """The function the first spec declaring hook `attribute` names (imported now), None where no spec declares it."""
+    path = next((found for spec in BACKENDS.values() if (found := getattr(spec, attribute)) is not None), None)
+    return None if path is None else _hook(path)
 
 
 def backend_spec(name: str) -> BackendSpec:
