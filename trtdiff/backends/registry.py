@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from trtdiff.backends.base import OnnxBackend, OpenRequest
+from trtdiff.backends.base import EngineRequest, OnnxBackend, OpenRequest, Unavailable
 from trtdiff.errors import BackendError, OptionError, param
 from trtdiff.options import DEFAULT_BACKENDS, BackendOptions
 
@@ -51,6 +51,8 @@ class BackendSpec:
     not give (`exact_backend`): shape arithmetic as the file computes it, a reference where
     PyTorch's is not at hand, inspect's magnitudes. `evaluates_spec`: the ONNX spec's own
     evaluator (`spec_evaluator`), the third opinion of a culprit's export-or-runtime verdict.
+    `unavailable`: "module:function" saying why it cannot run here (base.Unavailable), or None
+    when it can: `open_backends` skips it with that reason, or refuses when it is required.
     `reruns_repro`: runs a repro bundle's standalone subgraph again (`repro_backends`).
     `repro_readme`: "module:function" writing the repro README's lines that replay the subgraph
     in it, for a runtime with no command of its own (`repro_readme_lines`). A runtime that
@@ -70,6 +72,7 @@ class BackendSpec:
     describes: str
     compiled: bool = False
     reopens: str | None = None
+    unavailable: str | None = None
     exact: bool = False
     evaluates_spec: bool = False
     reruns_repro: bool = False
@@ -122,6 +125,7 @@ BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
             title="TensorRT",
             describes="TensorRT (or TensorRT-RTX): a marked engine with debug tensors beside the plain engine",
             compiled=True,
+            unavailable="trtdiff.backends.tensorrt.selection:skipped_here",
             reopens="trtdiff.backends.tensorrt.rewritten:reopen",
             engine_settings="trtdiff.backends.tensorrt.settings:engine_settings",
             saves_beside="trtdiff.backends.tensorrt.result:marked_engine_path",
@@ -138,6 +142,7 @@ BACKENDS: Mapping[str, BackendSpec] = MappingProxyType(
             describes="OpenVINO (CPU plugin by default, the graph's precision): compiled models with added outputs "
             "beside the plain one",
             compiled=True,
+            unavailable="trtdiff.backends.openvino:skipped_here",
             repro_readme="trtdiff.backends.openvino.repro:readme_lines",
         ),
     }
@@ -261,17 +266,17 @@ def open_backend(
     """Open ONNX backend `name` on `graph` with `options` (ONNX Runtime's provider, TensorRT's settings).
 
     The backend is a context manager: use it in a `with` block (or an ExitStack) so that it is
-    closed on every path. `feeds`, `engine_path`, `compare_outputs` and `engine` (the engine
-    settings the comparison derived) are read by TensorRT (base.OpenRequest).
+    closed on every path. `feeds` and `compare_outputs` are read by the runtimes that need them,
+    `engine` (the engine settings the comparison derived) and `engine_path` (where to write the
+    engines) by one that builds engines (base.OpenRequest, base.EngineRequest).
     Raises OptionError for an unknown name, BackendError (or the backend's own TrtdiffError)
     when it cannot open.
     """
     request = OpenRequest(
         options if options is not None else BackendOptions(),
         feeds=feeds,
-        engine_path=engine_path,
         compare_outputs=compare_outputs,
-        engine=engine,
+        engine=EngineRequest(engine, engine_path),
     )
     return backend_class(name).open(graph, request)
 
@@ -366,10 +371,11 @@ def open_backends(
 ) -> OpenedBackends:
     """Open the ONNX backends among `names` on `graph` (recordings replace running a backend).
 
-    TensorRT that cannot run here, and OpenVINO where it is not installed, are skipped with the
-    reason (a BackendError naming `require` when required). `compare_outputs`: how TensorRT and
-    OpenVINO compare their plain and marked models' outputs; `engine`: the engine settings
-    TensorRT builds with. Use the result in a `with` block: it closes what it opened.
+    A backend whose spec says it cannot run here (`unavailable`: TensorRT without a GPU it
+    supports, OpenVINO not installed) is skipped with the reason (a BackendError naming
+    `require` when required). `compare_outputs`: how TensorRT and OpenVINO compare their plain
+    and marked models' outputs; `engine`: the engine settings TensorRT builds with. Use the
+    result in a `with` block: it closes what it opened.
     """
     with ExitStack() as stack:
         opened: list[OnnxBackend] = [
@@ -380,20 +386,15 @@ def open_backends(
         for spec in BACKENDS.values():
             if spec.kind != "onnx" or spec.name not in names or spec.name in options.recordings:
                 continue
-            if spec.name == "tensorrt":
-                summary = _tensorrt_skipped(options)
-                if summary is not None:
-                    notes.append(f"TensorRT skipped: {summary.reason}")
-                    if engine_path is not None:
-                        notes.append(
-                            f"no engine written to {engine_path}: TensorRT did not run; `trtdiff build` builds one"
-                        )
-                    continue
-            if spec.name == "openvino":
-                skipped = _openvino_skipped(options)
-                if skipped is not None:
-                    notes.append(f"OpenVINO skipped: {skipped}")
-                    continue
+            missing = _unavailable(spec, options)
+            if missing is not None:
+                summary = missing.summary if missing.summary is not None else summary
+                notes.append(f"{spec.title} skipped: {missing.reason}")
+                if engine_path is not None and spec.builds is not None:
+                    notes.append(
+                        f"no engine written to {engine_path}: {spec.title} did not run; `trtdiff build` builds one"
+                    )
+                continue
             backend = open_backend(
                 spec.name,
                 graph,
@@ -407,28 +408,15 @@ def open_backends(
         return OpenedBackends(tuple(opened), summary, tuple(notes), stack.pop_all())
 
 
-def _tensorrt_skipped(options: BackendOptions) -> TensorRTSummary | None:
-    """A summary with the one-line reason TensorRT cannot run here, or None when it can.
+def _unavailable(spec: BackendSpec, options: BackendOptions) -> Unavailable | None:
+    """Why `spec`'s backend cannot run here (its spec's `unavailable` hook), or None when it can (or has no hook).
 
-    BackendError (naming `require`) instead when it is required.
+    BackendError naming `require` instead when it is required.
     """
-    from trtdiff.backends.tensorrt.selection import unavailable
-    from trtdiff.backends.tensorrt.summary import skipped
-
-    found = unavailable()
-    if found is None:
+    if spec.unavailable is None:
         return None
-    reason, version = found
-    if "tensorrt" in options.require:
-        raise BackendError(f"TensorRT cannot run here: {reason}", parameter="require", value="tensorrt")
-    return skipped(reason, version)
-
-
-def _openvino_skipped(options: BackendOptions) -> str | None:
-    """The one-line reason OpenVINO cannot run here (not installed), or None; BackendError when it is required."""
-    from trtdiff.backends.openvino import unavailable
-
-    reason = unavailable()
-    if reason is not None and "openvino" in options.require:
-        raise BackendError(f"OpenVINO cannot run here: {reason}", parameter="require", value="openvino")
-    return reason
+    check: Callable[[], Unavailable | None] = _hook(spec.unavailable)
+    found = check()
+    if found is not None and spec.name in options.require:
+        raise BackendError(f"{spec.title} cannot run here: {found.reason}", parameter="require", value=spec.name)
+    return found

@@ -88,12 +88,12 @@ class TensorRTBackend(OnnxBackend):
     @classmethod
     def open(cls, graph: GraphInfo, request: OpenRequest) -> Self:
         """Build with the request's engine settings (else its options' and inputs'); write the engines where asked."""
-        options = request.options
-        settings = request.engine if request.engine is not None else engine_settings(options, request.feeds)
+        options, engine = request.options, request.engine
+        settings = engine.settings if engine.settings is not None else engine_settings(options, request.feeds)
         backend = cls.with_settings(graph, settings, options, compare=request.compare_outputs)
-        if request.engine_path is not None:
+        if engine.save_to is not None:
             try:
-                backend.build.write_engines(request.engine_path)
+                backend.build.write_engines(engine.save_to)
             except BaseException:
                 backend.close()
                 raise
