@@ -2,11 +2,14 @@
 
 `BACKENDS` maps each name of `trtdiff.options.KNOWN_BACKENDS` to a `BackendSpec`: the class
 that runs it (imported only when one is opened), whether it needs a GPU, the pip extra that
-installs it, and what it is. `open_backend` opens one on an ONNX graph with the comparison's
-options; `open_backends` opens those a comparison chose, in a fixed order (recordings, then
-ONNX Runtime, the spec evaluator, TensorRT, OpenVINO), and says why TensorRT or OpenVINO was skipped. Both hand back
+installs it, what it is, and what it can do (its capabilities: the hooks and roles the
+functions below ask, so that no stage above the backends names a runtime). `open_backend`
+opens one on an ONNX graph with the comparison's options; `open_backends` opens those a
+comparison chose, in a fixed order (recordings, then ONNX Runtime, the spec evaluator,
+TensorRT, OpenVINO), and says why one that cannot run here was skipped. Both hand back
 context managers: every backend opened is closed when the `with` block ends, errors included,
-and when opening a later one fails, the ones opened before it are closed.
+and when opening a later one fails, the ones opened before it are closed. A new backend is a
+class with the `OnnxBackend` lifecycle and one entry here.
 """
 
 from __future__ import annotations
@@ -34,33 +37,39 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """What a backend name stands for.
+    """What a backend name stands for, and what it can do besides running its ONNX file.
 
     `opens`: "module:Class" of its `OnnxBackend`, imported when one is opened (None for the
     PyTorch reference, which is captured from the model, not opened on an ONNX file).
     `needs_gpu`: it runs nothing without a CUDA GPU. `extra`: the pip extra that installs
-    it (None: a core dependency). `title`: its name in sentences. `compiled`: a compiling
-    (fusing) runtime (TensorRT, OpenVINO): a failure of it on a model trtdiff rewrote (the
-    culprit pass's shadow model, attribution's injected one) is a note of the report, not the
-    end of a comparison already made (`tolerates_rewrite_failure`).
+    it (None: a core dependency). `title`: its name in sentences.
 
-    What a runtime can do beyond running its ONNX file, declared here and asked through this
-    module's functions, so that the stages above know no runtime by name: `reopens`,
-    "module:function" opening it on a model trtdiff rewrote (`reopen_backend`; None: opened
-    as on the original file). `exact`: the runtime trtdiff asks for values the comparison did
-    not give (`exact_backend`): shape arithmetic as the file computes it, a reference where
-    PyTorch's is not at hand, inspect's magnitudes. `evaluates_spec`: the ONNX spec's own
-    evaluator (`spec_evaluator`), the third opinion of a culprit's export-or-runtime verdict.
-    `unavailable`: "module:function" saying why it cannot run here (base.Unavailable), or None
-    when it can: `open_backends` skips it with that reason, or refuses when it is required.
-    `reruns_repro`: runs a repro bundle's standalone subgraph again (`repro_backends`).
-    `repro_readme`: "module:function" writing the repro README's lines that replay the subgraph
-    in it, for a runtime with no command of its own (`repro_readme_lines`). A runtime that
-    builds engines (TensorRT) declares, as "module:function": `engine_settings`, deriving the
-    comparison's engine settings from the options and the inputs fed (`engine_settings`);
-    `saves_beside`, the second file `--save-engine PATH` writes (`saved_beside`); `builds`, what
-    `trtdiff build` builds without running (`build_engines`); `summarizes`, the report's own part
-    for what it built and ran (`ran_summary`).
+    Its capabilities, asked through this module's functions so that the stages above it know
+    no runtime by name (a hook is "module:function", imported when asked):
+
+    - `compiled`: a compiling (fusing) runtime (TensorRT, OpenVINO): a failure of it on a model
+      trtdiff rewrote (the culprit pass's shadow model, attribution's injected one) is a note
+      of the report, not the end of a comparison already made (`tolerates_rewrite_failure`).
+    - `unavailable`: hook saying why it cannot run here (base.Unavailable; None: it can);
+      `open_backends` skips it with that reason, or refuses when it is required.
+    - `reopens`: hook opening it on a model trtdiff rewrote (`reopen_backend`; None: opened as
+      on the original file, without a plain-against-marked check).
+    - `exact`: the runtime asked for values the comparison did not give (`exact_backend`):
+      shape arithmetic as the file computes it, a reference where PyTorch's is not at hand,
+      inspect's magnitudes.
+    - `evaluates_spec`: the ONNX spec's own evaluator (`spec_evaluator`), the third opinion of
+      a culprit's export-or-runtime verdict.
+    - `reruns_repro`: runs a repro bundle's standalone subgraph again (`repro_backends`);
+      `repro_readme`: hook writing the README lines that replay the subgraph in it, for a
+      runtime with no command of its own (`repro_readme_lines`).
+    - A runtime that builds engines (TensorRT): `engine_settings`, hook deriving the
+      comparison's engine settings from the options and the inputs fed (`engine_settings`);
+      `saves_beside`, the second file `--save-engine PATH` writes (`saved_beside`); `builds`,
+      what `trtdiff build` builds without running (`build_engines`); `summarizes`, the
+      report's own part for what it built and ran (`ran_summary`).
+
+    Whether it computes a reduced precision or only emulates it is the opened backend's own
+    answer (`OnnxBackend.emulates`).
     """
 
     name: str
