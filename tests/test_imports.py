@@ -310,3 +310,69 @@ def test_comparing_a_torchscript_archive_imports_no_dynamo_fsdp_or_sympy(tmp_pat
     assert "torch" in modules and (tmp_path / "r.json").is_file()
     _no_heavy(modules, log)
     assert torch.__version__  # the archive was saved by this torch
+
+
+SHARED_STAGES = ("report", "pairing", "analysis", "pipeline", "hypotheses")
+"""The stages that know no runtime by name: they ask the registry (trtdiff.backends.registry) what a backend can do."""
+RUNTIME_PACKAGES = (
+    "trtdiff.backends.tensorrt",
+    "trtdiff.backends.openvino",
+    "trtdiff.backends.onnxruntime_backend",
+    "trtdiff.backends.onnx_reference",
+)
+RUNTIME_NAMES = frozenset({"tensorrt", "openvino", "onnxruntime", "onnx-reference"})
+"""Every ONNX runtime's registry name ("torch", the reference, is every stage's to name)."""
+KNOWS_A_RUNTIME: set[str] = set()  # nothing allowed: a stage that needs a runtime asks the registry
+
+
+def runtime_knowledge(module: str, source: str, known: set[str], is_package: bool = False) -> list[str]:
+    """Where `module` knows a runtime by name: an import of a runtime's own package (anywhere, lazy ones included,
+    or as an importlib string), or a string literal that is a runtime's registry name (a comparison, a key, an
+    argument)."""
+    found = [
+        f"{module} imports {target}"
+        for target in sorted(imports_of(module, source, known, is_package))
+        if target.startswith(RUNTIME_PACKAGES)
+    ]
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            continue
+        if node.value in RUNTIME_NAMES:
+            found.append(f"{module}:{node.lineno} names {node.value!r}")
+        elif node.value.startswith(RUNTIME_PACKAGES):
+            found.append(f"{module}:{node.lineno} names {node.value!r}")
+    return found
+
+
+def test_the_shared_stages_know_no_runtime_by_name() -> None:
+    """Issue 39 item 3: analysis, pipeline, pairing, report and hypotheses ask a backend's spec what it can do
+    (rebuild a rewritten graph, compile, engine settings, ...); none imports a runtime's package or names one."""
+    names = _module_names()
+    known = set(names)
+    found = [
+        finding
+        for module, path in sorted(names.items())
+        if module.count(".") >= 1 and module.split(".")[1] in SHARED_STAGES
+        for finding in runtime_knowledge(module, path.read_text(), known, path.name == "__init__.py")
+    ]
+    assert [f for f in found if f not in KNOWS_A_RUNTIME] == []
+
+
+def test_the_runtime_check_sees_imports_names_and_comparisons() -> None:
+    source = textwrap.dedent(
+        """
+        import importlib
+        def later(backend, backends):
+            from trtdiff.backends.tensorrt.settings import engine_settings
+            if backend.name == "tensorrt":
+                return importlib.import_module("trtdiff.backends.openvino.runtime")
+            return backends.get("onnxruntime"), backend.name != "torch"
+        """
+    )
+    known = {"trtdiff.backends.tensorrt", "trtdiff.backends.tensorrt.settings", "trtdiff.analysis.here"}
+    assert runtime_knowledge("trtdiff.analysis.here", source, known) == [
+        "trtdiff.analysis.here imports trtdiff.backends.tensorrt.settings",
+        "trtdiff.analysis.here:5 names 'tensorrt'",
+        "trtdiff.analysis.here:6 names 'trtdiff.backends.openvino.runtime'",
+        "trtdiff.analysis.here:7 names 'onnxruntime'",
+    ]

@@ -146,10 +146,9 @@ def test_tensorrt_shadow_model_uses_the_comparisons_capture_and_budget(
 ) -> None:
     """The shadow engine: every local output a debug tensor of one engine under the mark budget, not a network output."""
     pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX is not installed (the tensorrt-rtx extra)")
-    from trtdiff.analysis.diagnose import tensorrt_model
-    from trtdiff.analysis.shadow import SINK
     from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
     from trtdiff.backends.tensorrt.builder import build_engine
+    from trtdiff.backends.tensorrt.rewritten import SINK, rewritten_model
     from trtdiff.options import BackendOptions, BuildSettings
     from trtdiff.source.onnx_graph import graph_from_model
 
@@ -163,7 +162,7 @@ def test_tensorrt_shadow_model_uses_the_comparisons_capture_and_budget(
     shadow_graph = load_graph(tmp_path / "shadow.onnx")
     runtime = BackendOptions(tensorrt=BuildSettings(precision="fp32", mark_budget_bytes=1 << 16), tf32=False)
     feeds = {name: values[name] for name in shadow_graph.graph_inputs}
-    model, settings = tensorrt_model(shadow_graph, feeds, runtime)
+    model, settings = rewritten_model(shadow_graph, feeds, runtime)
     assert settings.outputs == "all" and settings.mark_budget_bytes == 1 << 16
     assert [o.name for o in model.graph.output] == [SINK]  # one network output; the local outputs are inside
     assert {name for name, _ in settings.input_shapes} == set(shadow_graph.graph_inputs)
@@ -179,7 +178,7 @@ def test_tensorrt_shadow_model_uses_the_comparisons_capture_and_budget(
 
 def test_shadow_inputs_take_the_types_of_the_values_fed(export_example: Callable[..., Path]) -> None:
     """Defect: the shadow model's input types came from shape inference alone."""
-    from trtdiff.analysis.shadow import typed_inputs
+    from trtdiff.source.onnx_graph import typed_inputs
 
     graph = load_graph(export_example(13))
     model = onnx.ModelProto()
@@ -200,8 +199,8 @@ def test_a_tensorrt_failure_in_the_culprit_step_is_a_note(export_example: Callab
     the BackendError it raises wherever no engine can run (the same path as any TensorRT error there).
     """
     from trtdiff.analysis.attribution import AttributionInputs, attribute
-    from trtdiff.analysis.diagnose import _tensorrt_like
     from trtdiff.backends.tensorrt import probe
+    from trtdiff.backends.tensorrt.rewritten import reopen
     from trtdiff.options import BackendOptions
     from trtdiff.report import Culprit, ErrorFigures
     from trtdiff.source.samples import Sample
@@ -215,7 +214,7 @@ def test_a_tensorrt_failure_in_the_culprit_step_is_a_note(export_example: Callab
     runtime = BackendOptions()
 
     def open_tensorrt(name: str, rewritten, feeds):
-        return _tensorrt_like(rewritten, feeds, runtime)
+        return reopen(rewritten, feeds, runtime)
 
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 64, 64), dtype=np.float32)}
     ort = OnnxRuntimeBackend(graph)

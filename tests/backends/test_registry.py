@@ -14,7 +14,21 @@ from onnx import TensorProto, helper
 from trtdiff.backends.base import OnnxBackend
 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
 from trtdiff.backends.recorded import RecordedBackend, record
-from trtdiff.backends.registry import BACKENDS, backend_class, choose_backends, open_backend, open_backends
+from trtdiff.backends.registry import (
+    BACKENDS,
+    backend_class,
+    choose_backends,
+    engine_settings,
+    exact_backend,
+    open_backend,
+    open_backends,
+    ran_summary,
+    reopen_backend,
+    repro_backends,
+    repro_readme_lines,
+    saved_beside,
+    spec_evaluator,
+)
 from trtdiff.errors import BackendError, OptionError
 from trtdiff.options import KNOWN_BACKENDS, ONNX_BACKENDS, BackendOptions
 from trtdiff.source.onnx_graph import GraphInfo, load_graph
@@ -224,3 +238,40 @@ def test_tensorrt_opened_by_name_where_it_cannot_run_says_why(graph: GraphInfo) 
 
     with pytest.raises(BackendError, match=NO_EXECUTION):
         open_backend("tensorrt", graph, feeds=FEEDS)
+
+
+HOOKS = ("opens", "unavailable", "reopens", "repro_readme", "engine_settings", "saves_beside", "builds", "summarizes")
+
+
+def test_every_hook_a_spec_declares_is_a_function_there() -> None:
+    """A capability is one line of a spec ("module:function" for a hook), its module imported when asked."""
+    import importlib
+
+    declared = [
+        (spec.name, hook, path) for spec in BACKENDS.values() for hook in HOOKS if (path := getattr(spec, hook))
+    ]
+    assert {hook for _, hook, _ in declared} == set(HOOKS)
+    for name, hook, path in declared:
+        module, _, attribute = path.partition(":")
+        assert callable(getattr(importlib.import_module(module), attribute)), f"{name}.{hook}: {path}"
+
+
+def test_the_roles_name_the_runtime_that_plays_them(graph: GraphInfo) -> None:
+    """What the culprit step, repro and inspect ask for instead of a runtime's name."""
+    assert (exact_backend(), spec_evaluator(), repro_backends()) == (
+        "onnxruntime",
+        "onnx-reference",
+        ("onnxruntime", "onnx-reference"),
+    )
+    assert [n for n, spec in BACKENDS.items() if spec.compiled] == ["tensorrt", "openvino"]
+    assert saved_beside(Path("out/m.engine")) == Path("out/m.marked.engine")
+    assert repro_readme_lines("torch", graph, "subgraph.onnx") == []
+    assert "import numpy as np, openvino as ov" in repro_readme_lines("openvino", graph, "subgraph.onnx")
+    assert engine_settings(BackendOptions(tf32=True), FEEDS).input_shapes == (("x", (1, 3)),)
+
+
+def test_a_backend_without_a_reopen_hook_is_opened_on_a_rewritten_model_as_on_the_original(graph: GraphInfo) -> None:
+    with reopen_backend("onnxruntime", graph, FEEDS, BackendOptions()) as backend:
+        assert isinstance(backend, OnnxRuntimeBackend)
+        np.testing.assert_array_equal(next(backend.run(FEEDS, ["r"]))["r"], np.maximum(FEEDS["x"], 0))
+    assert ran_summary([backend]) is None  # no backend that summarizes its run (TensorRT) among them

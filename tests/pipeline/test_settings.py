@@ -19,10 +19,10 @@ import torch
 from culprit_models import ConvReluHead
 
 import trtdiff
-from trtdiff.analysis.diagnose import tensorrt_settings
 from trtdiff.backends.pytorch.capture import TorchCapture, capture
 from trtdiff.backends.pytorch.reference import TorchReference
 from trtdiff.backends.store import TensorStore
+from trtdiff.backends.tensorrt.rewritten import rewritten_settings
 from trtdiff.backends.tensorrt.settings import engine_settings
 from trtdiff.options import BackendOptions, BuildSettings, CompareOptions
 from trtdiff.pipeline.memory import store_bytes
@@ -124,9 +124,9 @@ def test_the_culprit_step_builds_with_the_comparisons_engine_settings(tmp_path: 
         engine = prepared.engine
     graph = load_graph(path)
     feeds = {"x": np.zeros((2, 3, 8, 8), np.float32)}
-    settings = tensorrt_settings(graph, feeds, BackendOptions(), engine)
+    settings = rewritten_settings(graph, feeds, BackendOptions(), engine)
     assert settings.tf32 and settings.outputs == "none" and settings.input_shapes == (("x", (2, 3, 8, 8)),)
-    assert tensorrt_settings(graph, feeds, BackendOptions(tf32=True)) == settings  # derived alike without one
+    assert rewritten_settings(graph, feeds, BackendOptions(tf32=True)) == settings  # derived alike without one
 
 
 # Where the run settings may be spelled out: the two constructors and the capture machinery itself.

@@ -16,7 +16,7 @@ from trtdiff.render.format import escape_html
 from trtdiff.render.html import render_html
 from trtdiff.render.junit import render_junit
 from trtdiff.render.markdown import render_markdown
-from trtdiff.render.runtimes import runtime_lines
+from trtdiff.render.runtimes import compiled_runtimes, runtime_lines
 from trtdiff.render.terminal import render_terminal
 from trtdiff.report import EngineLayerInfo, FusionSplit, LayerPrecision, MarkingCheck, Report, RuntimeSummary
 
@@ -92,12 +92,12 @@ def test_every_view_shows_every_runtime_through_the_one_function() -> None:
 def test_tensorrt_and_openvino_in_one_run_both_render_through_the_one_function(trt_ran: Report) -> None:
     """Issue 31: TensorRT's summary is one of the compiled runtimes, shown by the same lines as OpenVINO's."""
     report = dataclasses.replace(trt_ran, runtimes=(CHANGED,))
-    assert [r.backend for r in report.compiled_runtimes] == ["tensorrt", "openvino"]
-    trt = report.compiled_runtimes[0]
+    assert [r.backend for r in compiled_runtimes(report)] == ["tensorrt", "openvino"]
+    trt = compiled_runtimes(report)[0]
     assert trt.title == "TensorRT" and trt.status == "ran" and ("gpu", "NVIDIA H200") in trt.facts
     assert trt.unmapped_tensors == ("/backbone/Relu_output_0: fused into a Conv layer",)
     terminal, markdown, html = _terminal(report), render_markdown(report), render_html(report)
-    for summary in report.compiled_runtimes:
+    for summary in compiled_runtimes(report):
         for line in runtime_lines(summary):
             assert line.text[:60] in terminal and escape_html(line.text) in html
     assert "TensorRT: tensorrt 10.9.0, fp32, TF32 off, outputs unfused: 2 marked, 1 not returned" in markdown
@@ -112,7 +112,7 @@ def test_tensorrt_marking_changed_speaks_of_engines_and_builds(trt_ran: Report) 
     check = CHANGED.marking_check
     assert trt_ran.tensorrt is not None and check is not None
     report = dataclasses.replace(trt_ran, tensorrt=dataclasses.replace(trt_ran.tensorrt, marking_check=check))
-    first = runtime_lines(report.compiled_runtimes[0])[0]
+    first = runtime_lines(compiled_runtimes(report)[0])[0]
     assert first.alarm and first.text.startswith(
         "TensorRT: marking changed the answer: the plain engine's outputs differ from the marked engine's"
     )
@@ -129,7 +129,7 @@ def test_a_saved_report_of_the_schema_before_runtimes_renders_tensorrt(trt_ran: 
     result = CliRunner().invoke(main, ["report", str(path), "--markdown", str(markdown)])
     assert result.exit_code == 0, result.output
     assert "TensorRT: tensorrt 10.9.0" in markdown.read_text()
-    assert Report.from_json(path.read_text()).compiled_runtimes[0].backend == "tensorrt"
+    assert compiled_runtimes(Report.from_json(path.read_text()))[0].backend == "tensorrt"
 
 
 def test_a_skipped_tensorrt_still_names_its_installed_version_in_the_environment(trt_skipped: Report) -> None:

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trtdiff.analysis.noise import is_noise
-from trtdiff.analysis.shadow import ShadowModel, as_onnx, build_shadow, embed, submodel, typed_inputs
+from trtdiff.analysis.shadow import ShadowModel, as_onnx, build_shadow, embed, submodel
 from trtdiff.backends.base import fetch
-from trtdiff.backends.registry import BACKENDS, tolerates_rewrite_failure
+from trtdiff.backends.registry import BACKENDS, open_backend, spec_evaluator, tolerates_rewrite_failure
 from trtdiff.errors import describe_error
 from trtdiff.pairing.qdq import exclusion_patterns, to_exclude, unwritable
 from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures, number
-from trtdiff.source.onnx_graph import graph_from_model
+from trtdiff.source.onnx_graph import graph_from_model, typed_inputs
 
 if TYPE_CHECKING:
     import onnx
@@ -329,11 +329,9 @@ def _to_exclude(graph: GraphInfo, node: str, judge: Judge) -> tuple[str, ...]:
 
 
 def _evaluate(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], path: Path) -> np.ndarray:
-    """The ONNX spec's output of a one-output model (the onnx-reference backend, opset-10 Resize included)."""
-    from trtdiff.backends.registry import open_backend
-
+    """The ONNX spec's output of a one-output model (the registry's spec evaluator, opset-10 Resize included)."""
     graph = graph_from_model(model, path)
     (output,) = graph.graph_outputs
-    with open_backend("onnx-reference", graph) as backend:
+    with open_backend(spec_evaluator(), graph) as backend:
         values = fetch(backend, {name: feeds[name] for name in graph.graph_inputs}, [output])
     return np.asarray(values[output])

@@ -29,12 +29,11 @@ from trtdiff.analysis.culprits import (
     with_local,
 )
 from trtdiff.backends.base import fetch
+from trtdiff.backends.registry import exact_backend, open_backend, reopen_backend
 from trtdiff.options import DEFAULT_CHUNK_BYTES, DEFAULT_MEMORY_BYTES
 from trtdiff.source.masks import computed_magnitude, mask_tensors
 
 if TYPE_CHECKING:
-    import onnx
-
     from trtdiff.analysis.engine import CapturedValues
     from trtdiff.analysis.judge import Judge
     from trtdiff.analysis.repro import OnCulprits
@@ -174,12 +173,13 @@ def _sample_reference(
     live: Mapping[str, OnnxBackend],
     inputs: Inputs,
 ) -> ValuesOf:
-    """One sample's reference values: PyTorch's (recorded again for that sample), else ONNX Runtime's."""
+    """One sample's reference values: PyTorch's (recorded again for that sample), else ONNX Runtime's (the
+    registry's exact backend)."""
     recorded = torch_values(index, sample)
     graph_inputs = {name: feeds[name] for name in inputs.graph.graph_inputs if name in feeds}
     if recorded is not None:
         return lambda names: {**_pick(graph_inputs, names), **recorded(names)}
-    backend = live.get("onnxruntime")
+    backend = live.get(exact_backend())
     if backend is None:
         return lambda names: _pick(graph_inputs, names)
     return lambda names: {**_pick(graph_inputs, names), **fetch(backend, feeds, list(names))}
@@ -221,7 +221,8 @@ def _pick(values: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, n
 
 
 def _exact_values(inputs: Inputs) -> ValuesOf:
-    """Shape arithmetic and other non-float tensors, as ONNX Runtime computes them on the original graph.
+    """Shape arithmetic and other non-float tensors, as ONNX Runtime (the registry's exact backend) computes them
+    on the original graph.
 
     The comparison's own ONNX Runtime where it ran live, else one opened (with the comparison's
     provider) for this call and closed after it.
@@ -230,85 +231,28 @@ def _exact_values(inputs: Inputs) -> ValuesOf:
     def exact(names: Sequence[str]) -> dict[str, np.ndarray]:
         if not names:
             return {}
-        runner = next((b for b in inputs.backends if b.name == "onnxruntime" and _is_live(b)), None)
+        name = exact_backend()
+        runner = next((b for b in inputs.backends if b.name == name and _is_live(b)), None)
         if runner is not None:
             return fetch(runner, inputs.feeds, list(names))
-        from trtdiff.backends.registry import open_backend
-
-        with open_backend("onnxruntime", inputs.graph, inputs.runtime) as opened:
+        with open_backend(name, inputs.graph, inputs.runtime) as opened:
             return fetch(opened, inputs.feeds, list(names))
 
     return exact
 
 
 def _opener(inputs: Inputs) -> OpenLike:
-    """Open a candidate of the same kind and settings on another model (None for recordings)."""
+    """Open a candidate of the same kind and settings on another model (None for recordings): as its spec reopens
+    one (registry.reopen_backend: TensorRT builds one engine with the comparison's engine settings)."""
     live = {backend.name for backend in inputs.backends if _is_live(backend)}
     runtime, engine = inputs.runtime, inputs.engine
 
     def open_like(name: str, graph: GraphInfo, feeds: Mapping[str, np.ndarray]) -> OnnxBackend | None:
-        from trtdiff.backends.registry import open_backend
-
         if name not in live:
             return None
-        if name == "tensorrt":
-            return _tensorrt_like(graph, feeds, runtime, engine)
-        return open_backend(name, graph, runtime, feeds=feeds)
+        return reopen_backend(name, graph, feeds, runtime, engine)
 
     return open_like
-
-
-def _tensorrt_like(
-    graph: GraphInfo, feeds: Mapping[str, np.ndarray], runtime: BackendOptions, engine: BuildSettings | None = None
-) -> OnnxBackend:
-    """TensorRT on a rewritten model, with the settings, capture and mark budget of the comparison (one engine)."""
-    import tempfile
-    from pathlib import Path
-
-    from trtdiff.backends.registry import open_backend
-    from trtdiff.backends.tensorrt.onnx_files import save_for_parser
-    from trtdiff.source.onnx_graph import graph_from_model
-
-    model, settings = tensorrt_model(graph, feeds, runtime, engine)
-    inputs = {name: feeds[name] for name in graph.graph_inputs if name in feeds}
-    with tempfile.TemporaryDirectory(prefix="trtdiff-") as folder:  # TensorRT's parser reads a file
-        path = save_for_parser(model, Path(folder) / graph.path.name)
-        rewritten = graph_from_model(model, path)
-        return open_backend("tensorrt", rewritten, runtime, feeds=inputs, plain_engine=False, engine=settings)
-
-
-def tensorrt_model(
-    graph: GraphInfo, feeds: Mapping[str, np.ndarray], runtime: BackendOptions, engine: BuildSettings | None = None
-) -> tuple[onnx.ModelProto, BuildSettings]:
-    """The model TensorRT builds for a rewritten graph, and its settings (from the comparison's `engine`).
-
-    Inputs typed from the values fed. A model of several outputs (the shadow model: one per
-    compared node) gets a sink (shadow.with_sink): its outputs become debug tensors of one
-    engine, captured under the comparison's mark budget, instead of network outputs.
-    """
-    from trtdiff.analysis.shadow import typed_inputs, with_sink
-
-    model = typed_inputs(graph.model, feeds)
-    settings = tensorrt_settings(graph, feeds, runtime, engine)
-    if len(graph.graph_outputs) > 1:
-        model = with_sink(model, graph.graph_outputs)
-        settings = dataclasses.replace(settings, outputs="all", bisect_marks=False)
-    return model, settings
-
-
-def tensorrt_settings(
-    graph: GraphInfo, feeds: Mapping[str, np.ndarray], runtime: BackendOptions, engine: BuildSettings | None = None
-) -> BuildSettings:
-    """The comparison's engine settings for a rewritten model: same precision and TF32, its own outputs and shapes.
-
-    `engine`: the settings the comparison derived; none given: derived from `runtime` as it does.
-    """
-    from trtdiff.backends.tensorrt.builder import input_shapes_from
-    from trtdiff.backends.tensorrt.settings import engine_settings
-
-    shapes = input_shapes_from({name: feeds[name] for name in graph.graph_inputs if name in feeds})
-    settings = engine if engine is not None else engine_settings(runtime)
-    return dataclasses.replace(settings, outputs="none", input_shapes=shapes)
 
 
 def _is_live(backend: OnnxBackend) -> bool:

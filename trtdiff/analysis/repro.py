@@ -54,15 +54,15 @@ from trtdiff.analysis.repro_files import (
     read_manifest,
 )
 from trtdiff.analysis.repro_readme import ReproContext, readme, top_readme
-from trtdiff.analysis.shadow import PREFIX, submodel, typed_inputs, unprefix_subgraphs
+from trtdiff.analysis.shadow import PREFIX, submodel, unprefix_subgraphs
 from trtdiff.errors import BackendError, OptionError, ReportFileError, first_line
 from trtdiff.report import PairMetrics, Thresholds
+from trtdiff.source.onnx_graph import typed_inputs
 
 if TYPE_CHECKING:
     import onnx
 
     from trtdiff.analysis.culprits import LocalRun
-    from trtdiff.backends.base import OnnxBackend
     from trtdiff.report import Culprit
 
 OnCulprits = Callable[[Sequence["Culprit"], Sequence["LocalRun"]], None]
@@ -302,24 +302,22 @@ def standalone(model: onnx.ModelProto) -> onnx.ModelProto:
 def rerun(
     path: Path, inputs: Mapping[str, np.ndarray], output: str, provider: str, notes: list[str]
 ) -> dict[str, np.ndarray]:
-    """The standalone file's output on ONNX Runtime and on the ONNX spec evaluator, run here now.
+    """The standalone file's output on ONNX Runtime and on the ONNX spec evaluator (the registry's repro
+    backends), run here now.
 
     A runtime that cannot run the subgraph alone (the spec evaluator has no DequantizeLinear
     below opset 19) is a line in `notes`, not an error: the other runtime's output still shows it.
     """
-    from trtdiff.backends.onnx_reference import OnnxReferenceBackend
-    from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
+    from trtdiff.backends.registry import open_backend, repro_backends
+    from trtdiff.options import BackendOptions
     from trtdiff.source.onnx_graph import load_graph
 
     graph = load_graph(path)
     found: dict[str, np.ndarray] = {}
-    runners: dict[str, Callable[[], OnnxBackend]] = {
-        "onnxruntime": lambda: OnnxRuntimeBackend(graph, provider=provider),
-        "onnx-reference": lambda: OnnxReferenceBackend(graph),
-    }
-    for name, opened in runners.items():
+    options = BackendOptions(ort_provider=provider)
+    for name in repro_backends():
         try:
-            with opened() as runner:
+            with open_backend(name, graph, options) as runner:
                 for chunk in runner.run(dict(inputs), [output]):
                     if output in chunk:
                         found[name] = np.asarray(chunk[output])

@@ -16,6 +16,7 @@ import numpy as np
 
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.repro_files import SUBGRAPH
+from trtdiff.backends.registry import repro_readme_lines
 from trtdiff.report import Thresholds
 
 if TYPE_CHECKING:
@@ -88,34 +89,9 @@ def readme(
         "```",
         "",
     ]
-    if "openvino" in manifest["pair"].split("~"):
-        lines += _openvino_lines(context)
+    for name in dict.fromkeys(manifest["pair"].split("~")):  # a runtime without a command of its own: a snippet
+        lines += repro_readme_lines(name, context.graph, SUBGRAPH)
     return "\n".join(lines)
-
-
-def _openvino_lines(context: ReproContext) -> list[str]:
-    """A Python snippet replaying the subgraph in OpenVINO (it has no command for it), compiled as trtdiff did."""
-    from trtdiff.backends.openvino.runtime import HINTS
-    from trtdiff.source.fp16 import graph_precision
-
-    hint = HINTS[graph_precision(context.graph)]
-    return [
-        f"With OpenVINO (CPU plugin, inference precision {hint} as trtdiff compiled it; another device's name "
-        "for `--openvino-device`):",
-        "",
-        "```python",
-        "import numpy as np, openvino as ov",
-        "core = ov.Core()",
-        f"compiled = core.compile_model(core.read_model('{SUBGRAPH}'), 'CPU',",
-        f"                              {{'INFERENCE_PRECISION_HINT': '{hint}'}})",
-        "feeds = dict(np.load('inputs.npz'))",
-        "got = np.asarray(compiled(feeds)[compiled.output(0)]).ravel()",
-        "want = np.load('outputs/reference.npy').ravel()",
-        "print('cosine', got @ want / np.linalg.norm(got) / np.linalg.norm(want),",
-        "      'rel-err', np.abs(got - want).max() / np.abs(want).max())",
-        "```",
-        "",
-    ]
 
 
 def _figures_table(reference: np.ndarray, outputs: Mapping[str, np.ndarray], thresholds: Thresholds) -> list[str]:

@@ -24,7 +24,6 @@ from onnx import helper, numpy_helper
 from trtdiff.source.onnx_graph import GraphInfo, implicit_inputs, subgraphs
 
 PREFIX = "trtdiff.local/"
-SINK = "trtdiff.sink"
 
 
 def local_name(tensor: str) -> str:
@@ -132,7 +131,8 @@ def inject(graph: GraphInfo, tensors: Sequence[str]) -> onnx.ModelProto:
             if output in replaced:
                 node.output[i] = output + "/trtdiff.replaced"
     # Rank and type only: the injected value is the reference's, whose shape the graph may not have written
-    # (a dimension baked at export); a runtime that needs the sizes takes them from the feeds (typed_inputs).
+    # (a dimension baked at export); a runtime that needs the sizes takes them from the feeds
+    # (source.onnx_graph.typed_inputs).
     model.graph.input.extend(_value_info(graph, t, t, sized=False) for t in tensors)
     kept = [v for v in model.graph.value_info if v.name not in replaced]
     del model.graph.value_info[:]
@@ -245,51 +245,6 @@ def unprefix_subgraphs(node: onnx.NodeProto) -> None:
             unprefix_subgraphs(inner)
         for value in graph.output:
             value.name = value.name.removeprefix(PREFIX)
-
-
-def with_sink(model: onnx.ModelProto, outputs: Sequence[str]) -> onnx.ModelProto:
-    """A copy of `model` whose one graph output (SINK) depends on each of `outputs`, which become inner values.
-
-    TensorRT then returns them as debug tensors of one engine (the same capture and mark budget
-    as the comparison) instead of as thousands of network outputs; a debug tensor alone does
-    not keep its layer alive (TensorRT-RTX drops a marked tensor nothing consumes), so each is
-    reduced into the sink: Cast to float, ReduceSum to a scalar, one Sum of them all.
-    """
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    graph = copy.graph
-    kept = [value for value in graph.output if value.name not in set(outputs)]
-    del graph.output[:]
-    graph.output.extend(kept)
-    sums = []
-    for index, name in enumerate(outputs):
-        cast, total = f"{SINK}/cast{index}", f"{SINK}/sum{index}"
-        graph.node.append(helper.make_node("Cast", [name], [cast], name=cast, to=onnx.TensorProto.FLOAT))
-        graph.node.append(helper.make_node("ReduceSum", [cast], [total], name=total, keepdims=0))
-        sums.append(total)
-    graph.node.append(helper.make_node("Sum", sums, [SINK], name=SINK))
-    graph.output.append(helper.make_tensor_value_info(SINK, onnx.TensorProto.FLOAT, []))
-    return copy
-
-
-def typed_inputs(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:
-    """A copy of `model` whose graph inputs take the element type and shape of the values fed to them.
-
-    Shape inference alone leaves some inputs of a rewritten model untyped or typed wrongly
-    (a value PyTorch holds squeezed, an input inside a decomposed op); TensorRT's parser needs
-    the type and shape the runtime will really get.
-    """
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    for value in copy.graph.input:
-        if value.name not in values:
-            continue
-        array = np.asarray(values[value.name])
-        if array.dtype.kind not in "biuf":
-            continue
-        typed = helper.make_tensor_value_info(value.name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
-        value.CopyFrom(typed)
-    return copy
 
 
 def _value_info(graph: GraphInfo, tensor: str, name: str, *, sized: bool = True) -> onnx.ValueInfoProto:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import onnx
 
     from trtdiff.options import BackendOptions, BuildSettings
-    from trtdiff.report import PairMetrics, RuntimeSummary, Thresholds
+    from trtdiff.report import PairMetrics, RuntimeSummary, TensorRTSummary, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
 
 DEFAULT_CHUNK_BYTES = 1 << 30
@@ -41,23 +41,41 @@ OutputComparison = Callable[[np.ndarray, np.ndarray, "Thresholds"], "PairMetrics
 
 
 @dataclass(frozen=True)
+class EngineRequest:
+    """What a backend that builds engines (TensorRT) reads when it opens, besides its options; the others never look.
+
+    `settings`: the engine settings the comparison derived (registry.engine_settings); None:
+    derived from the options and the feeds the same way. `save_to`: where the engines built
+    are written (`--save-engine`; None: nowhere).
+    """
+
+    settings: BuildSettings | None = None
+    save_to: Path | None = None
+
+
+@dataclass(frozen=True)
 class OpenRequest:
     """What opening a backend may read besides its graph.
 
-    `feeds`: the inputs it will run on (TensorRT builds for their shapes). `engine_path`: where
-    TensorRT writes the engines it built. `compare_outputs`: how TensorRT compares its plain
-    engine's outputs with the marked one's (no comparison: that check is not run).
-    `plain_engine` False: no plain engine beside the marked one (a rewritten model).
-    `engine`: TensorRT's settings as the comparison derived them (tensorrt.settings.engine_settings);
-    none given: derived from `options` and `feeds` the same way.
+    `feeds`: the inputs it will run on (a runtime that builds for fixed shapes reads theirs).
+    `compare_outputs`: how a compiled runtime compares its plain model's outputs with the
+    marked one's (none: that check is not run). `engine`: what a backend that builds engines
+    reads (EngineRequest).
     """
 
     options: BackendOptions
     feeds: Mapping[str, np.ndarray] | None = None
-    engine_path: Path | None = None
     compare_outputs: OutputComparison | None = None
-    plain_engine: bool = True
-    engine: BuildSettings | None = None
+    engine: EngineRequest = EngineRequest()
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """Why a backend cannot run here, in one line, and the report's own part saying so where it has one (TensorRT's
+    summary, which the report holds apart: `Report.tensorrt`); a spec's `unavailable` hook returns it."""
+
+    reason: str
+    summary: TensorRTSummary | None = None
 
 
 class OnnxBackend(ABC):

@@ -85,14 +85,14 @@ def tensor_magnitudes(
     """Largest |value| of each float tensor computed from the inputs (ONNX Runtime on `feeds`), or a note why not.
 
     What an attention mask carries (-inf, finfo.min: source.masks) is left out: it was given, not computed."""
-    from trtdiff.backends.registry import open_backend
+    from trtdiff.backends.registry import exact_backend, open_backend
 
     wanted = [t for t in graph.node_outputs if t in graph.data_tensors]
     sizes = {t: n for t in wanted if (n := graph.tensor_type(t).nbytes()) is not None}
     masks = mask_tensors(graph, feeds)
     magnitudes: dict[str, float] = {}
     try:
-        with open_backend("onnxruntime", graph, runtime) as backend:
+        with open_backend(exact_backend(), graph, runtime) as backend:
             for chunk in backend.run(feeds, wanted, sizes=sizes, max_bytes=runtime.chunk_bytes):
                 for name, value in chunk.items():
                     if (magnitude := computed_magnitude(value, name in masks)) is not None:

@@ -4,13 +4,19 @@ Useful on a machine without a GPU TensorRT supports (TensorRT-RTX builds on the 
 what would be marked, what could not be and why, how ONNX names map to TensorRT's, how many
 runs a sample would take, which fused layers of the plain engine the marked one splits, the
 precision each layer was built in, and to prepare the engines for another machine.
+
+The model, its export and the engine settings are prepared as for a comparison; the engines
+are the registry's to build (`build_engines`: the backend whose spec `builds`, TensorRT), so
+this stage imports no runtime's package.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trtdiff.backends.registry import build_engines, engine_settings
 from trtdiff.options import CompareOptions
 from trtdiff.pipeline.prepare import prepare, timed
 from trtdiff.report import BuildReport
@@ -25,41 +31,14 @@ def build(model: str | Path | torch.nn.Module, options: CompareOptions | None = 
 
     Options as for `compare` (the model, export and backend parts are read).
     """
-    from trtdiff.backends.tensorrt.builder import build_engine
-    from trtdiff.backends.tensorrt.importing import gpu_info
-    from trtdiff.backends.tensorrt.settings import engine_settings
-    from trtdiff.backends.tensorrt.summary import not_run_check, summarize
-
     options = (options or CompareOptions()).with_fields(**fields)
     options.export.validate()
     options.runtime.validate()
     engine_settings(options.runtime).validate()  # a precision TensorRT is not built at: refused before the export
     timings: dict[str, float] = {}
     with prepare(model, options, backends=(), timings=timings) as prepared:
-        runtime = options.runtime
-        gpu = gpu_info()
-        with timed(timings, "build"):
-            cache = Path(runtime.engine_cache) if runtime.engine_cache else None
-            result = build_engine(prepared.graph, prepared.engine, cache_dir=cache, gpu=gpu)
-        if prepared.engine_path is not None:
-            result.write_engines(prepared.engine_path)
-        with timed(timings, "read_plans"):
-            fusion = result.fusion_hint(prepared.graph)
-            plain_fusion = result.plain_fusion_hint(prepared.graph) if result.plain is not None else fusion
-            parsed = result.parsed_graph
-            precision_fusion = (
-                result.fusion_hint(parsed) if parsed is not None and parsed is not prepared.graph else None
-            )
-        summary = summarize(
-            result,
-            fusion,
-            status="built",
-            gpu=gpu.describe() if gpu else None,
-            graph=prepared.graph,
-            plain_fusion=plain_fusion,
-            include_name_map=True,
-            marking_check=not_run_check(),
-            precision_fusion=precision_fusion,
+        summary = build_engines(
+            prepared.graph, prepared.engine, options.runtime, prepared.engine_path, functools.partial(timed, timings)
         )
         return BuildReport(
             model=prepared.loaded.source,

@@ -475,7 +475,7 @@ def _report(
     timings: dict[str, float],
     non_finite: tuple[NonFinite, ...] = (),
 ) -> Report:
-    from trtdiff.backends.tensorrt.selection import ran_summary
+    from trtdiff.backends.registry import ran_summary
 
     graph = prepared.graph
     layers = findings.layers

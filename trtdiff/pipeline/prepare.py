@@ -5,7 +5,7 @@ value that the rest of the pipeline reads; the exported file lives in a temporar
 until the `with` block ends, and every backend opened is closed then, errors included.
 The run settings are derived from the options here, once: the PyTorch reference (module,
 device, TF32, memory limit: `TorchReference`, whose `record` every recording goes through)
-and TensorRT's engine settings (`engine_settings`), carried in `Prepared` to every consumer.
+and the engine settings (the registry's `engine_settings`: TensorRT's), carried in `Prepared` to every consumer.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from trtdiff import outputs
 from trtdiff.analysis.metrics import compare_tensors
-from trtdiff.backends.registry import choose_backends, open_backends
+from trtdiff.backends.registry import choose_backends, engine_settings, open_backends, saved_beside
 from trtdiff.backends.store import release_memory
 from trtdiff.errors import (
     ExportError,
@@ -127,8 +127,6 @@ def prepare(
     set's first sample). When "torch" is chosen, `record` records the PyTorch reference (or
     `capture`, given the module alone); neither: nothing is recorded.
     """
-    from trtdiff.backends.tensorrt.settings import engine_settings  # neither TensorRT nor torch
-
     timings = {} if timings is None else timings
     say = say or (lambda _text: None)
     save_path = check_new_file(options.export.save_onnx, options.force, "save_onnx")
@@ -506,12 +504,11 @@ def check_new_file(
 
 
 def _marked_beside(path: str | None) -> Path | None:
-    """Where the marked engine is written beside `--save-engine PATH` (None without one)."""
+    """Where the marked engine is written beside `--save-engine PATH` (None without one): the registry's
+    `saved_beside`."""
     if path is None:
         return None
-    from trtdiff.backends.tensorrt.result import marked_engine_path  # neither TensorRT nor torch
-
-    return marked_engine_path(Path(path))
+    return saved_beside(Path(path))
 
 
 def onnx_feeds(graph: GraphInfo, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -28,7 +28,6 @@ from trtdiff.report import (
     ThresholdCheck,
     Thresholds,
 )
-from trtdiff.report.runtime import engines_line as engines_line, precision_text as precision_text
 from trtdiff.report.text import html as safe_html
 
 BACKEND_SHORT = {"torch": "pt", "onnxruntime": "ort", "tensorrt": "trt"}
@@ -373,6 +372,36 @@ def escape_html(text: str) -> str:
 
 
 # TensorRT
+
+
+def precision_text(precision: str | None, tf32: bool) -> str:
+    """TensorRT's precision in words: "fp32, TF32 off", "fp32 with TF32", "fp16"."""
+    base = precision or "fp32"
+    if tf32:
+        return f"{base} with TF32"
+    return f"{base}, TF32 off" if base == "fp32" else base
+
+
+def engines_line(trt: TensorRTSummary) -> str:
+    """ "1 engine, N runs per sample", the budget and where it came from, and what the engine returns."""
+    runs = plural(trt.runs_per_sample, "run")
+    budget = ""
+    if trt.mark_budget_bytes is not None and trt.outputs_mode != "none":
+        source = "given" if trt.budget_source == "given" else "fixed default"
+        budget = f" (mark budget {trt.mark_budget_bytes:,} bytes, {source})"
+    coverage = ""
+    if trt.outputs_mode == "unfused":
+        runs = f"at most {runs}"
+        if trt.tensors_computed:
+            coverage = f"; the engine reports those of the {trt.tensors_computed} tensors computed that survive fusion"
+    elif trt.tensors_computed:
+        share = 100.0 * trt.tensors_returned / trt.tensors_computed
+        coverage = (
+            f"; returns {trt.tensors_returned} of {trt.tensors_computed} tensors computed from the inputs "
+            f"({share:.0f}%)"
+        )
+    planned = " planned" if trt.status == "built" else ""
+    return f"{trt.engines} engine, {runs} per sample{planned}{budget}{coverage}"
 
 
 def marking_changed_line(trt: TensorRTSummary) -> str:

@@ -47,7 +47,7 @@ from trtdiff.render.format import (
     thresholds_text,
 )
 from trtdiff.render.html_plots import depth_svg, samples_svg
-from trtdiff.render.runtimes import runtime_lines
+from trtdiff.render.runtimes import compiled_runtimes, runtime_lines
 from trtdiff.report import Attribution, BackendPair, Culprit, ErrorFigures, Layer, Report, RuntimeSummary
 
 CSS = """
@@ -116,7 +116,7 @@ def html_body(report: Report) -> str:
         else "",
         _checks(report),
         _segmentation(report),
-        *(_runtime(summary) for summary in report.compiled_runtimes),
+        *(_runtime(summary) for summary in compiled_runtimes(report)),
         _layers(report),
         _environment(report),
     ]
@@ -443,7 +443,7 @@ def _layers(report: Report) -> str:
 
 def _environment(report: Report) -> str:
     env = dict(report.environment)
-    for runtime in report.compiled_runtimes:
+    for runtime in compiled_runtimes(report):
         if runtime.version:
             env.setdefault(runtime.backend, runtime.version)
         for name, value in runtime.facts:

@@ -31,6 +31,7 @@ from trtdiff.render.format import (
     non_finite_text,
     suspects_text,
 )
+from trtdiff.render.runtimes import compiled_runtimes
 from trtdiff.report import Report, ThresholdCheck
 from trtdiff.report.text import plain
 
@@ -42,7 +43,7 @@ _ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 def render_junit(report: Report) -> str:
     """The report as a JUnit XML document (testsuites > testsuite "trtdiff" > one testcase per check)."""
     checks = list(report.checks)
-    skipped = [runtime for runtime in report.compiled_runtimes if runtime.status == "skipped"]
+    skipped = [runtime for runtime in compiled_runtimes(report) if runtime.status == "skipped"]
     failures = sum(not check.passed for check in checks)
     counts = {
         "tests": str(len(checks) + len(skipped)),
@@ -169,7 +170,7 @@ def _properties(parent: ET.Element, report: Report) -> None:
     culprits = [c.onnx_node for c in culprits_of(report)]
     facts += [("culprit", culprits[0]), ("culprits", ",".join(culprits))] if culprits else []
     facts += [(f"environment.{key}", text) for key, text in report.environment.items()]
-    for runtime in report.compiled_runtimes:
+    for runtime in compiled_runtimes(report):
         check = runtime.marking_check
         facts += [
             (f"{runtime.backend}.status", runtime.status),

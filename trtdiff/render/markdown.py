@@ -33,7 +33,7 @@ from trtdiff.render.format import (
     segmentation_parts,
     suspects_text,
 )
-from trtdiff.render.runtimes import runtime_lines
+from trtdiff.render.runtimes import compiled_runtimes, runtime_lines
 from trtdiff.report import Report, RuntimeSummary, ThresholdCheck
 from trtdiff.report.text import markdown, markdown_code
 
@@ -48,7 +48,7 @@ def render_markdown(report: Report) -> str:
         _divergence(report),
         _drift(report),
         _segmentation(report),
-        *(_runtime(summary) for summary in report.compiled_runtimes),
+        *(_runtime(summary) for summary in compiled_runtimes(report)),
         _environment(report),
     ]
     return "\n\n".join(part for part in parts if part) + "\n"
@@ -172,7 +172,7 @@ def _environment(report: Report) -> str:
     parts = [f"trtdiff {_text(report.trtdiff_version)}"]
     parts += [f"{name} {_text(env[name])}" for name in ("torch", "onnx") if name in env]
     parts += [_text(env[name]) for name in report.backends if name != "torch" and name in env]
-    runtimes = report.compiled_runtimes
+    runtimes = compiled_runtimes(report)
     for runtime in runtimes:
         version = runtime.version
         if version and runtime.backend not in env:

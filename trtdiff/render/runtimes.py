@@ -1,4 +1,8 @@
-"""Every compiled runtime's summary (`Report.compiled_runtimes`) in words: one function, for every renderer.
+"""Every compiled runtime's summary (`compiled_runtimes`) in words: one function, for every renderer.
+
+TensorRT's run stays the report's own `tensorrt` part (reports of every schema hold it); it is
+read as one of these here (`tensorrt_runtime`), its sentences worded here too: its first line
+(`tensorrt_headline`, which heads `trtdiff build`'s view as well) and its details.
 
 The terminal, Markdown and HTML views print these lines, each escaping them its own way, so a
 runtime added to the report needs no renderer code. The first line is the alarm when marking
@@ -10,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trtdiff.render.format import cosine, plural, sci
-from trtdiff.report import MarkingCheck, RuntimeSummary
+from trtdiff.render.format import cosine, engines_line, plural, precision_text, sci
+from trtdiff.report import MarkingCheck, Report, RuntimeSummary, TensorRTSummary
 
 LISTED = 5  # names quoted in one line
 
@@ -22,6 +26,73 @@ class RuntimeLine:
 
     text: str
     alarm: bool = False
+
+
+def compiled_runtimes(report: Report) -> tuple[RuntimeSummary, ...]:
+    """Every compiled runtime's summary, TensorRT's (the report's `tensorrt` part, kept as it is for JSON) first:
+    what renderers show, each through `runtime_lines`."""
+    trt = () if report.tensorrt is None else (tensorrt_runtime(report.tensorrt),)
+    return (*trt, *report.runtimes)
+
+
+def tensorrt_headline(trt: TensorRTSummary) -> str:
+    """TensorRT's first line: version, precision, outputs mode, what the engine returns and what it does not."""
+    returned = f"{trt.marked} marked"
+    if trt.debug_marked:
+        returned = f"{trt.debug_marked} debug tensors + {plural(trt.marked - trt.debug_marked, 'output')}"
+    return (
+        f"TensorRT: {trt.version}, {precision_text(trt.precision, trt.tf32)}, outputs "
+        f"{trt.outputs_mode}: {returned}, {len(trt.not_returned)} not returned"
+    )
+
+
+def tensorrt_runtime(trt: TensorRTSummary) -> RuntimeSummary:
+    """TensorRT's summary as a compiled runtime's: the shared parts as they are, the rest in words (its headline
+    and details) and facts."""
+    headline = tensorrt_headline(trt)
+    details = [engines_line(trt)] if trt.outputs_mode is not None else []
+    if trt.status != "skipped":
+        details.append(
+            f"marked engine: {trt.plan_bytes:,} bytes, {trt.engine_layers} engine layers, built in "
+            f"{trt.build_seconds:.2f}s" + (" (from the engine cache)" if trt.from_cache else "")
+        )
+    plain = trt.plain_engine
+    if plain is not None:
+        built = " (from the engine cache)" if plain.from_cache else f", built in {plain.build_seconds:.2f}s"
+        details.append(f"plain engine (what ships): {plain.plan_bytes:,} bytes{built}")
+    if trt.layer_precisions or trt.precision_missing:
+        tf32 = {True: "allowed", False: "off", None: "not read"}[trt.tf32_built]
+        missing = f"; missing: {trt.precision_missing}" if trt.precision_missing else ""
+        details.append(
+            f"precision as built read from {trt.precision_source or 'no source'}; TF32 in the plan {tf32}{missing}"
+        )
+    facts = [("status", trt.status), *([("gpu", trt.gpu)] if trt.gpu else [])]
+    facts += [("outputs_mode", trt.outputs_mode)] if trt.outputs_mode else []
+    return RuntimeSummary(
+        backend="tensorrt",
+        title="TensorRT",
+        status=trt.status,
+        reason=trt.reason,
+        version=trt.version,
+        device=trt.gpu,
+        precision_asked=precision_text(trt.precision, trt.tf32),
+        compiled_models=trt.engines + (trt.plain_engine is not None),
+        compile_seconds=trt.build_seconds,
+        marked=trt.marked,
+        unmapped_tensors=tuple(f"{n.tensor}: {n.reason}" for n in trt.not_returned),
+        fusion_source=trt.fusion_source,
+        runtime_layers=trt.engine_layers,
+        fused_layers=trt.fused_layers,
+        fusions_split=trt.fusions_split,
+        layer_precisions=trt.layer_precisions,
+        marking_check=trt.marking_check,
+        notes=trt.notes,
+        artifact="engine",
+        build_word="build",
+        headline=headline,
+        details=tuple(details),
+        facts=tuple(facts),
+    )
 
 
 def runtime_lines(summary: RuntimeSummary) -> list[RuntimeLine]:

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trtdiff.render.format import cosine, miou, sci
+from trtdiff.render.runtimes import compiled_runtimes
 from trtdiff.render.safe_text import SafeText
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def render_sweep(sweep: Sweep, console: Console) -> None:
         runtime
         for e in sweep.entries
         if e.precision and e.report
-        for runtime in e.report.compiled_runtimes
+        for runtime in compiled_runtimes(e.report)
         if runtime.status == "skipped"
     ]
     for runtime in {r.backend: r for r in skipped}.values():

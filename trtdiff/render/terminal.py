@@ -35,13 +35,12 @@ from trtdiff.render.format import (
     non_finite_failed,
     non_finite_lines,
     plural,
-    precision_text,
     sci,
     segmentation_parts,
     short_pair,
     suspects_text,
 )
-from trtdiff.render.runtimes import runtime_lines
+from trtdiff.render.runtimes import compiled_runtimes, runtime_lines, tensorrt_headline
 from trtdiff.render.safe_text import SafeText
 from trtdiff.report import BackendPair, BuildReport, Layer, PairingSummary, Report, TensorRTSummary, ThresholdCheck
 from trtdiff.report.text import plain
@@ -156,7 +155,7 @@ def _header(report: Report, console: Console) -> None:
     summary = report.pairing
     if report.reference == "torch":
         console.print(SafeText(pairing_line(summary, len(report.not_compared))))
-    for runtime in report.compiled_runtimes:
+    for runtime in compiled_runtimes(report):
         if runtime.status == "skipped":
             continue  # the notes say so, with the reason
         for said in runtime_lines(runtime):
@@ -169,15 +168,7 @@ def _tensorrt_lines(trt: TensorRTSummary, console: Console) -> None:
     check = trt.marking_check
     if check is not None and check.status == "changed":
         console.print(SafeText(marking_changed_line(trt), style="bold red"))
-    returned = f"{trt.marked} marked"
-    if trt.debug_marked:
-        returned = f"{trt.debug_marked} debug tensors + {plural(trt.marked - trt.debug_marked, 'output')}"
-    console.print(
-        SafeText(
-            f"TensorRT: {trt.version}, {precision_text(trt.precision, trt.tf32)}, outputs "
-            f"{trt.outputs_mode}: {returned}, {len(trt.not_returned)} not returned"
-        )
-    )
+    console.print(SafeText(tensorrt_headline(trt)))
     if trt.outputs_mode is not None:
         console.print(SafeText(engines_line(trt)))
     if trt.fused_layers:

@@ -15,10 +15,7 @@ from typing import Any, Literal
 
 from trtdiff.options import Thresholds
 from trtdiff.options.resolved import ResolvedOption
-from trtdiff.report.runtime import (  # every compiled runtime's part, re-exported
-    RuntimeSummary as RuntimeSummary,
-    tensorrt_runtime,
-)
+from trtdiff.report.runtime import RuntimeSummary as RuntimeSummary  # every compiled runtime's part, re-exported
 from trtdiff.report.serialization import from_jsonable, to_jsonable
 from trtdiff.report.tensorrt import (  # the report's TensorRT parts, re-exported
     BuildReport as BuildReport,
@@ -544,13 +541,6 @@ class Report:
     def pairs(self) -> tuple[BackendPair, ...]:
         """Every backend pair compared on some layer, in the order first seen (reference pairs first)."""
         return tuple(dict.fromkeys(pair for layer in self.layers for pair in layer.pairs))
-
-    @property
-    def compiled_runtimes(self) -> tuple[RuntimeSummary, ...]:
-        """Every compiled runtime's summary, TensorRT's (the `tensorrt` part, kept as it is for JSON) first:
-        what renderers show, each through the one function (render/runtimes.py)."""
-        trt = () if self.tensorrt is None else (tensorrt_runtime(self.tensorrt),)
-        return (*trt, *self.runtimes)
 
     @property
     def from_statistics(self) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -162,6 +162,26 @@ def graph_from_model(model: onnx.ModelProto, path: Path) -> GraphInfo:
         initializers=initializers,
         producer=f"{model.producer_name} {model.producer_version}".strip(),
     )
+
+
+def typed_inputs(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of `model` whose graph inputs take the element type and shape of the values fed to them.
+
+    Shape inference alone leaves some inputs of a rewritten model untyped or typed wrongly
+    (a value PyTorch holds squeezed, an input inside a decomposed op); TensorRT's parser needs
+    the type and shape the runtime will really get.
+    """
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for value in copy.graph.input:
+        if value.name not in values:
+            continue
+        array = np.asarray(values[value.name])
+        if array.dtype.kind not in "biuf":
+            continue
+        typed = helper.make_tensor_value_info(value.name, helper.np_dtype_to_tensor_dtype(array.dtype), array.shape)
+        value.CopyFrom(typed)
+    return copy
 
 
 def opset_of(model: onnx.ModelProto) -> int:

@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import importlib.util
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from trtdiff.errors import BackendError
+
+if TYPE_CHECKING:
+    from trtdiff.backends.base import Unavailable
 
 MODULE = "openvino"
 EXTRA = "openvino"
@@ -27,6 +31,14 @@ def unavailable() -> str | None:
     if importlib.util.find_spec(MODULE) is None:
         return f"OpenVINO is not installed (module {MODULE} not found); {INSTALL_HINT}"
     return None
+
+
+def skipped_here() -> Unavailable | None:
+    """Why OpenVINO cannot run here (not installed), or None; imports nothing (its spec's `unavailable` hook)."""
+    from trtdiff.backends.base import Unavailable
+
+    reason = unavailable()
+    return None if reason is None else Unavailable(reason)
 
 
 def import_openvino() -> ModuleType:

@@ -55,9 +55,9 @@ class OpenVINOBackend(OnnxBackend):
 
     @classmethod
     def open(cls, graph: GraphInfo, request: OpenRequest) -> Self:
-        """`plain_engine` False (a rewritten model of the culprit step): no plain-against-marked check."""
-        compare = request.compare_outputs if request.plain_engine else None
-        return cls(graph, request.options.openvino_device, compare=compare)
+        """Without `compare_outputs` (a rewritten model of the culprit step, registry.reopen_backend): no
+        plain-against-marked check."""
+        return cls(graph, request.options.openvino_device, compare=request.compare_outputs)
 
     def __init__(
         self,

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from trtdiff.backends.tensorrt.builder import BuildResult
     from trtdiff.backends.tensorrt.execution import DebugMode
     from trtdiff.backends.tensorrt.marking import MarkPlan
-    from trtdiff.options import BuildSettings
+    from trtdiff.options import BackendOptions, BuildSettings
     from trtdiff.report import MarkingCheck, Thresholds
     from trtdiff.source.onnx_graph import GraphInfo
 
@@ -88,23 +88,32 @@ class TensorRTBackend(OnnxBackend):
     @classmethod
     def open(cls, graph: GraphInfo, request: OpenRequest) -> Self:
         """Build with the request's engine settings (else its options' and inputs'); write the engines where asked."""
-        options = request.options
-        settings = request.engine if request.engine is not None else engine_settings(options, request.feeds)
-        settings.validate()
-        backend = cls(
-            graph,
-            settings,
-            cache_dir=Path(options.engine_cache) if options.engine_cache else None,
-            plain_engine=request.plain_engine,
-            compare=request.compare_outputs,
-        )
-        if request.engine_path is not None:
+        options, engine = request.options, request.engine
+        settings = engine.settings if engine.settings is not None else engine_settings(options, request.feeds)
+        backend = cls.with_settings(graph, settings, options, compare=request.compare_outputs)
+        if engine.save_to is not None:
             try:
-                backend.build.write_engines(request.engine_path)
+                backend.build.write_engines(engine.save_to)
             except BaseException:
                 backend.close()
                 raise
         return backend
+
+    @classmethod
+    def with_settings(
+        cls,
+        graph: GraphInfo,
+        settings: BuildSettings,
+        options: BackendOptions,
+        *,
+        plain_engine: bool = True,
+        compare: OutputComparison | None = None,
+    ) -> Self:
+        """Built with `settings` (validated first) and the engine cache of `options` (`open`, and `rewritten.reopen`
+        with `plain_engine` False: one engine on a model the culprit step rewrote)."""
+        settings.validate()
+        cache_dir = Path(options.engine_cache) if options.engine_cache else None
+        return cls(graph, settings, cache_dir=cache_dir, plain_engine=plain_engine, compare=compare)
 
     def __init__(
         self,

@@ -6,8 +6,21 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trtdiff.backends.base import OnnxBackend
+    from trtdiff.backends.base import OnnxBackend, Unavailable
     from trtdiff.report import TensorRTSummary, Thresholds
+
+
+def skipped_here() -> Unavailable | None:
+    """Why TensorRT cannot run here, with the report's summary saying so, or None when it can (its spec's
+    `unavailable` hook)."""
+    from trtdiff.backends.base import Unavailable
+    from trtdiff.backends.tensorrt.summary import skipped
+
+    found = unavailable()
+    if found is None:
+        return None
+    reason, version = found
+    return Unavailable(reason, skipped(reason, version))
 
 
 def unavailable() -> tuple[str, str | None] | None:
