@@ -13,6 +13,8 @@
    each node fed the reference's values at its inputs. Every other layer keeps the figures of
    its statistics, marked so (`PairMetrics.statistics`).
 
+`compare_statistics` runs those steps for a comparison (pipeline.run.Run).
+
 The cost is one forward and one run of each backend, and a second of each only where something
 is suspicious; memory is one chunk, the summaries (a few kilobytes a tensor) and the outputs.
 """
@@ -21,20 +23,25 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from trtdiff.analysis.control_flow import held_inside
-from trtdiff.analysis.engine import BackendValues, Compared, Engine, Pass
+from trtdiff.analysis.engine import BackendValues, Compared, Engine, Pass, ValueSource
+from trtdiff.analysis.results import build_layers, sample_results
 from trtdiff.analysis.statistics import Summary, summarize
 from trtdiff.backends.store import to_host
+from trtdiff.pipeline.prepare import Progress, timed
 
 if TYPE_CHECKING:
     from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.pairing.pairs import Pairing
-    from trtdiff.report import BackendPair, Layer, PairMetrics
+    from trtdiff.pipeline.run import Run
+    from trtdiff.report import BackendPair, Layer, PairMetrics, SampleResult, SegmentationSummary
     from trtdiff.source.onnx_graph import GraphInfo
+    from trtdiff.source.samples import SampleSource
 
 REGION = 8
 """Layers compared in full on each side of the first suspicious one (in the order layers are numbered)."""
@@ -150,3 +157,47 @@ def statistics_note(layers: Sequence[Layer], compared: Sequence[str], first: str
         f"{head}; {len(compared)} layers were compared in full: those around the first suspicious one, {first}, "
         "and the final outputs"
     )
+
+
+def compare_statistics(
+    run: Run, samples: SampleSource, summaries: Mapping[str, Summary], timings: dict[str, float], say: Progress
+) -> tuple[Run, list[Layer], list[SampleResult], SegmentationSummary | None]:
+    """`--capture stats` (pipeline.coarse): sample 0 by statistics, the region around its first suspicious layer in
+    full (the run then reads that recording), every sample's outputs in full."""
+    prepared, reference = run.prepared, run.reference
+    graph = prepared.graph
+    say(f"running {', '.join(b.name for b in prepared.backends)} and comparing every layer's statistics")
+    passes = run.passes(samples.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes), say)
+    current = next(passes)
+    by_tensor = reference.summaries(summaries)
+    outputs = tuple(graph.graph_outputs)
+    with timed(timings, "run_and_compare"):
+        first, suspicious = statistics_pass(current, by_tensor, run.engine())
+    layers = build_layers(graph, first.metrics, reference.pairing, reference.capture)
+    if suspicious:
+        tensors = region([layer.tensor for layer in layers], suspicious[0], outputs)
+        say(f"comparing the {len(tensors)} layers around {suspicious[0]} in full")
+        with timed(timings, "region"):
+            run, full = _recorded_region(run, current, tensors, suspicious[0])
+        layers = merge(layers, full)
+    with timed(timings, "samples"):
+        results, segmentation = sample_results(
+            chain([first], run.engine().run(passes)), outputs, run.pairs, run.backends[0], run.options.gate.ignore_index
+        )
+    return run, layers, results, segmentation
+
+
+def _recorded_region(run: Run, current: Pass, tensors: tuple[str, ...], first: str) -> tuple[Run, list[Layer]]:
+    """The layers `tensors` compared in full: PyTorch (where it takes part) recorded again keeping what they and
+    their culprit pass read, every ONNX backend asked for them."""
+    prepared, reference = run.prepared, run.reference
+    graph, pairing, capture = prepared.graph, reference.pairing, reference.capture
+    sources: list[ValueSource] = [BackendValues(b, prepared.feeds) for b in prepared.backends]
+    if reference.recorder is not None and pairing is not None and capture is not None:
+        reference = reference.region(kept_near(graph, pairing, capture, tensors) | frozenset(capture.output_keys))
+        assert reference.fine is not None
+        sources.insert(0, reference.fine)
+    compared = next(run.engine().run([Pass(current.sample, tuple(sources), tensors)]))
+    fine = dataclasses.replace(run, reference=reference, region=tensors, region_first=first)
+    recorded = reference.fine.capture if reference.fine is not None else None
+    return fine, build_layers(graph, compared.metrics, pairing, recorded)

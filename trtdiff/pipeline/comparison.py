@@ -15,19 +15,16 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from functools import cached_property
 from itertools import chain, islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtdiff.analysis.diagnose import Findings, Inputs, analyse, attribute_culprits
+from trtdiff.analysis.diagnose import Findings, analyse, attribute_culprits
 from trtdiff.analysis.engine import (
     BackendValues,
-    Engine,
     Pass,
     ValueSource,
 )
-from trtdiff.analysis.judge import Judge
 from trtdiff.analysis.localize import first_divergence
 from trtdiff.analysis.nonfinite import first_non_finite, non_finite_backends
 from trtdiff.analysis.results import (
@@ -38,17 +35,15 @@ from trtdiff.analysis.results import (
     pairing_summary,
     sample_results,
 )
-from trtdiff.backends.store import to_host
-from trtdiff.errors import OptionError, param
+from trtdiff.errors import OptionError
 from trtdiff.gate.checks import layer_checks, miou_checks, output_checks, weight_checks
 from trtdiff.options import CompareOptions
-from trtdiff.pairing.qdq import has_qdq, quantizations
-from trtdiff.pipeline.coarse import kept_near, merge, region, statistics_note, statistics_pass
+from trtdiff.pipeline.coarse import compare_statistics, merge, statistics_note
 from trtdiff.pipeline.memory import check_frontier
 from trtdiff.pipeline.prepare import Prepared, Progress, onnx_feeds, prepare, timed
-from trtdiff.pipeline.progress import sample_step, sample_total
-from trtdiff.pipeline.reference import FirstRecording, Recapture, Reference, SharedRecording
-from trtdiff.report import Report, all_pairs
+from trtdiff.pipeline.reference import FirstRecording, Recapture, SharedRecording
+from trtdiff.pipeline.run import Run, backends_run
+from trtdiff.report import Report
 from trtdiff.source.samples import Sample, SampleSource
 from trtdiff.version import __version__
 
@@ -58,18 +53,14 @@ if TYPE_CHECKING:
     import torch
 
     from trtdiff.analysis.repro import OnCulprits
-    from trtdiff.analysis.statistics import Summary
     from trtdiff.report import (
-        BackendPair,
         FirstDivergence,
         Layer,
         NonFinite,
-        QuantizedWeight,
         SampleResult,
         SegmentationSummary,
         ThresholdCheck,
     )
-    from trtdiff.report.inspection import Interpolation
 
 
 @dataclass(frozen=True)
@@ -109,7 +100,7 @@ def compare_once(
         )
         run = _open_run(prepared, options, name_of, first, timings, repro_notes)
         if first.statistics:
-            run, layers, results, segmentation = _compare_statistics(run, samples, first.summaries, timings, say)
+            run, layers, results, segmentation = compare_statistics(run, samples, first.summaries, timings, say)
             repro_notes.insert(0, statistics_note(layers, run.region, run.region_first))
         else:
             layers, results, segmentation = _compare_samples(run, samples, timings, say)
@@ -136,14 +127,14 @@ def _open_run(
     first: FirstRecording,
     timings: dict[str, float],
     repro_notes: list[str],
-) -> _Run:
+) -> Run:
     """The reference paired with the ONNX graph, the backends to run, and only what is read of the recording kept."""
     reference = first.paired(prepared, timings)
     if options.export.onnx is not None and reference.pairing is not None and prepared.precision == "fp32":
         # at FP16/BF16 the pairing of a converted graph is weaker (GroupNorm and SiLU go unpaired): not checked there
         check_export_of_model(pairing_summary(prepared.graph, reference.pairing), options.export.onnx)
     repro = _repro(options, prepared, repro_notes)
-    run = _Run(prepared, options, reference, _backends_run(prepared, reference), name_of, repro)
+    run = Run(prepared, options, reference, backends_run(prepared, reference), name_of, repro)
     engine = run.engine()
     check_frontier(prepared.graph, run.layer_tensors(), engine.sizes, engine.chunk_bytes, reference.budget.limit)
     reference.hold_what_is_read()
@@ -151,7 +142,7 @@ def _open_run(
 
 
 def _compare_samples(
-    run: _Run, samples: SampleSource, timings: dict[str, float], say: Progress
+    run: Run, samples: SampleSource, timings: dict[str, float], say: Progress
 ) -> tuple[list[Layer], list[SampleResult], SegmentationSummary | None]:
     """Every backend run and compared: sample 0 layer by layer (the layers), every sample's outputs (the results)."""
     prepared, reference = run.prepared, run.reference
@@ -173,150 +164,6 @@ def _compare_samples(
     return layers, results, segmentation
 
 
-def _compare_statistics(
-    run: _Run, samples: SampleSource, summaries: Mapping[str, Summary], timings: dict[str, float], say: Progress
-) -> tuple[_Run, list[Layer], list[SampleResult], SegmentationSummary | None]:
-    """`--capture stats` (pipeline.coarse): sample 0 by statistics, the region around its first suspicious layer in
-    full (the run then reads that recording), every sample's outputs in full."""
-    prepared, reference = run.prepared, run.reference
-    graph = prepared.graph
-    say(f"running {', '.join(b.name for b in prepared.backends)} and comparing every layer's statistics")
-    passes = run.passes(samples.stream(prepared.model_feeds, prepared.input_names, prepared.dtypes), say)
-    current = next(passes)
-    by_tensor = reference.summaries(summaries)
-    outputs = tuple(graph.graph_outputs)
-    with timed(timings, "run_and_compare"):
-        first, suspicious = statistics_pass(current, by_tensor, run.engine())
-    layers = build_layers(graph, first.metrics, reference.pairing, reference.capture)
-    if suspicious:
-        tensors = region([layer.tensor for layer in layers], suspicious[0], outputs)
-        say(f"comparing the {len(tensors)} layers around {suspicious[0]} in full")
-        with timed(timings, "region"):
-            run, full = _region(run, current, tensors, suspicious[0])
-        layers = merge(layers, full)
-    with timed(timings, "samples"):
-        results, segmentation = sample_results(
-            chain([first], run.engine().run(passes)), outputs, run.pairs, run.backends[0], run.options.gate.ignore_index
-        )
-    return run, layers, results, segmentation
-
-
-def _region(run: _Run, current: Pass, tensors: tuple[str, ...], first: str) -> tuple[_Run, list[Layer]]:
-    """The layers `tensors` compared in full: PyTorch (where it takes part) recorded again keeping what they and
-    their culprit pass read, every ONNX backend asked for them."""
-    prepared, reference = run.prepared, run.reference
-    graph, pairing, capture = prepared.graph, reference.pairing, reference.capture
-    sources: list[ValueSource] = [BackendValues(b, prepared.feeds) for b in prepared.backends]
-    if reference.recorder is not None and pairing is not None and capture is not None:
-        reference = reference.region(kept_near(graph, pairing, capture, tensors) | frozenset(capture.output_keys))
-        assert reference.fine is not None
-        sources.insert(0, reference.fine)
-    compared = next(run.engine().run([Pass(current.sample, tuple(sources), tensors)]))
-    fine = dataclasses.replace(run, reference=reference, region=tensors, region_first=first)
-    recorded = reference.fine.capture if reference.fine is not None else None
-    return fine, build_layers(graph, compared.metrics, pairing, recorded)
-
-
-@dataclass(frozen=True)
-class _Run:
-    """One comparison's backends, pairs and passes; PyTorch's values through `reference` (pipeline.reference)."""
-
-    prepared: Prepared
-    options: CompareOptions
-    reference: Reference
-    backends: tuple[str, ...]
-    name_of: Callable[[str], str] = str
-    repro: OnCulprits | None = None
-    region: tuple[str, ...] = ()  # `--capture stats`: the layers compared in full (pipeline.coarse)
-    region_first: str | None = None  # the first suspicious layer, which the region is around
-
-    @property
-    def pairs(self) -> tuple[BackendPair, ...]:
-        return all_pairs(self.backends)
-
-    @property
-    def summarized(self) -> bool:
-        """Whether sample 0's layers are compared by statistics (`--capture stats`, pipeline.coarse)."""
-        return self.reference.mode == "statistics"
-
-    def engine(self) -> Engine:
-        graph = self.prepared.graph
-        return Engine(self.pairs, self.judge, tuple(graph.graph_outputs), self.sizes, self.reference.budget.chunk)
-
-    @cached_property
-    def sizes(self) -> dict[str, int]:
-        """Expected bytes of sample 0's tensors, where the graph's types say."""
-        graph = self.prepared.graph
-        return {t: n for t in self.layer_tensors() if (n := graph.tensor_type(t).nbytes()) is not None}
-
-    @cached_property
-    def judge(self) -> Judge:
-        """How each pair of values is judged: the thresholds, in quantization steps or noise ratio where they apply."""
-        return Judge(self.options.thresholds, quantizations(self.prepared.graph), self.reference.reduced)
-
-    @cached_property
-    def weights(self) -> tuple[QuantizedWeight, ...]:
-        """A QDQ file's weight DequantizeLinears against the PyTorch parameters (analysis.quant); () without Q/DQ."""
-        module, graph = self.prepared.loaded.module, self.prepared.graph
-        if module is None or not has_qdq(graph):
-            return ()
-        from trtdiff.analysis.quant import quantized_weights
-
-        parameters = {name: to_host(value.float()) for name, value in module.state_dict().items()}
-        return quantized_weights(graph, parameters)
-
-    def layer_tensors(self) -> tuple[str, ...]:
-        """Sample 0's tensors: those paired with PyTorch, every one several backends share, the outputs."""
-        graph, pairing = self.prepared.graph, self.reference.pairing
-        paired = pairing.pairs if pairing is not None else {}
-        several = len(self.prepared.backends) > 1
-        outputs = set(graph.graph_outputs)
-        return tuple(t for t in graph.node_outputs if t in paired or several or t in outputs)
-
-    def analysis_inputs(self) -> Inputs:
-        """What the culprit step reads from this comparison."""
-        prepared, budget = self.prepared, self.reference.budget
-        return Inputs(
-            prepared.graph,
-            prepared.feeds,
-            prepared.backends,
-            self.reference.captured,
-            self.options.runtime,
-            prepared.engine,
-            self.judge,
-            self.interpolations,
-            self.name_of,
-            self.repro,
-            chunk_bytes=budget.chunk,
-            store_bytes=budget.store,
-        )
-
-    def interpolations(self) -> list[Interpolation]:
-        """The PyTorch model's upsampling calls on sample 0 (one forward pass), for the culprits' advice."""
-        recorder = self.reference.recorder
-        if recorder is None:
-            return []
-        from trtdiff.backends.pytorch.interpolations import record_interpolations
-
-        return record_interpolations(recorder.module, self.prepared.model_feeds)
-
-    def passes(self, samples: Iterator[Sample], say: Progress) -> Iterator[Pass]:
-        """Sample 0 on every tensor (from the reference), then each later sample's final outputs."""
-        graph = self.prepared.graph
-        outputs = tuple(graph.graph_outputs)
-        total = sample_total(self.options)
-        for index, sample in enumerate(samples):
-            say(sample_step(index, total, sample.name))
-            source = self.reference.first_source() if index == 0 else self.reference.forward(sample)
-            sources: list[ValueSource] = [source] if source is not None else []
-            if index == 0:
-                feeds = self.prepared.feeds
-            else:
-                feeds = onnx_feeds(graph, dict(zip(graph.graph_inputs, sample.values, strict=False)))
-            sources += [BackendValues(backend, feeds) for backend in self.prepared.backends]
-            yield Pass(sample, tuple(sources), self.layer_tensors() if index == 0 else outputs)
-
-
 def _silent(_text: str) -> None:
     """The default progress callback: say nothing."""
 
@@ -329,25 +176,12 @@ def _recorded_inputs(options: CompareOptions) -> dict[str, Any] | None:
     return recorded_inputs(options.runtime.recordings)
 
 
-def _backends_run(prepared: Prepared, reference: Reference) -> tuple[str, ...]:
-    """The backends compared, the reference first; two are needed."""
-    names = (("torch",) if reference.capture is not None else ()) + tuple(b.name for b in prepared.backends)
-    if len(names) < 2:
-        hint = (
-            f"give the PyTorch model as MODEL with {param('onnx')} FILE"
-            if reference.capture is None
-            else f"add {param('backends')} onnxruntime"
-        )
-        raise OptionError(f"only {', '.join(names) or 'no backend'} can run here, and comparing needs two; {hint}")
-    return names
-
-
 def _checks(
     options: CompareOptions,
     layers: Sequence[Layer],
     results: Sequence[SampleResult],
     segmentation: SegmentationSummary | None,
-    run: _Run,
+    run: Run,
     divergence: FirstDivergence | None,
 ) -> list[ThresholdCheck]:
     """Every check of this comparison: layers (one sample, or per_layer), final outputs, mIoU."""
@@ -368,7 +202,7 @@ def _checks(
 
 
 def _non_finite(
-    run: _Run, layers: Sequence[Layer], results: Sequence[SampleResult], timings: dict[str, float]
+    run: Run, layers: Sequence[Layer], results: Sequence[SampleResult], timings: dict[str, float]
 ) -> tuple[NonFinite, ...]:
     """Where NaN/Inf first appear, per backend whose final outputs hold them.
 
@@ -387,7 +221,7 @@ def _non_finite(
     return found
 
 
-def _layers_of(run: _Run, index: int) -> list[Layer]:
+def _layers_of(run: Run, index: int) -> list[Layer]:
     """Sample `index` compared layer by layer, as sample 0 is: PyTorch recorded anew, every ONNX backend run."""
     prepared, options, reference = run.prepared, run.options, run.reference
     graph = prepared.graph
@@ -404,7 +238,7 @@ def _layers_of(run: _Run, index: int) -> list[Layer]:
 
 
 def _findings(
-    run: _Run,
+    run: Run,
     layers: list[Layer],
     divergence: FirstDivergence | None,
     results: list[SampleResult],
@@ -423,7 +257,7 @@ def _findings(
     return findings
 
 
-def _culprits(run: _Run, layers: list[Layer], divergence: FirstDivergence | None, say: Progress) -> Findings:
+def _culprits(run: Run, layers: list[Layer], divergence: FirstDivergence | None, say: Progress) -> Findings:
     """Local errors, culprits and drift: when a divergence is found, or when asked either way."""
     wanted = run.options.analysis.culprit
     if wanted is False or (wanted is None and divergence is None):
@@ -438,7 +272,7 @@ def _culprits(run: _Run, layers: list[Layer], divergence: FirstDivergence | None
 
 
 def _attribution(
-    run: _Run,
+    run: Run,
     findings: Findings,
     results: list[SampleResult],
     segmentation: SegmentationSummary | None,
@@ -465,7 +299,7 @@ def _attribution(
 
 def _report(
     prepared: Prepared,
-    run: _Run,
+    run: Run,
     findings: Findings,
     divergence: FirstDivergence | None,
     results: list[SampleResult],
