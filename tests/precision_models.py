@@ -117,3 +117,49 @@ __all__ = [
     "overflow",
     "transformer_block",
 ]
+
+
+class _Basic(nn.Module):
+    """ResNet's basic block: two 3x3 Conv+BatchNorm, ReLU, and a projected shortcut where the shape changes."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
+        self.conv2, self.bn2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+        self.down = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            if stride != 1 or cin != cout
+            else None
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.down is None else self.down(x)
+        return torch.relu(self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x))))) + shortcut)
+
+
+class DeepResidual(nn.Module):
+    """A stem, six basic blocks over three widths and a 1x1 head: 15 Convs deep; input 1x3x32x32."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, 1, 1)
+        widths = [(16, 16, 1), (16, 16, 1), (16, 32, 2), (32, 32, 1), (32, 64, 2), (64, 64, 1)]
+        self.blocks = nn.Sequential(*(_Basic(*w) for w in widths))
+        self.head = nn.Conv2d(64, 10, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(torch.relu(self.stem(x))))
+
+
+DEEP_SHAPE = "1x3x32x32"
+
+
+def deep_residual() -> nn.Module:
+    """DeepResidual with random BatchNorm statistics (so that folding them into the Convs matters)."""
+    torch.manual_seed(0)
+    model = DeepResidual().eval()
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.1, 0.1)
+            module.running_var.uniform_(0.5, 1.5)
+    return model

@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import torch
 from click.testing import CliRunner
 
 import trtdiff
-from tests.culprit_models import edited
+from tests.culprit_models import edited, export, scale_initializer
 from tests.precision_models import SHAPE, SQUARE, bf16_file, fp16_file, linear_relu, overflow, transformer_block
 from trtdiff.analysis.judge import Judge
 from trtdiff.analysis.noise import FLOAT16, is_noise
@@ -172,3 +173,37 @@ def test_two_runs_of_a_compiled_runtime_are_held_to_the_precisions_noise() -> No
     assert Judge(thresholds).between_runs() == thresholds
     widened = Judge(thresholds, reduced=ReducedPrecision("fp16")).between_runs()
     assert widened.rtol == pytest.approx(8 * 2.0**-10) and widened.min_cosine == thresholds.min_cosine
+
+
+@pytest.fixture(scope="module")
+def deep(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
+    from tests.precision_models import DEEP_SHAPE, deep_residual
+
+    model = deep_residual()
+    return model, export(model, DEEP_SHAPE, tmp_path_factory.mktemp("deep") / "deep.onnx", 17)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", [0, 5, 12, 13])
+def test_a_one_percent_weight_change_in_any_conv_of_a_deep_net_fails_at_fp16_named_there(
+    deep: tuple[torch.nn.Module, Path], tmp_path: Path, index: int
+) -> None:
+    """Issue 38 item 5: the 14th Conv's weights x1.01 made 6.05 times the benchmark's accumulated FP16 error at its
+    tensor, under the default 8, and passed. Judged node by node against its own FP16 noise (the node alone,
+    against its float32 twin), every such change is 12-23 times it; the clean net stays under 2."""
+    from tests.precision_models import DEEP_SHAPE
+
+    model, source = deep
+    clean = trtdiff.compare(model, onnx=str(source), input_shapes=[DEEP_SHAPE], backends=BACKENDS, precision="fp16")
+    local = [m.noise_ratio for layer in clean.layers for m in (layer.local or {}).values() if m.noise_ratio]
+    assert clean.passed and len(local) > 20 and max(local) < 2.0
+
+    def scaled(proto: onnx.ModelProto) -> str:
+        conv = [n for n in proto.graph.node if n.op_type == "Conv"][index]
+        scale_initializer(proto, conv.input[1], 1.01)
+        return conv.name
+
+    path, node = edited(source, tmp_path / "edited.onnx", scaled)
+    report = trtdiff.compare(model, onnx=str(path), input_shapes=[DEEP_SHAPE], backends=BACKENDS, precision="fp16")
+    assert not report.passed and report.culprit is not None and report.culprit.onnx_node == node
+    assert {c.onnx_node for c in report.culprits} == {node}

@@ -3,7 +3,11 @@
 The accumulated error of a tensor mixes everything upstream. The *local* error runs the
 node alone on the candidate, fed with the reference's values for its inputs (one shadow
 model holding a copy of every compared node, run once; see shadow.py), and compares its
-output with the reference's. A node is a *culprit* when its local error alone breaks the
+output with the reference's. In a reduced-precision comparison the local error is judged
+against the node's own noise: the same shadow model's float32 twin (analysis.upcast) run on
+the same candidate, fed the reference's values unrounded, gives what the precision makes at
+that node alone, so a 1% weight change stands out many times over where the benchmark's
+accumulated error at the tensor would hide it. A node is a *culprit* when its local error alone breaks the
 thresholds and its tensor diverges; a diverged node whose local error holds is inherited.
 For each culprit the ONNX spec evaluator (`onnx.reference`) gives a third opinion: agreeing
 with the candidate means the ONNX graph computes something else than PyTorch (an export
@@ -13,20 +17,23 @@ problem), agreeing with the reference means the runtime deviates from the spec.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.noise import is_noise
 from trtdiff.analysis.shadow import ShadowModel, as_onnx, build_shadow, embed, submodel
+from trtdiff.analysis.upcast import as_float32
 from trtdiff.backends.base import fetch
 from trtdiff.backends.registry import BACKENDS, open_backend, spec_evaluator, tolerates_rewrite_failure
 from trtdiff.errors import describe_error
 from trtdiff.pairing.qdq import exclusion_patterns, to_exclude, unwritable
-from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures, number
+from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures, Reason, number
 from trtdiff.source.onnx_graph import graph_from_model, typed_inputs
 
 if TYPE_CHECKING:
@@ -111,13 +118,14 @@ def local_errors(
         # the inputs as fed: a reference value may have another shape than the graph wrote (a baked dimension)
         shadow = dataclasses.replace(shadow, model=typed_inputs(shadow.model, feeds))
         shadow_graph = graph_from_model(shadow.model, graph.path.with_suffix(".shadow.onnx"))
+        twin = _float32_twin(graph, shadow, values, feeds, judge)
         for pair in candidates:
             try:
                 runner = open_like(pair.candidate, shadow_graph, feeds)
                 if runner is None:
                     continue
-                with runner:
-                    run = _run_local(pair, runner, shadow, feeds, reference, judge, chunk_bytes)
+                with runner, _opened_twin(open_like, pair, twin, judge) as wider:
+                    run = _run_local(pair, runner, shadow, feeds, reference, judge, chunk_bytes, wider)
                     runs.append(dataclasses.replace(run, overflowed=overflowed))
             except Exception as error:
                 if notes is None or not tolerates_rewrite_failure(pair.candidate):
@@ -175,6 +183,40 @@ def _overflows(value: np.ndarray, fed: np.ndarray) -> bool:
     return bool(np.count_nonzero(~np.isfinite(fed)) > np.count_nonzero(~np.isfinite(np.asarray(value))))
 
 
+def _float32_twin(
+    graph: GraphInfo,
+    shadow: ShadowModel,
+    values: Mapping[str, np.ndarray],
+    feeds: Mapping[str, np.ndarray],
+    judge: Judge,
+) -> tuple[GraphInfo, dict[str, np.ndarray]] | None:
+    """In a reduced-precision comparison, the shadow model's float32 twin and its feeds (the reference's values
+    unrounded, as float32): what the node computes without the precision. None at FP32."""
+    if judge.reduced is None:
+        return None
+    twin = as_float32(shadow.model)
+    twin_feeds = {
+        name: np.asarray(values[name], dtype=np.float32) if name in values and fed.dtype.kind == "f" else fed
+        for name, fed in feeds.items()
+    }
+    return graph_from_model(twin, graph.path.with_suffix(".float32.shadow.onnx")), twin_feeds
+
+
+@contextmanager
+def _opened_twin(
+    open_like: OpenLike, pair: BackendPair, twin: tuple[GraphInfo, dict[str, np.ndarray]] | None, judge: Judge
+) -> Iterator[tuple[OnnxBackend, Mapping[str, np.ndarray]] | None]:
+    """The float32 twin opened on the pair's candidate, with its feeds, where the pair is judged in a reduced
+    precision; None otherwise (or where the candidate cannot open it: judged against the benchmark then)."""
+    wanted = twin is not None and judge.reduced is not None and judge.reduced.applies(pair)
+    runner = open_like(pair.candidate, twin[0], twin[1]) if wanted and twin is not None else None
+    if runner is None or twin is None:
+        yield None
+        return
+    with runner:
+        yield runner, twin[1]
+
+
 def _run_local(
     pair: BackendPair,
     runner: OnnxBackend,
@@ -183,18 +225,23 @@ def _run_local(
     reference: Reference,
     judge: Judge,
     chunk_bytes: int,
+    twin: tuple[OnnxBackend, Mapping[str, np.ndarray]] | None = None,
 ) -> LocalRun:
+    """The pair's local errors, chunk by chunk; with the float32 `twin` (reduced precision) each judged against
+    the node's own noise: its output against the twin's, same node, same inputs."""
     wanted = list(shadow.outputs.values())
     tensor_of = {local: tensor for tensor, local in shadow.outputs.items()}
     run = LocalRun(pair, {}, {}, shadow, dict(feeds))
     inputs = {name: feeds[name] for name in runner_inputs(runner, feeds)}
     for chunk in runner.run(inputs, wanted, max_bytes=chunk_bytes):
         expected = reference.values([tensor_of[local] for local in chunk])
+        wider = fetch(twin[0], dict(twin[1]), list(chunk)) if twin is not None else {}
         for local, value in chunk.items():
             tensor = tensor_of[local]
             if tensor not in expected:
                 continue
-            metrics = judge(tensor, expected[tensor], value, pair)
+            noise = compare_tensors(wider[local], value, judge.thresholds).rel_err if local in wider else None
+            metrics = judge(tensor, expected[tensor], value, pair, noise)
             run.metrics[tensor] = metrics
             if metrics.diverged:
                 run.diverged[tensor] = (np.asarray(expected[tensor]), np.asarray(value))
@@ -252,6 +299,29 @@ def with_local(layers: Sequence[Layer], runs: Sequence[LocalRun]) -> list[Layer]
     for layer in layers:
         local = {run.pair: run.metrics[layer.tensor] for run in runs if layer.tensor in run.metrics}
         updated.append(dataclasses.replace(layer, local=local or None))
+    return updated
+
+
+def judged_locally(layers: Sequence[Layer], runs: Sequence[LocalRun], judge: Judge) -> list[Layer]:
+    """In a reduced-precision comparison: a layer whose node's local error is past its own noise (the node alone,
+    against its float32 twin) diverges on that pair, with that reason, though the error it accumulated is within
+    the benchmark's: a 1% weight change makes about 20 times FP16's noise at its node, and about 7 times the
+    benchmark's accumulated error at a deep layer."""
+    if judge.reduced is None:
+        return list(layers)
+    words, limit = judge.reduced.words, judge.thresholds.max_noise_ratio
+    updated = []
+    for layer in layers:
+        pairs = dict(layer.pairs)
+        for run in runs:
+            local, accumulated = run.metrics.get(layer.tensor), pairs.get(run.pair)
+            if local is None or accumulated is None or accumulated.diverged or not local.diverged:
+                continue
+            if local.noise_ratio is None or local.noise_ratio <= limit:
+                continue
+            reason = Reason("noise_ratio", local.noise_ratio, limit, detail=f"{words}, of the node alone")
+            pairs[run.pair] = dataclasses.replace(accumulated, diverged=True, reasons=(*accumulated.reasons, reason))
+        updated.append(dataclasses.replace(layer, pairs=pairs) if pairs != layer.pairs else layer)
     return updated
 
 

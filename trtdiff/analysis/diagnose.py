@@ -25,6 +25,7 @@ from trtdiff.analysis.culprits import (
     ValuesOf,
     exclusion_notes,
     find_culprits,
+    judged_locally,
     local_errors,
     with_local,
 )
@@ -87,21 +88,33 @@ class Inputs:
     store_bytes: int = DEFAULT_MEMORY_BYTES  # what attribution's store holds in memory before spilling
 
 
-def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair]) -> Findings:
-    """Local error of every compared node, then the culprits in topological order (each with its fix), or drift.
+@dataclass(frozen=True)
+class LocalCheck:
+    """Every compared node's local error, per pair (`runs`), with what failed on the way (`notes`)."""
+
+    runs: tuple[LocalRun, ...]
+    notes: tuple[str, ...] = ()
+
+
+def local_check(
+    inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair]
+) -> tuple[list[Layer], LocalCheck]:
+    """The local error of every compared node, and the layers with it (analysis.culprits).
 
     In a reduced-precision comparison a backend that only emulates the precision is no reference
-    for another's local errors (an overflow inside its float32 runs vanishes)."""
+    for another's local errors (an overflow inside its float32 runs vanishes), and a node whose local
+    error is past its own noise diverges though its accumulated error does not (`judged_locally`):
+    the layer check of an FP16 comparison is made node by node, not only on the error each tensor
+    accumulated."""
     reduced = inputs.judge.reduced
     if reduced is not None:
         pairs = [p for p in pairs if p.reference not in reduced.emulated]
-    references = _references(inputs, pairs)
     notes: list[str] = []
     runs = local_errors(
         inputs.graph,
         layers,
         pairs,
-        references,
+        _references(inputs, pairs),
         _exact_values(inputs),
         _opener(inputs),
         inputs.judge,
@@ -109,6 +122,21 @@ def analyse(inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair
         notes,
     )
     updated = with_local(layers, runs)
+    if reduced is not None:
+        updated = judged_locally(updated, runs, inputs.judge)
+    return updated, LocalCheck(tuple(runs), tuple(notes))
+
+
+def analyse(
+    inputs: Inputs, layers: Sequence[Layer], pairs: Sequence[BackendPair], checked: LocalCheck | None = None
+) -> Findings:
+    """Local error of every compared node (`checked` where `local_check` measured it already), then the culprits
+    in topological order (each with its fix), or drift."""
+    if checked is None:
+        updated, checked = local_check(inputs, layers, pairs)
+    else:
+        updated = list(layers)
+    runs, notes = list(checked.runs), list(checked.notes)
     culprits, drift = find_culprits(updated, runs, inputs.graph, inputs.judge)
     advised = advise(culprits, inputs.graph, inputs.interpolations, inputs.name_of, _magnitudes(inputs, runs))
     notes += exclusion_notes(advised, inputs.graph)

@@ -42,13 +42,18 @@ class Judge:
         noise = self.thresholds.max_noise_ratio * REDUCED_LEVELS[self.reduced.precision].rel_err
         return dataclasses.replace(self.thresholds, rtol=max(self.thresholds.rtol, noise))
 
-    def __call__(self, tensor: str, reference: Any, candidate: Any, pair: BackendPair | None = None) -> PairMetrics:
-        """The metrics of `candidate` against `reference` for `tensor`, judged in its units (`pair`: whose values)."""
+    def __call__(
+        self, tensor: str, reference: Any, candidate: Any, pair: BackendPair | None = None, noise: float | None = None
+    ) -> PairMetrics:
+        """The metrics of `candidate` against `reference` for `tensor`, judged in its units (`pair`: whose values).
+
+        `noise`: for a node's local error in a reduced-precision comparison, the error its precision
+        makes at that node alone (analysis.culprits measures it), which its noise ratio is taken over."""
         metrics = compare_tensors(reference, candidate, self.thresholds)
         if tensor in self.quantized:
             return in_steps(reference, candidate, metrics, tensor, self.quantized, self.thresholds)
         if self.reduced is not None and self.reduced.applies(pair):
-            return in_noise(metrics, tensor, self.reduced, self.thresholds)
+            return in_noise(metrics, tensor, self.reduced, self.thresholds, noise)
         return metrics
 
     def summaries(

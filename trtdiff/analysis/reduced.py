@@ -54,12 +54,22 @@ class ReducedPrecision:
         return self.precision.upper()
 
 
-def in_noise(metrics: PairMetrics, tensor: str, reduced: ReducedPrecision, thresholds: Thresholds) -> PairMetrics:
+def in_noise(
+    metrics: PairMetrics,
+    tensor: str,
+    reduced: ReducedPrecision,
+    thresholds: Thresholds,
+    noise: float | None = None,
+) -> PairMetrics:
     """`metrics` of a float tensor judged by its noise ratio (see the module docstring); others unchanged.
-    (Quantized tensors never come here: the Judge gives them their steps first.)"""
+    (Quantized tensors never come here: the Judge gives them their steps first.)
+
+    `noise`: the error the precision makes at this node alone (a local error's own noise, measured by
+    its float32 twin: analysis.culprits), instead of the benchmark's accumulated error at the tensor."""
     if metrics.rel_err is None or metrics.mismatches is not None or metrics.shape_mismatch:
         return metrics
-    ratio = metrics.rel_err / reduced.error(tensor)
+    rounding = REDUCED_LEVELS[reduced.precision].rel_err / 2  # half an ULP: the node's own output rounded, at least
+    ratio = metrics.rel_err / (reduced.error(tensor) if noise is None else max(noise, rounding))
     reasons = [r for r in metrics.reasons if r.metric in _KEPT]
     if ratio > thresholds.max_noise_ratio:
         reasons.append(Reason("noise_ratio", ratio, thresholds.max_noise_ratio, detail=reduced.words))

@@ -19,7 +19,7 @@ from itertools import chain, islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtdiff.analysis.diagnose import Findings, analyse, attribute_culprits
+from trtdiff.analysis.diagnose import Findings, LocalCheck, analyse, attribute_culprits, local_check
 from trtdiff.analysis.engine import (
     BackendValues,
     Pass,
@@ -104,9 +104,10 @@ def compare_once(
             repro_notes.insert(0, statistics_note(layers, run.region, run.region_first))
         else:
             layers, results, segmentation = _compare_samples(run, samples, timings, say)
+        layers, checked = _local_check(run, layers, timings, say)
         divergence = first_divergence(layers, prepared.graph, run.pairs)
         non_finite = _non_finite(run, layers, results, timings)
-        findings = _findings(run, layers, divergence, results, segmentation, stack, timings, say)
+        findings = _findings(run, layers, divergence, results, segmentation, stack, timings, say, checked)
         checks = _checks(options, layers, results, segmentation, run, divergence)
         notes = (
             *prepared.notes,
@@ -237,6 +238,20 @@ def _layers_of(run: Run, index: int) -> list[Layer]:
     return build_layers(graph, compared.metrics, reference.pairing, recorded.capture if recorded else None)
 
 
+def _local_check(
+    run: Run, layers: list[Layer], timings: dict[str, float], say: Progress
+) -> tuple[list[Layer], LocalCheck | None]:
+    """In a reduced-precision comparison compared in full, every node's local error against its own noise, made
+    part of the layer check (analysis.diagnose.local_check); elsewhere nothing, until something diverges.
+    `--no-culprit` leaves it out too: the layers are then judged on their accumulated error alone."""
+    if run.reference.reduced is None or run.summarized or run.options.analysis.culprit is False:
+        return layers, None
+    say(f"running each node alone in {run.reference.reduced.words} and in float32 (its own noise)")
+    with timed(timings, "local"):
+        judged, checked = local_check(run.analysis_inputs(), layers, run.pairs)
+    return judged, checked
+
+
 def _findings(
     run: Run,
     layers: list[Layer],
@@ -246,10 +261,11 @@ def _findings(
     stack: ExitStack,
     timings: dict[str, float],
     say: Progress,
+    checked: LocalCheck | None = None,
 ) -> Findings:
     """Culprits (or drift), then what injecting the reference at each culprit recovers."""
     with timed(timings, "culprits"):
-        findings = _culprits(run, layers, divergence, say)
+        findings = _culprits(run, layers, divergence, say, checked)
     if findings.culprits:
         say("injecting the reference's values at each culprit (attribution)")
         with timed(timings, "attribution"):
@@ -257,14 +273,18 @@ def _findings(
     return findings
 
 
-def _culprits(run: Run, layers: list[Layer], divergence: FirstDivergence | None, say: Progress) -> Findings:
-    """Local errors, culprits and drift: when a divergence is found, or when asked either way."""
+def _culprits(
+    run: Run, layers: list[Layer], divergence: FirstDivergence | None, say: Progress, checked: LocalCheck | None
+) -> Findings:
+    """Local errors, culprits and drift: when a divergence is found, or when asked either way (local errors
+    measured already, `checked`, are not measured again)."""
     wanted = run.options.analysis.culprit
     if wanted is False or (wanted is None and divergence is None):
-        return Findings(tuple(layers))
-    say("running each node alone on the reference's inputs (local error)")
+        return Findings(tuple(layers), notes=checked.notes if checked is not None else ())
+    if checked is None:
+        say("running each node alone on the reference's inputs (local error)")
     if not run.summarized:
-        return analyse(run.analysis_inputs(), layers, run.pairs)
+        return analyse(run.analysis_inputs(), layers, run.pairs, checked)
     if not run.region:  # nothing suspicious: no layer but the outputs has its values compared
         return Findings(tuple(layers))
     findings = analyse(run.analysis_inputs(), [x for x in layers if x.tensor in run.region], run.pairs)
