@@ -157,3 +157,33 @@ def test_fixing_nan_positions_is_measurable_even_where_an_mIoU_is_known() -> Non
     same = _Figures(rel_err=0.0, cosine=1.0, miou=0.5, non_finite=1312)
     assert _measurable(before, fixed, Thresholds(), share=1e-4)
     assert not _measurable(before, same, Thresholds(), share=1e-4)
+
+
+@pytest.mark.slow
+def test_attribution_injects_at_most_five_culprits_a_pair_and_says_so_and_long_steps_say_where_they_are(
+    tmp_path: Path,
+) -> None:
+    """Issue 38 item 4: no step's cost grows with the number of culprits times the graph, and a step that can take
+    minutes shows progress. Seven Convs of a deep net edited: seven culprits, five attributed, a note for the rest."""
+    from tests.precision_models import DEEP_SHAPE, deep_residual
+
+    model = deep_residual()
+    source = export(model, DEEP_SHAPE, tmp_path / "deep.onnx", 17)
+
+    def seven(proto: onnx.ModelProto) -> str:
+        convs = [n for n in proto.graph.node if n.op_type == "Conv"][:14:2]
+        for conv in convs:
+            scale_initializer(proto, conv.input[1], 1.5)
+        return convs[0].name
+
+    path, _ = edited(source, tmp_path / "edited.onnx", seven)
+    said: list[str] = []
+    report = trtdiff.compare(
+        model, onnx=str(path), input_shapes=[DEEP_SHAPE], backends=["torch", "onnxruntime"], progress=said.append
+    )
+    assert len(report.culprits) == 7
+    assert len(report.attribution) == 5
+    assert any("the first 5 of 7 culprits on torch~onnxruntime were injected" in note for note in report.notes)
+    assert sum(line.startswith("the ONNX spec evaluator on ") for line in said) == 7
+    injected = [line for line in said if line.startswith("attribution: injected graph ")]
+    assert injected and injected[-1].startswith(f"attribution: injected graph {len(injected)} of {len(injected)} ")

@@ -59,6 +59,10 @@ SampleValues = Callable[[Sequence[str]], dict[str, np.ndarray]]
 OpenLike = Callable[[str, "GraphInfo", Mapping[str, np.ndarray]], "OnnxBackend | None"]
 
 
+MAX_ATTRIBUTED = 5
+"""Culprits injected per backend pair, in topological order: attribution's cost stays bounded whatever their count."""
+
+
 @dataclass(frozen=True)
 class AttributionInputs:
     """The comparison's graph and samples, each sample's reference values, and what it measured."""
@@ -70,6 +74,7 @@ class AttributionInputs:
     segmentation: SegmentationSummary | None
     thresholds: Thresholds
     store_bytes: int = DEFAULT_MEMORY_BYTES  # the samples' values held in memory, past it on disk (the budget's store)
+    say: Callable[[str], None] = lambda _text: None  # progress: one line as each injected graph starts its samples
 
 
 def attribute(
@@ -80,6 +85,9 @@ def attribute(
     The samples (and the reference's values on each) are read once into a store; each set of
     culprits is injected once, and each injection runs over the stored samples with its own
     runner, opened and closed in turn. A compiled runtime's failure there is added to `notes`.
+    Each culprit costs up to three runs of the graph per sample, so only the first
+    `MAX_ATTRIBUTED` culprits of each pair are injected (the earliest: the others most often
+    inherit from them); `notes` says how many were left out.
     """
     injections: dict[tuple[BackendPair, frozenset[str]], _Injection] = {}
 
@@ -94,6 +102,12 @@ def attribute(
     rows: list[tuple[Culprit, _Injection, _Injection, _Injection | None]] = []
     for pair in dict.fromkeys(c.pair for c in culprits):
         chain = [c for c in culprits if c.pair == pair]
+        if len(chain) > MAX_ATTRIBUTED and notes is not None:
+            notes.append(
+                f"attribution: the first {MAX_ATTRIBUTED} of {len(chain)} culprits on {pair} were injected; the "
+                f"{len(chain) - MAX_ATTRIBUTED} after them were not (each costs up to three runs of the graph a sample)"
+            )
+        chain = chain[:MAX_ATTRIBUTED]
         for count, culprit in enumerate(chain, start=1):
             feeding = _feeding(inputs.graph, culprit, chain)
             together = injection(pair, chain[:count])
@@ -106,7 +120,8 @@ def attribute(
             _store(index, sample, feeds, reference(wanted), store)
             for index, (sample, feeds, reference) in enumerate(inputs.samples())
         ]
-        for each in injections.values():
+        for number, each in enumerate(injections.values(), start=1):
+            inputs.say(f"attribution: injected graph {number} of {len(injections)} on {each.pair}")
             each.run_all(stored, store, notes)
     return tuple(a for row in rows if (a := _attribution(inputs, *row)) is not None)
 

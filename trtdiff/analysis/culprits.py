@@ -260,17 +260,24 @@ def find_culprits(
     runs: Sequence[LocalRun],
     graph: GraphInfo,
     judge: Judge,
+    say: Callable[[str], None] = lambda _text: None,
 ) -> tuple[list[Culprit], Drift | None]:
-    """Culprits in topological order (local and accumulated error both break the thresholds), or drift."""
+    """Culprits in topological order (local and accumulated error both break the thresholds), or drift.
+
+    The ONNX spec evaluator runs once per culprit node and reference (pairs with the same reference read
+    the same shadow model and feeds), saying so through `say`: it is numpy, and a large Conv takes seconds."""
     by_pair = {run.pair: run for run in runs}
     quantized = judge.quantized
     culprits: list[Culprit] = []
+    evaluated: dict[tuple[str, str], np.ndarray | None] = {}
     for layer in layers:
         for pair, run in by_pair.items():
             local, accumulated = run.metrics.get(layer.tensor), layer.pairs.get(pair)
             if local is None or accumulated is None or not (local.diverged and accumulated.diverged):
                 continue
-            verdict, spec = _verdict(run, layer.tensor, graph, judge)
+            if (pair.reference, layer.tensor) not in evaluated:
+                say(f"the ONNX spec evaluator on {layer.onnx_node} (culprit {len(culprits) + 1})")
+            verdict, spec = _verdict(run, layer.tensor, graph, judge, evaluated)
             kept = _kept(graph, layer, run, judge)
             culprits.append(
                 Culprit(
@@ -351,14 +358,27 @@ def _size(metrics: PairMetrics) -> float:
     return rel + (1.0 - cosine if np.isfinite(cosine) else 1.0) * 1e-6
 
 
-def _verdict(run: LocalRun, tensor: str, graph: GraphInfo, judge: Judge) -> tuple[Verdict, ErrorFigures | None]:
-    """Export or runtime: does the ONNX spec evaluator agree with the candidate or with the reference?"""
+def _verdict(
+    run: LocalRun,
+    tensor: str,
+    graph: GraphInfo,
+    judge: Judge,
+    evaluated: dict[tuple[str, str], np.ndarray | None],
+) -> tuple[Verdict, ErrorFigures | None]:
+    """Export or runtime: does the ONNX spec evaluator agree with the candidate or with the reference?
+    (`evaluated`: its values by reference and tensor, each computed once.)"""
     if tensor not in run.diverged:
         return "unknown", None
     reference, candidate = run.diverged[tensor]
-    try:
-        spec = _evaluate(submodel(run.shadow, tensor, graph), run.feeds, graph.path.with_suffix(".spec.onnx"))
-    except Exception:  # noqa: BLE001 -- a third opinion only; an op the evaluator lacks leaves the verdict open
+    key = (run.pair.reference, tensor)
+    if key not in evaluated:
+        try:
+            path = graph.path.with_suffix(".spec.onnx")
+            evaluated[key] = _evaluate(submodel(run.shadow, tensor, graph), run.feeds, path)
+        except Exception:  # noqa: BLE001 -- a third opinion only; an op the evaluator lacks leaves the verdict open
+            evaluated[key] = None
+    spec = evaluated[key]
+    if spec is None:
         return "unknown", None
     versus_reference, versus_candidate = judge(tensor, reference, spec), judge(tensor, candidate, spec)
     figures = ErrorFigures.of(versus_reference)

@@ -86,6 +86,7 @@ class Inputs:
     on_culprits: OnCulprits | None = None  # given the culprits and their local runs while those are at hand (repro)
     chunk_bytes: int = DEFAULT_CHUNK_BYTES  # what a runtime returns at once (the comparison's memory budget)
     store_bytes: int = DEFAULT_MEMORY_BYTES  # what attribution's store holds in memory before spilling
+    say: Callable[[str], None] = lambda _text: None  # progress of the steps that can take minutes
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ def analyse(
     else:
         updated = list(layers)
     runs, notes = list(checked.runs), list(checked.notes)
-    culprits, drift = find_culprits(updated, runs, inputs.graph, inputs.judge)
+    culprits, drift = find_culprits(updated, runs, inputs.graph, inputs.judge, inputs.say)
     advised = advise(culprits, inputs.graph, inputs.interpolations, inputs.name_of, _magnitudes(inputs, runs))
     notes += exclusion_notes(advised, inputs.graph)
     notes += subgraph_notes(
@@ -187,6 +188,7 @@ def attribute_culprits(
         segmentation,
         inputs.judge.thresholds,
         inputs.store_bytes,
+        inputs.say,
     )
     notes: list[str] = []
     attribution = attribute(attribution_inputs, findings.culprits, notes)

@@ -248,7 +248,7 @@ def _local_check(
         return layers, None
     say(f"running each node alone in {run.reference.reduced.words} and in float32 (its own noise)")
     with timed(timings, "local"):
-        judged, checked = local_check(run.analysis_inputs(), layers, run.pairs)
+        judged, checked = local_check(run.analysis_inputs(say), layers, run.pairs)
     return judged, checked
 
 
@@ -269,7 +269,7 @@ def _findings(
     if findings.culprits:
         say("injecting the reference's values at each culprit (attribution)")
         with timed(timings, "attribution"):
-            findings = _attribution(run, findings, results, segmentation, stack)
+            findings = _attribution(run, findings, results, segmentation, stack, say)
     return findings
 
 
@@ -284,10 +284,10 @@ def _culprits(
     if checked is None:
         say("running each node alone on the reference's inputs (local error)")
     if not run.summarized:
-        return analyse(run.analysis_inputs(), layers, run.pairs, checked)
+        return analyse(run.analysis_inputs(say), layers, run.pairs, checked)
     if not run.region:  # nothing suspicious: no layer but the outputs has its values compared
         return Findings(tuple(layers))
-    findings = analyse(run.analysis_inputs(), [x for x in layers if x.tensor in run.region], run.pairs)
+    findings = analyse(run.analysis_inputs(say), [x for x in layers if x.tensor in run.region], run.pairs)
     return dataclasses.replace(findings, layers=tuple(merge(layers, findings.layers)))
 
 
@@ -297,6 +297,7 @@ def _attribution(
     results: list[SampleResult],
     segmentation: SegmentationSummary | None,
     stack: ExitStack,
+    say: Progress,
 ) -> Findings:
     """What injecting the reference's value at each culprit recovers, over the same samples."""
     prepared, options = run.prepared, run.options
@@ -314,7 +315,7 @@ def _attribution(
             yield sample, feeds
 
     recapture = stack.enter_context(Recapture(run.reference))
-    return attribute_culprits(run.analysis_inputs(), findings, samples, recapture, results, segmentation)
+    return attribute_culprits(run.analysis_inputs(say), findings, samples, recapture, results, segmentation)
 
 
 def _report(

@@ -88,8 +88,8 @@ class Run:
         outputs = set(graph.graph_outputs)
         return tuple(t for t in graph.node_outputs if t in paired or several or t in outputs)
 
-    def analysis_inputs(self) -> Inputs:
-        """What the culprit step reads from this comparison."""
+    def analysis_inputs(self, say: Progress | None = None) -> Inputs:
+        """What the culprit step reads from this comparison (`say`: its progress, where its steps may take long)."""
         prepared, budget = self.prepared, self.reference.budget
         return Inputs(
             prepared.graph,
@@ -104,6 +104,7 @@ class Run:
             self.repro,
             chunk_bytes=budget.chunk,
             store_bytes=budget.store,
+            say=say or (lambda _text: None),
         )
 
     def interpolations(self) -> list[Interpolation]:
