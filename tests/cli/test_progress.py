@@ -10,7 +10,7 @@ from rich.console import Console
 
 from trtdiff.cli.progress import StepLines, progress_display
 from trtdiff.options import CompareOptions
-from trtdiff.pipeline.progress import SAMPLES, Step, sample_step, sample_total
+from trtdiff.pipeline.progress import SAMPLES, Step, as_step, sample_step, sample_total
 
 
 def _clock(times: list[float]) -> Iterator[float]:
@@ -91,3 +91,17 @@ def test_a_sample_named_by_a_file_is_shown_as_text() -> None:
     shown = out.getvalue()
     assert "(\\[red]x" not in shown and "[red]x[/red]\\n::add-mask::secret\\x1b[31m" in shown
     assert "[31m" not in shown.replace("\\x1b[31m", "")
+
+
+def test_sample_0_is_the_comparisons_own_step_and_later_samples_count_from_the_second() -> None:
+    """Issue 40 item 6: "running onnxruntime and comparing every layer (0.0 s)" while its time went to "samples: 1 of
+    1 (5.4 s)": sample 0 is compared under the comparison's own step, and only later samples are counted."""
+    import trtdiff
+    from tests.culprit_models import CNN_SHAPE, small_cnn
+
+    for samples, counted in ((None, []), (3, [1, 2])):
+        said: list[str] = []
+        trtdiff.compare(small_cnn(), input_shapes=[CNN_SHAPE], num_samples=samples, progress=said.append)
+        steps = [as_step(text) for text in said]
+        assert [s.done for s in steps if s.key == SAMPLES] == counted
+        assert any(s.startswith("running onnxruntime and comparing every layer") for s in steps)

@@ -122,7 +122,8 @@ class Run:
         outputs = tuple(graph.graph_outputs)
         total = sample_total(self.options)
         for index, sample in enumerate(samples):
-            say(sample_step(index, total, sample.name))
+            if index:  # sample 0's time is the comparison's own step ("running ... and comparing every layer")
+                say(sample_step(index, total, sample.name))
             source = self.reference.first_source() if index == 0 else self.reference.forward(sample)
             sources: list[ValueSource] = [source] if source is not None else []
             if index == 0:
