@@ -224,3 +224,27 @@ def test_a_unet_whose_timestep_passes_through_a_float_cast_passes_at_fp16(tmp_pa
 def test_keep_fp32_of_a_node_whose_bias_is_shared_through_an_identity_passes(tmp_path: Path) -> None:
     model = ["tests.converter_models:shared_bias", "--input-shape", SHARED_SHAPE, "--keep-fp32", SHARED_SOURCE]
     _compare(model, tmp_path)
+
+
+def test_a_graph_the_pass_leaves_inconsistent_stops_in_one_line_naming_the_node(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The guard after the pass: were a disagreement left (here the pass is replaced by one that types the
+    attention's Cast output as int64), the run stops before any backend with what to try, not with a load error
+    blaming the file."""
+    import trtdiff.source.fp16 as fp16
+    from trtdiff.source.graph_types import TypeRepairs
+
+    def mistyped(model: onnx.ModelProto, *args: object) -> TypeRepairs:
+        for value in model.graph.value_info:
+            if value.name == "/l/self_attn/Cast_output_0":
+                value.type.tensor_type.elem_type = TensorProto.INT64
+        return TypeRepairs()
+
+    monkeypatch.setattr(fp16, "make_consistent", mistyped)
+    argv = ["compare", "--no-config", "tests.converter_models:patch_encoder", "--input-shape", PATCH_SHAPE]
+    result = CliRunner().invoke(main, [*argv, "--precision", "fp16", "--backends", BACKENDS])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("Error: --precision fp16: the graph onnxruntime.transformers.float16 converted has types")
+    assert "node name: /l/self_attn/Sqrt" in line and "--keep-fp32 NODE" in line and "--onnx" in line
