@@ -39,7 +39,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from trtdiff.errors import OptionError, param
-from trtdiff.source.graph_types import TypeRepairs, make_consistent, type_error
+from trtdiff.source.graph_types import TypeRepairs, cast_to, make_consistent, type_error
 
 if TYPE_CHECKING:
     from trtdiff.source.onnx_graph import GraphInfo
@@ -152,10 +152,6 @@ def _added_by(original: onnx.ModelProto) -> Callable[[onnx.NodeProto], bool]:
     return lambda node: node.op_type == "Cast" and bool(node.name) and node.name not in names
 
 
-def _cast_to(node: onnx.NodeProto) -> int | None:
-    return next((int(a.i) for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
-
-
 def _restore_kept_names(graph: onnx.GraphProto, names: set[str], added: Callable[[onnx.NodeProto], bool]) -> None:
     """A node kept in FP32 writes its FP32 value under its own name again, the Cast after it the float16 copy.
 
@@ -166,7 +162,7 @@ def _restore_kept_names(graph: onnx.GraphProto, names: set[str], added: Callable
     producer = {name: node for node in graph.node for name in node.output}
     swap: dict[str, str] = {}
     for node in graph.node:
-        if _cast_to(node) != TensorProto.FLOAT16 or not added(node):
+        if cast_to(node) != TensorProto.FLOAT16 or not added(node):
             continue
         value, name = node.input[0], node.output[0]
         writer = producer.get(value)
@@ -199,7 +195,7 @@ def _keep_fp32_constants(
         was = next((a.t for a in values.get(name, ()) if a.name == "value"), None)
         if was is None or was.data_type != TensorProto.FLOAT or not readers.get(name):
             continue
-        if all(_cast_to(r) == TensorProto.FLOAT and added(r) for r in readers[name]):
+        if all(cast_to(r) == TensorProto.FLOAT and added(r) for r in readers[name]):
             for attribute in node.attribute:
                 if attribute.name == "value":
                     attribute.t.CopyFrom(was)

@@ -265,7 +265,8 @@ def make_consistent(
     return TypeRepairs(reordered, tuple(walk.cast_inputs), tuple(retyped), tuple(cast_outputs))
 
 
-def _cast_to(node: onnx.NodeProto) -> int | None:
+def cast_to(node: onnx.NodeProto) -> int | None:
+    """The element type a Cast node casts to (None for any other node)."""
     return next((int(a.i) for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
 
 
@@ -287,13 +288,13 @@ def _without_needless_casts(
         return name
 
     for node in nodes:
-        to = _cast_to(node)
+        to = cast_to(node)
         if to is None or not added(node):
             continue
         read = source(node.input[0])
         before = producer.get(read)
         if _elem(types.get(read)) != to and before is not None and added(before) and to == TensorProto.FLOAT:
-            if _cast_to(before) == TensorProto.FLOAT16 and _elem(types.get(before.input[0])) == TensorProto.FLOAT:
+            if cast_to(before) == TensorProto.FLOAT16 and _elem(types.get(before.input[0])) == TensorProto.FLOAT:
                 read = source(before.input[0])  # float32 to float16 and back: read the float32 value
         if _elem(types.get(read)) != to:
             continue
@@ -306,7 +307,7 @@ def _without_needless_casts(
     kept = [node for node in nodes if not (node.output and node.output[0] in instead)]
     while True:  # an added Cast nobody reads any more (its reader was dropped) goes too
         reads = {name for node in kept for name in [*node.input, *_outer_names(node)]} | protected
-        unread = {id(n) for n in kept if _cast_to(n) is not None and added(n) and not {*n.output} & reads}
+        unread = {id(n) for n in kept if cast_to(n) is not None and added(n) and not {*n.output} & reads}
         if not unread:
             return kept
         kept = [n for n in kept if id(n) not in unread]
@@ -335,4 +336,4 @@ def type_error(model: onnx.ModelProto) -> str | None:
     return None
 
 
-__all__ = ["FLOAT_TYPES", "TypeRepairs", "make_consistent", "topological_order", "type_error"]
+__all__ = ["FLOAT_TYPES", "TypeRepairs", "cast_to", "make_consistent", "topological_order", "type_error"]
