@@ -46,7 +46,7 @@ def test_a_clean_fp16_transformer_block_passes_at_the_defaults() -> None:
         "max_noise_ratio",
         "finite",
     ]
-    assert any("converted with onnxconverter-common" in note for note in report.notes)
+    assert any("converted with onnxruntime.transformers.float16" in note for note in report.notes)
     assert any(
         note.startswith("onnxruntime: ONNX Runtime's CPU provider runs most fp16 nodes") for note in report.notes
     )

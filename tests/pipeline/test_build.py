@@ -123,7 +123,6 @@ def test_build_modes_precision_and_engine_cache(tmp_path: Path) -> None:
     assert none.tensorrt.marked == 1
     unfused = trtdiff.build(FACTORY, input_shapes=[SHAPE], opset=13, tensorrt=BuildSettings(outputs="unfused"))
     assert unfused.tensorrt.outputs_mode == "unfused"
-    pytest.importorskip("onnxconverter_common")
     fp16 = trtdiff.build(FACTORY, input_shapes=[SHAPE], opset=13, precision="fp16")
     # the FP16 conversion is the comparison's, made once for every ONNX backend: a note of the build, not TensorRT's
     assert fp16.tensorrt.precision == "fp16" and any(note.startswith("fp16: the ONNX graph") for note in fp16.notes)

@@ -6,7 +6,7 @@ make that graph, compares once more with the same options but no culprit pass, a
 saying whether the final outputs then pass every check (the gate's; the layers of a rewritten
 graph pair differently, so their check is not the question):
 - an FP32 graph trtdiff converted to FP16 (`--precision fp16`) is converted again with those
-  nodes kept in FP32 (onnxconverter-common's node_block_list, the `keep_fp32` option);
+  nodes kept in FP32 (the converter's node_block_list, the `keep_fp32` option);
 - a QDQ file gets the activation Q/DQ in front of those nodes removed (pairing.qdq.unquantized),
   as ModelOpt's `nodes_to_exclude` leaves them; the weights stay quantized (the float weights are
   not in the file), so a fault in a weight's Q/DQ is not undone this way.

@@ -261,14 +261,15 @@ class BackendOptions:
                                     "sees one, else cpu), cpu, cuda, cuda:1 …")
     precision: Precision = option("fp32", group=BACKENDS, commands=ENGINES, alias=("--fp16", "fp16"),
                                   help="Precision the ONNX backends compute in: fp32; fp16 (the ONNX graph converted "
-                                       "with onnxconverter-common, inputs and outputs kept FP32, for every ONNX "
+                                       "with onnxruntime's float16 converter, inputs and outputs kept FP32, for "
+                                       "every ONNX "
                                        "backend; TensorRT 10 also gets its FP16 flag); bf16 (an ONNX file whose own "
                                        "types are bfloat16). Reduced precision is judged against the noise it makes "
                                        "(docs/culprits.md).")
     keep_fp32: tuple[str, ...] = option((), group=BACKENDS, commands=ENGINES, metavar="NODE[,NODE...]",
                                         parse=parse_names, repeat=True,
                                         help="With --precision fp16: keep these ONNX nodes in FP32 when the graph is "
-                                             "converted (onnxconverter-common's node_block_list): try the exclusion "
+                                             "converted (the converter's node_block_list): try the exclusion "
                                              "a culprit names.")
     tf32: bool = option(False, group=TENSORRT, commands=ENGINES,
                         help="Allow TF32 in TensorRT and in the PyTorch reference on CUDA (off: true FP32).")

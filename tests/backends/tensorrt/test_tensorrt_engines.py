@@ -132,7 +132,6 @@ def test_precision_as_built_from_real_plans(deeplab: GraphInfo) -> None:
     )
     tf32 = build_engine(deeplab, BuildSettings(input_shapes=SHAPE, tf32=True, outputs="none"))
     assert fusion_from_plan(tf32.plan, deeplab).tf32 is True
-    pytest.importorskip("onnxconverter_common")
     fp16 = build_engine(deeplab, BuildSettings(input_shapes=SHAPE, precision="fp16", outputs="none"))
     assert fp16.parsed_graph is not None and fp16.parsed_graph is not deeplab  # the converted model, with Casts
     half = summarize(
