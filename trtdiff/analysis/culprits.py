@@ -195,8 +195,10 @@ def _float32_twin(
     if judge.reduced is None:
         return None
     twin = as_float32(shadow.model)
-    twin_feeds = {
-        name: np.asarray(values[name], dtype=np.float32) if name in values and fed.dtype.kind == "f" else fed
+    twin_feeds = {  # as fed (the graph's shape), but float32 and unrounded
+        name: np.asarray(values[name], dtype=np.float32).reshape(fed.shape)
+        if name in values and fed.dtype.kind == "f"
+        else fed
         for name, fed in feeds.items()
     }
     return graph_from_model(twin, graph.path.with_suffix(".float32.shadow.onnx")), twin_feeds
