@@ -131,6 +131,7 @@ def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pai
         node_modules,
         evaluation,
         lambda tensor, record: _compatible(graph, tensor, record),
+        lambda sources: evaluate(graph, capture, sources, evaluation),
     )
     for tensor, record in composites.items():
         state.pairs[tensor] = TorchPair(record.key, "composite", record.op, capture.path_of(record))
