@@ -7,7 +7,8 @@ Pairing goes in passes, each only over what earlier passes left:
    when their counts match (an op whose type was edited);
 2. global: the leftovers grouped by kind alone, same rule, then aligned over the whole
    graph (all there is for ExportedPrograms and for TorchScript modules whose module paths
-   could not be read from their graph);
+   could not be read from their graph); pairs whose inputs contradict the data flow are paired
+   again by what they read, or left unpaired (pairing_flow);
 3. module: a module's output paired with the last tensor its ONNX scope produces;
 4. outputs: the graph's outputs with the model's outputs, in the exporter's order; then a
    node with subgraphs (If, Loop, Scan) with the value its paired consumer read, the last
@@ -48,6 +49,7 @@ from trtdiff.backends.pytorch.align import certain_pairs, segments
 from trtdiff.backends.pytorch.records import RECORD_PREFIX, TorchCapture, TorchRecord
 from trtdiff.pairing.composite import pair_composites
 from trtdiff.pairing.derive import Derivation, derive, evaluate
+from trtdiff.pairing.flow import regrouped
 from trtdiff.pairing.kinds import computed_from_inputs, onnx_kinds, record_kind
 from trtdiff.pairing.qdq import dequantized_keys
 from trtdiff.pairing.views import view_compatible
@@ -112,9 +114,11 @@ def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pai
     for unit in units:
         if state.free_unit(unit):
             torch_left[unit.kind].append(unit)
+    before = set(state.pairs)
     for kind, nodes in onnx_left.items():
         state.in_order(nodes, torch_left.get(kind, []), "op")
     state.align(candidates, [u for u in units if u.kind != "module"])
+    state.follow_data(before)
 
     if capture.paths_known:
         _pair_module_outputs(graph, capture, node_modules, state.pairs, state.used)
@@ -227,6 +231,24 @@ class _State:
             for i, j in certain_pairs(kinds, [unit.kind for unit in seg_units], pairable):
                 unit = seg_units[j]
                 self.take(seg_nodes[i], unit, unit.method if kinds[i] == unit.kind else "scope")
+
+    def follow_data(self, before: set[str]) -> None:
+        """The pairs made since `before` by kind and order alone, corrected by what they read (pairing_flow)."""
+        made = {t: self.capture.records[self.partner[t]] for t in self.pairs if t not in before and t in self.partner}
+        kind_of = {t: self.kind(node) for t in made if (node := self.graph.node_of(t)) is not None}
+        changes = regrouped(
+            self.graph, self.capture, made, self.partner, kind_of.__getitem__, computed_from_inputs(self.capture)
+        )
+        methods = {made[t].index: self.pairs[t].method for t in changes}
+        for tensor in changes:
+            del self.pairs[tensor]
+            self.used.discard(self.partner.pop(tensor))
+        for tensor, record in changes.items():
+            if record is not None:
+                path = self.capture.path_of(record)
+                self.pairs[tensor] = TorchPair(record.key, methods[record.index], record.op, path)
+                self.partner[tensor] = record.index
+                self.used.add(record.index)
 
     def pairable(self, nodes: list[NodeInfo], units: list[_Unit]) -> np.ndarray:
         """Which node may stand for which unit: shapes that agree, and for different kinds, the same scope."""
