@@ -185,3 +185,15 @@ def test_an_edit_in_a_groupnorm_followed_by_silu_names_its_own_last_node(
         assert silu.torch_op == "aten.silu.default" and silu.local is not None and not silu.local[ORT].diverged
     else:
         assert len(subgraph) == 2 and any("Sigmoid" in n for n in subgraph), _describe(report)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_resblock_archive_whose_silu_module_is_called_twice_passes(precision: str, folder: Path) -> None:
+    """The exporter scopes the second call at its caller ("/Sigmoid"), the recording at the module: the first
+    call's Sigmoid and Mul were paired with the two SiLU ops in order, and a correct model failed at FP32."""
+    arch = ARCHITECTURES["resblock"]
+    archive = save_archive(arch.model(), arch.shape, folder / "resblock-clean.pt")
+    report = trtdiff.compare(archive, input_shapes=[arch.shape], precision=precision, culprit=True)
+    assert report.passed and not report.culprits, _describe(report)
+    assert report.pairing.float_paired == report.pairing.float_tensors
+    assert "scope" not in report.pairing.by_method, _describe(report)

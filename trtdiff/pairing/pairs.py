@@ -4,7 +4,8 @@ Pairing goes in passes, each only over what earlier passes left:
 1. scoped: ONNX nodes and recorded aten ops grouped by (module path, kind), paired in order
    when both groups have the same length and the shapes agree; then, per module path, the
    nodes and ops aligned in order (below); then the leftovers in order regardless of kind
-   when their counts match (an op whose type was edited);
+   when their counts match (an op whose type was edited; never an op exporters decompose,
+   whose pieces are those nodes);
 2. global: the leftovers grouped by kind alone, same rule, then aligned over the whole
    graph (all there is for ExportedPrograms and for TorchScript modules whose module paths
    could not be read from their graph); pairs whose inputs contradict the data flow are paired
@@ -46,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from trtdiff.backends.pytorch.align import certain_pairs, segments
+from trtdiff.backends.pytorch.op_kinds import DECOMPOSED_KINDS
 from trtdiff.backends.pytorch.records import RECORD_PREFIX, TorchCapture, TorchRecord
 from trtdiff.pairing.composite import pair_composites
 from trtdiff.pairing.derive import Derivation, derive, evaluate
@@ -251,13 +253,18 @@ class _State:
                 self.used.add(record.index)
 
     def pairable(self, nodes: list[NodeInfo], units: list[_Unit]) -> np.ndarray:
-        """Which node may stand for which unit: shapes that agree, and for different kinds, the same scope."""
+        """Which node may stand for which unit: shapes that agree, and for different kinds, the same scope.
+
+        An op exporters decompose (SiLU, GELU, GroupNorm) stands for no node of another kind: that node is
+        a piece of its decomposition (pairing_composite pairs it), not the op with its type edited.
+        """
         types = [self.graph.tensor_type(node.outputs[0]) for node in nodes]
         agree = _table(types, [(u.record.shape, u.record.dtype) for u in units], lambda t, r: _type_fits(t, *r))
         same_kind = _table([self.kind(node) for node in nodes], [unit.kind for unit in units], operator.eq)
         scopes = [self.node_modules[node.name] for node in nodes]
         same_scope = _table(scopes, [unit.scopes for unit in units], _scope_fits)
-        fits: np.ndarray = agree & (same_kind | same_scope)
+        whole = np.array([unit.kind not in DECOMPOSED_KINDS for unit in units], dtype=bool)
+        fits: np.ndarray = agree & (same_kind | (same_scope & whole[np.newaxis, :]))
         return fits
 
 
@@ -291,7 +298,8 @@ def _pair_scopes(state: _State, candidates: list[NodeInfo], units: list[_Unit]) 
     for nodes, scope_units in _by_scope(state, candidates, units, free_only=False).values():
         state.align(nodes, scope_units)
     for nodes, scope_units in _by_scope(state, candidates, units, free_only=True).values():
-        state.in_order(nodes, scope_units, "scope")
+        if not any(unit.kind in DECOMPOSED_KINDS for unit in scope_units):  # its nodes are there, not one of its kind
+            state.in_order(nodes, scope_units, "scope")
 
 
 def _by_scope(
