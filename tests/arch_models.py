@@ -356,6 +356,62 @@ class DictOutput(nn.Module):  # a small CNN (Mish, ReLU6) returning {"logits", "
         return {"logits": logits, "features": features}
 
 
+class BasicBlock(nn.Module):  # torchvision's ResNet block: conv1, bn1, relu, conv2, bn2, downsample, in-place add
+    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = nn.Sequential(*_conv_bn(cin, cout, 1, stride)) if stride != 1 or cin != cout else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+        if self.downsample is not None:  # run after conv2, written before it in the ONNX graph's order
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class ResNet18(nn.Module):  # torchvision's resnet18 at full width; 1x3x64x64
+    def __init__(self, classes: int = 1000) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        widths = [(64, 64, 1), (64, 128, 2), (128, 256, 2), (256, 512, 2)]
+        for i, (cin, cout, stride) in enumerate(widths, start=1):
+            self.add_module(f"layer{i}", nn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout)))
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class ResBlock(nn.Module):  # a diffusion UNet's (diffusers' ResnetBlock2D): GroupNorm, SiLU, Conv twice, residual
+    def __init__(self, channels: int = 32, groups: int = 8) -> None:
+        super().__init__()
+        self.norm1 = nn.GroupNorm(groups, channels)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.norm2 = nn.GroupNorm(groups, channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.nonlinearity = nn.SiLU()  # one module, called after each norm
+        with torch.no_grad():  # trained scales and shifts, not 1 and 0
+            for norm in (self.norm1, self.norm2):
+                norm.weight.copy_(torch.rand(channels) + 0.5)
+                norm.bias.copy_(torch.randn(channels) * 0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv1(self.nonlinearity(self.norm1(x)))
+        return x + self.conv2(self.nonlinearity(self.norm2(h)))
+
+
 def _randomize(model: nn.Module) -> nn.Module:
     """BatchNorms away from their defaults (folding matters); LayerNorms as built (weight 1, bias 0)."""
     generator = torch.Generator().manual_seed(1)
@@ -393,5 +449,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("efficientnet", efficientnet, "1x3x32x32", False),
         Architecture("mobilenetv3", mobilenet_v3, "1x3x32x32", False),
         Architecture("dict", DictOutput, "1x3x32x32", False),
+        Architecture("resnet18", ResNet18, "1x3x64x64", False),
+        Architecture("resblock", ResBlock, "1x32x16x16", False),
     )
 }

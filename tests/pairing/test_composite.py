@@ -5,7 +5,8 @@ an activation), with the activation and LayerNorm called as functions (no module
 the module pass cannot pair them) or as modules from a TorchScript archive (no module outputs
 are known). GELU in its erf and tanh forms, SiLU, HardSwish at opset 13 (no HardSwish op
 before 14) and LayerNorm at opset 13 (no LayerNormalization before 17) are all written as
-several ONNX nodes.
+several ONNX nodes. A diffusion UNet's ResBlock (tests/arch_models.py) holds two in a row: GroupNorm
+(Reshape, InstanceNormalization, Reshape, Mul, Add), then SiLU (Sigmoid, Mul), at FP32 and FP16.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from culprit_models import MLP_SHAPE, conv_mlp, edited, export, initializer, node, save_archive
+from arch_models import ARCHITECTURES
+from culprit_models import MLP_SHAPE, conv_mlp, edited, export, initializer, node, save_archive, set_attribute
 from onnx import numpy_helper
 from torch import nn
 
@@ -143,3 +145,55 @@ def test_a_rewritten_decomposition_that_computes_the_same_is_not_paired_against_
         report = trtdiff.compare(model, onnx=path, input_shapes=[MLP_SHAPE], culprit=True)
         assert report.passed and not report.culprits and report.drift is None, _describe(report)
         assert all(layer.torch_op != "aten.gelu.default" for layer in report.layers), _describe(report)
+
+
+def _groupnorm_epsilon(model: onnx.ModelProto) -> str:
+    """The first GroupNorm's InstanceNormalization takes epsilon 0.5: named at the GroupNorm's Add."""
+    set_attribute(node(model, "InstanceNormalization", "/norm1/"), "epsilon", 0.5)
+    return node(model, "Add", "/norm1/").name
+
+
+def _sigmoid_to_tanh(model: onnx.ModelProto) -> str:
+    """The SiLU after it computes x * tanh(x): named at the SiLU's Mul."""
+    node(model, "Sigmoid", "/nonlinearity/").op_type = "Tanh"
+    return node(model, "Mul", "/nonlinearity/").name
+
+
+@pytest.mark.parametrize("edit", [_groupnorm_epsilon, _sigmoid_to_tanh], ids=["groupnorm-epsilon", "sigmoid-to-tanh"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("given", ["eager", "archive"])
+def test_an_edit_in_a_groupnorm_followed_by_silu_names_its_own_last_node(
+    given: str, precision: str, edit: object, folder: Path
+) -> None:
+    """A diffusion UNet's ResBlock: from an archive (no module outputs) the GroupNorm could not pair while the
+    SiLU reading it had no pair, nor the SiLU while its input had none: the next Conv was named, with 8 nodes."""
+    arch = ARCHITECTURES["resblock"]
+    module = arch.model()
+    source = export(module, arch.shape, folder / "resblock.onnx", 17)
+    path, expected = edited(source, folder / f"resblock-{edit.__name__}.onnx", edit)  # type: ignore[attr-defined]
+    model = module if given == "eager" else save_archive(module, arch.shape, folder / "resblock.pt")
+    report = trtdiff.compare(model, onnx=path, input_shapes=[arch.shape], precision=precision)
+    assert not report.passed and [c.onnx_node for c in report.culprits] == [expected], _describe(report)
+    subgraph = report.culprits[0].subgraph
+    if edit is _groupnorm_epsilon:
+        assert len(subgraph) == 5 and any("InstanceNormalization" in n for n in subgraph), _describe(report)
+        silu = next(
+            layer
+            for layer in report.layers
+            if layer.onnx_node == node(onnx.load(str(path)), "Mul", "/nonlinearity/").name
+        )
+        assert silu.torch_op == "aten.silu.default" and silu.local is not None and not silu.local[ORT].diverged
+    else:
+        assert len(subgraph) == 2 and any("Sigmoid" in n for n in subgraph), _describe(report)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_resblock_archive_whose_silu_module_is_called_twice_passes(precision: str, folder: Path) -> None:
+    """The exporter scopes the second call at its caller ("/Sigmoid"), the recording at the module: the first
+    call's Sigmoid and Mul were paired with the two SiLU ops in order, and a correct model failed at FP32."""
+    arch = ARCHITECTURES["resblock"]
+    archive = save_archive(arch.model(), arch.shape, folder / "resblock-clean.pt")
+    report = trtdiff.compare(archive, input_shapes=[arch.shape], precision=precision, culprit=True)
+    assert report.passed and not report.culprits, _describe(report)
+    assert report.pairing.float_paired == report.pairing.float_tensors
+    assert "scope" not in report.pairing.by_method, _describe(report)

@@ -241,3 +241,28 @@ def test_a_derived_value_made_of_rounding_noise_is_not_compared() -> None:
     assert compared["/norm0/ReduceMean"] == "derived"  # the mean of the input: a value worth comparing
     assert "/norm1/ReduceMean" not in compared  # the mean of a LayerNorm's output: noise on both sides
     assert compared["/norm1/Sub"] == "derived" and report.pairing.float_paired == report.pairing.float_tensors - 1
+
+
+def test_a_reduced_precision_graph_is_evaluated_in_its_reference_precision(tmp_path: Path) -> None:
+    """An FP16 graph's float Casts pass values through and its constants widen to the float64 golden's values."""
+    scale = np.float16(1.2345)
+    nodes = [
+        helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+        helper.make_node("Mul", ["h", "s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fp16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, X.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, X.shape)],
+        [numpy_helper.from_array(np.array(scale), "s")],
+    )
+    info = graph_from_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "h.onnx")
+    x = torch.from_numpy(X.astype(np.float64))
+    wide = NodeEvaluator(info, widen=True)
+    (h,) = wide.run(info.nodes[0], {"x": x}) or [None]
+    (y,) = wide.run(info.nodes[1], {"h": x}) or [None]
+    assert h is not None and h.dtype == torch.float64 and torch.equal(h, x)
+    assert y is not None and y.dtype == torch.float64 and torch.equal(y, x * float(scale))
+    (narrow,) = NodeEvaluator(info).run(info.nodes[0], {"x": x}) or [None]
+    assert narrow is not None and narrow.dtype == torch.float16  # as the graph computes it

@@ -16,16 +16,23 @@ it. A candidate stands for the op when:
 - no candidate reproduces it and the region is refuted: a recorded value downstream is not
   reproduced from the candidates either, so the ONNX nodes there compute something other than
   PyTorch (an edit, a wrong constant). Then the op, of a kind that exporters decompose, is
-  paired with the last candidate of its module scope that every later candidate depends on
-  alone, provided every recorded op that reads the op's output has its own pair. The local
-  error then names a node of the decomposition, not the next recorded op.
-A region that the values downstream vouch for, or that could not be computed, is left as it is:
-a correct model is never given a pair that its values contradict.
+  paired with the last candidate of its module scope that every later candidate computed from
+  it depends on alone (its cut), provided every recorded op that reads the op's output has its
+  own pair. The local error then names a node of the decomposition, not the next recorded op.
+  Where a reader has none yet, being decomposed too (the SiLU after a GroupNorm in an archive,
+  where no module outputs are known), each cut is tried from the last: with the op's recorded
+  value there (values evaluated again), the readers must each find a node that computes their
+  own recorded value; the first cut they confirm is taken with their pairs. A cut past the
+  op's end (its reader's nodes) leaves a reader nothing to compute its value from.
+An op paired here is the input of the ops after it in the same pass (a SiLU edited after a
+GroupNorm that pairs by value). A region that the values downstream vouch for, or that could
+not be computed, is left as it is: a correct model is never given a pair that its values
+contradict.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from trtdiff.backends.pytorch.op_kinds import DECOMPOSED_KINDS
@@ -45,51 +52,107 @@ def pair_composites(
     node_modules: Mapping[str, str | None],
     evaluation: Evaluation,
     fits: Callable[[str, TorchRecord], bool],
+    reevaluate: Callable[[Mapping[str, str]], Evaluation] | None = None,
 ) -> dict[str, TorchRecord]:
     """ONNX tensor -> the unpaired record it stands for (see the module docstring).
 
     `keys` maps the paired ONNX tensors to capture keys, `used` holds the paired records'
-    indices, `fits` says whether an ONNX tensor's type can hold a record's value.
+    indices, `fits` says whether an ONNX tensor's type can hold a record's value; `reevaluate`
+    evaluates again with more sources (pairing_derive.evaluate), to confirm a refuted region's
+    cut through the ops that read it (see the module docstring).
     """
-    tensor_of = {key: tensor for tensor, key in keys.items()}
-    from_inputs = computed_from_inputs(capture)
-    readers: dict[int, list[int]] = {}
-    for record in capture.records:
-        for source in set(record.sources):
-            if source is not None and source >= 0:
-                readers.setdefault(source, []).append(record.index)
-    outputs = {index for index in capture.output_records if index is not None}
-    roots = _Roots(graph, keys)
-    order = {tensor: i for i, tensor in enumerate(graph.node_outputs)}
-    found: dict[str, TorchRecord] = {}
-    for record in capture.records:
-        if record.index in used or record.kind == "module":
-            continue
-        data = {s for s in record.sources if s is not None and (s == INPUT or from_inputs[s])}
-        if len(data) != 1:
-            continue
-        (source,) = data
-        x = _onnx_input(graph, tensor_of, source)
-        if x is None:
-            continue
-        scope = capture.path_of(record)
-        region = [t for t in roots.computed_from(x) if t not in found and _float_data(graph, t)]
-        if not region:
-            continue
-        fitting = [t for t in region if fits(t, record) and _in_scope(node_modules, graph, t, scope)]
-        agreeing = [t for t in fitting if t not in evaluation.unstable and evaluation.agrees(t, record.key)]
-        if agreeing:
-            found[min(agreeing, key=order.__getitem__)] = record
-            continue
-        if record.kind not in DECOMPOSED_KINDS or scope is None or not set(region) & evaluation.refuted:
-            continue
-        if any(r not in used and r not in outputs for r in readers.get(record.index, [])):
-            continue
-        scoped = [t for t in fitting if _scope(node_modules, graph, t) == scope]
-        last = max(scoped, key=order.__getitem__) if scoped else None
-        if last is not None and _cut(graph, last, set(region), order):
-            found[last] = record
+    composites = _Pass(graph, capture, node_modules, fits)
+    found, blocked = composites.run(capture.records, keys, used, evaluation)
+    if reevaluate is None:
+        return found
+    for record, cuts, readers in blocked:
+        for cut in cuts:
+            trial = {**keys, **{t: r.key for t, r in found.items()}, cut: record.key}
+            taken = used | {r.index for r in found.values()} | {record.index}
+            reading = [capture.records[i] for i in readers]
+            confirmed, _ = composites.run(reading, trial, taken, reevaluate(trial), by_value=True)
+            if sorted(r.index for r in confirmed.values()) == sorted(readers):
+                found[cut] = record
+                found.update(confirmed)
+                break
     return found
+
+
+_Blocked = tuple[TorchRecord, list[str], list[int]]
+"""A refuted op whose readers have no pair yet: the op, the cuts it may end at (last first), the readers."""
+
+
+class _Pass:
+    """One pass over recorded ops, pairing each with a node of its decomposition (see the module docstring)."""
+
+    def __init__(
+        self,
+        graph: GraphInfo,
+        capture: TorchCapture,
+        node_modules: Mapping[str, str | None],
+        fits: Callable[[str, TorchRecord], bool],
+    ) -> None:
+        self.graph, self.capture, self.node_modules, self.fits = graph, capture, node_modules, fits
+        self.from_inputs = computed_from_inputs(capture)
+        self.readers: dict[int, list[int]] = {}
+        for record in capture.records:
+            for source in set(record.sources):
+                if source is not None and source >= 0:
+                    self.readers.setdefault(source, []).append(record.index)
+        self.outputs = {index for index in capture.output_records if index is not None}
+        self.order = {tensor: i for i, tensor in enumerate(graph.node_outputs)}
+
+    def run(
+        self,
+        records: Sequence[TorchRecord],
+        keys: Mapping[str, str],
+        used: set[int],
+        evaluation: Evaluation,
+        by_value: bool = False,
+    ) -> tuple[dict[str, TorchRecord], list[_Blocked]]:
+        """The pairs this pass makes among `records` (only those whose value a node computes, when `by_value`),
+        and the refuted ops it could not pair while their readers have no pair."""
+        graph, capture, node_modules, order = self.graph, self.capture, self.node_modules, self.order
+        tensor_of = {key: tensor for tensor, key in keys.items()}
+        roots = _Roots(graph, keys)
+        found: dict[str, TorchRecord] = {}
+        blocked: list[_Blocked] = []
+
+        def take(tensor: str, record: TorchRecord) -> None:  # an op paired here is the input of the ops after it
+            nonlocal roots
+            found[tensor] = record
+            tensor_of[record.key] = tensor
+            roots = _Roots(graph, {**keys, **{t: r.key for t, r in found.items()}})
+
+        for record in records:
+            if record.index in used or record.kind == "module":
+                continue
+            data = {s for s in record.sources if s is not None and (s == INPUT or self.from_inputs[s])}
+            if len(data) != 1:
+                continue
+            (source,) = data
+            x = _onnx_input(graph, tensor_of, source)
+            if x is None:
+                continue
+            scope = capture.path_of(record)
+            region = [t for t in roots.computed_from(x) if t not in found and _float_data(graph, t)]
+            if not region:
+                continue
+            fitting = [t for t in region if self.fits(t, record) and _in_scope(node_modules, graph, t, scope)]
+            agreeing = [t for t in fitting if t not in evaluation.unstable and evaluation.agrees(t, record.key)]
+            if agreeing:
+                take(min(agreeing, key=order.__getitem__), record)
+                continue
+            if by_value or record.kind not in DECOMPOSED_KINDS or scope is None or not set(region) & evaluation.refuted:
+                continue
+            scoped = sorted((t for t in fitting if _scope(node_modules, graph, t) == scope), key=order.__getitem__)
+            cuts = [t for t in reversed(scoped) if _cut(graph, t, set(region), order)]
+            left = [r for r in self.readers.get(record.index, []) if r not in used and r not in self.outputs]
+            if left and cuts:
+                blocked.append((record, cuts, left))
+            elif scoped and cuts and cuts[0] == scoped[-1]:
+                take(cuts[0], record)
+        return found, blocked
 
 
 class _Roots:
@@ -132,11 +195,19 @@ def _in_scope(node_modules: Mapping[str, str | None], graph: GraphInfo, tensor: 
 
 
 def _cut(graph: GraphInfo, tensor: str, region: set[str], order: Mapping[str, int]) -> bool:
-    """Whether every region node after `tensor` reads the region only at `tensor` or after it."""
+    """Whether every region node computed from `tensor` reads the region only at `tensor` or after it.
+
+    Region nodes that `tensor` does not feed are another branch from the op's input (an FP16
+    graph's Cast of a graph input for a residual Add), not the op's: they do not decide its cut.
+    """
     position = order[tensor]
-    for later in (t for t in region if order[t] > position):
+    downstream = {tensor}
+    for later in sorted((t for t in region if order[t] > position), key=order.__getitem__):
         node = graph.node_of(later)
         assert node is not None
+        if not downstream.intersection(node.inputs):
+            continue
+        downstream.add(later)
         if any(t in region and order[t] < position for t in node.inputs):
             return False
         if any(t not in region and t != tensor and t in graph.data_tensors for t in node.inputs):

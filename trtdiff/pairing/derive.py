@@ -18,6 +18,14 @@ PERTURBATION move it by more than MAX_AMPLIFICATION times that: the mean of a La
 output, whose rows sum to zero, is rounding noise in every backend) is computed, since its
 consumers need it, but never compared.
 
+In a reduced-precision graph (FP16, BF16: converted, or written so) the recording is wider
+(the float64 golden): each derived value is computed in the recording's precision, as PyTorch
+holds it at that step, with the graph's constants widened to it and its float Casts (the ones a
+converter puts at the FP32 boundary and around the ops it keeps in FP32) passing values through
+(`widened`); what the graph itself rounds is the comparison's to measure, not the reference's
+to copy. Its constants (a GroupNorm's scale, GELU's 1/sqrt(2)) hold the precision's rounding of
+PyTorch's, so vouching there allows that rounding (`vouch_rtol`).
+
 Derived values are computed again for each capture (each sample) from its recorded values,
 by the derivation itself (`Derivation.value`), which travels with the `Pairing` that made it:
 a capture alone holds recorded values only. Torch is imported when a node is evaluated, not
@@ -44,6 +52,10 @@ if TYPE_CHECKING:
 
 VOUCH_RTOL = 1e-4
 """How closely a node run on derived values must reproduce the recorded value that vouches for them."""
+REDUCED_VOUCH_RTOL: dict[str, float] = {"fp16": 4 * 2.0**-11, "bf16": 4 * 2.0**-8}
+"""The same in a reduced-precision graph: four times the precision's unit roundoff (2e-3 in FP16), the
+error its rounded constants leave in a value computed from them (measured: at most 3.6e-4 in the
+architecture test set, a GroupNorm's scale), well below what its noise ratio lets a layer differ by."""
 PERTURBATION = 1e-6
 MAX_AMPLIFICATION = 100.0
 """A derived value is compared only if inputs off by PERTURBATION (of their largest magnitude) move it
@@ -112,7 +124,7 @@ class Derivation:
 
         if name in self.keys:
             return torch.from_numpy(np.array(self.value(capture, self.keys[name])))
-        value = as_onnx(capture.value(self.sources[name]), self.graph.tensor_type(name))
+        value = as_onnx(capture.value(self.sources[name]), self.graph.tensor_type(name), widen=self.evaluator.widen)
         assert value is not None
         return value
 
@@ -129,13 +141,16 @@ class Evaluation:
     vouched: set[str]
     refuted: set[str]
     """Derived tensors (not vouched) that feed a node whose recorded value they do not reproduce."""
+    rtol: float = VOUCH_RTOL
+    """How closely a value must reproduce a recorded one to vouch for it, or to stand for it (`vouch_rtol`)."""
 
     def agrees(self, tensor: str, key: str) -> bool:
-        """Whether the derived value of `tensor` is the capture's value `key`, to VOUCH_RTOL of its magnitude."""
+        """Whether the derived value of `tensor` is the capture's value `key`, to `rtol` of its magnitude."""
         value, capture = self.derived.get(tensor), self.references.capture
         if value is None or not capture.holds(key):
             return False
-        return _agrees(value, as_onnx(capture.value(key), self.references.graph.tensor_type(tensor)))
+        graph, widen = self.references.graph, self.evaluator.widen
+        return _agrees(value, as_onnx(capture.value(key), graph.tensor_type(tensor), widen=widen), self.rtol)
 
 
 def derive(
@@ -173,8 +188,9 @@ def evaluate(
 
     from trtdiff.pairing.evaluate import NodeEvaluator
 
-    references = _References(graph, capture, sources)
-    evaluator = previous.evaluator if previous is not None else NodeEvaluator(graph)
+    evaluator = previous.evaluator if previous is not None else NodeEvaluator(graph, widen=widened(graph, capture))
+    references = _References(graph, capture, sources, widen=evaluator.widen)
+    rtol = vouch_rtol(graph)
     moved = set(references.keys) - set(previous.references.keys) if previous is not None else set()
     derived: dict[str, torch.Tensor] = {}
     unstable: set[str] = set()
@@ -204,8 +220,22 @@ def evaluate(
                 derived[tensor] = value
                 if not steady:
                     unstable.add(tensor)
-    vouched, refuted = _vouched(graph, evaluator, references, derived)
-    return Evaluation(evaluator, references, derived, unstable, vouched, refuted - vouched)
+    vouched, refuted = _vouched(graph, evaluator, references, derived, rtol)
+    return Evaluation(evaluator, references, derived, unstable, vouched, refuted - vouched, rtol)
+
+
+def widened(graph: GraphInfo, capture: TorchCapture) -> bool:
+    """Whether `graph` computes in a reduced precision that `capture` recorded wider (see the module docstring)."""
+    from trtdiff.source.fp16 import graph_precision
+
+    return graph_precision(graph) != "fp32" and capture.dtype in ("float32", "float64")
+
+
+def vouch_rtol(graph: GraphInfo) -> float:
+    """How closely a derived value must reproduce a recorded one in `graph`: VOUCH_RTOL, or REDUCED_VOUCH_RTOL."""
+    from trtdiff.source.fp16 import graph_precision
+
+    return REDUCED_VOUCH_RTOL.get(graph_precision(graph), VOUCH_RTOL)
 
 
 def _stable(
@@ -263,7 +293,11 @@ def _float_data(graph: GraphInfo, tensor: str) -> bool:
 
 
 def _vouched(
-    graph: GraphInfo, evaluator: NodeEvaluator, references: _References, derived: Mapping[str, torch.Tensor]
+    graph: GraphInfo,
+    evaluator: NodeEvaluator,
+    references: _References,
+    derived: Mapping[str, torch.Tensor],
+    rtol: float,
 ) -> tuple[set[str], set[str]]:
     """The derived tensors that some recorded value vouches for (see the module docstring), and those one refutes."""
     vouched: set[str] = set()
@@ -277,14 +311,35 @@ def _vouched(
         outputs = evaluator.run(node, data) if data is not None else None
         if outputs is None:
             continue
-        if all(_agrees(outputs[i], references.value(node.outputs[i])) for i in recorded):
+        if all(_agrees(outputs[i], references.value(node.outputs[i]), rtol) for i in recorded):
             vouched |= _ancestors(graph, feeding, derived)
         else:
             refuted |= _ancestors(graph, feeding, derived)
+    if evaluator.widen:
+        vouched |= _passed_through(graph, references, derived, vouched)
     return vouched, refuted
 
 
-def _agrees(value: torch.Tensor | None, reference: torch.Tensor | None) -> bool:
+def _passed_through(
+    graph: GraphInfo, references: _References, derived: Mapping[str, torch.Tensor], vouched: set[str]
+) -> set[str]:
+    """The float Casts of a widened evaluation whose input has a value: they hold it, whoever reads them.
+
+    Such a Cast computes nothing PyTorch did not (it rounds to the graph's precision, which the
+    comparison measures), so it needs no recorded value downstream: the converter's Cast of a
+    graph input that only a Shape reads is paired too.
+    """
+    found: set[str] = set()
+    for node in graph.nodes:
+        if node.op_type != "Cast" or not node.inputs or not node.outputs or node.outputs[0] not in derived:
+            continue
+        source = node.inputs[0]
+        if source in references.keys or source in vouched or source in found:
+            found.add(node.outputs[0])
+    return found
+
+
+def _agrees(value: torch.Tensor | None, reference: torch.Tensor | None, rtol: float) -> bool:
     import torch
 
     if value is None or reference is None or value.numel() != reference.numel():
@@ -297,7 +352,7 @@ def _agrees(value: torch.Tensor | None, reference: torch.Tensor | None) -> bool:
         ours, theirs = ours[finite], theirs[finite]
     if theirs.numel() == 0:
         return True
-    return float((ours - theirs).abs().max()) <= VOUCH_RTOL * float(theirs.abs().max())
+    return float((ours - theirs).abs().max()) <= rtol * float(theirs.abs().max())
 
 
 def _ancestors(graph: GraphInfo, tensors: Iterable[str], derived: Mapping[str, torch.Tensor]) -> set[str]:
@@ -318,9 +373,10 @@ def _ancestors(graph: GraphInfo, tensors: Iterable[str], derived: Mapping[str, t
 class _References:
     """PyTorch's recorded values by ONNX tensor (paired tensors and the model's inputs), as torch tensors."""
 
-    def __init__(self, graph: GraphInfo, capture: TorchCapture, sources: Mapping[str, str]) -> None:
+    def __init__(self, graph: GraphInfo, capture: TorchCapture, sources: Mapping[str, str], *, widen: bool) -> None:
         self.graph = graph
         self.capture = capture
+        self.widen = widen
         self.keys = dict(sources)
         if len(graph.graph_inputs) == len(capture.input_keys):
             self.keys.update(zip(graph.graph_inputs, capture.input_keys, strict=True))
@@ -331,7 +387,9 @@ class _References:
             key = self.keys.get(tensor)
             held = key is not None and self.capture.holds(key)  # a summarizing recording drops what does not fit
             self._values[tensor] = (
-                as_onnx(self.capture.value(key), self.graph.tensor_type(tensor)) if held and key is not None else None
+                as_onnx(self.capture.value(key), self.graph.tensor_type(tensor), widen=self.widen)
+                if held and key is not None
+                else None
             )
         return self._values[tensor]
 
@@ -350,8 +408,11 @@ class _References:
         return data
 
 
-def as_onnx(value: np.ndarray, onnx_type: TensorType) -> torch.Tensor | None:
-    """A recorded value as the ONNX tensor holds it: its static shape (through a view) and dtype."""
+def as_onnx(value: np.ndarray, onnx_type: TensorType, *, widen: bool = False) -> torch.Tensor | None:
+    """A recorded value as the ONNX tensor holds it: its static shape (through a view) and dtype.
+
+    `widen` (a reduced-precision graph, `widened`): a float value keeps its own dtype where the tensor's is narrower.
+    """
     import torch
 
     from trtdiff.pairing.evaluate import torch_dtype
@@ -366,5 +427,7 @@ def as_onnx(value: np.ndarray, onnx_type: TensorType) -> torch.Tensor | None:
     elif shape is not None and len(shape) != tensor.dim():
         return None
     if onnx_type.dtype is not None and onnx_type.is_float and tensor.is_floating_point():
-        tensor = tensor.to(torch_dtype(onnx_type.dtype))
+        dtype = torch_dtype(onnx_type.dtype)
+        if not (widen and dtype.itemsize < tensor.dtype.itemsize):
+            tensor = tensor.to(dtype)
     return tensor

@@ -6,6 +6,9 @@ F.layer_norm), in the values' own dtype. Inputs that are not computed from the m
 inputs (initializers, Constant nodes, shape arithmetic) are folded once with the ONNX spec
 evaluator; a Reshape-like op takes its output shape from shape inference where it is static.
 An op this module does not know, or an input it cannot fold, gives no value (never a guess).
+A widened evaluator (a reduced-precision graph evaluated in its reference's precision:
+pairing_derive.widened) computes in its data's float type: constants are widened to it, and a
+Cast from float to float passes its input through.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ OPS: dict[str, Op] = {**MATH_OPS, **SHAPE_OPS}
 class NodeEvaluator:
     """Computes ONNX nodes of one graph in PyTorch (see the module docstring)."""
 
-    def __init__(self, graph: GraphInfo) -> None:
+    def __init__(self, graph: GraphInfo, *, widen: bool = False) -> None:
         self.graph = graph
+        self.widen = widen
+        """Compute in the data's own float type, however narrow the graph's (see the module docstring)."""
         self.protos = list(graph.model.graph.node)
         self.opsets = {entry.domain or "": int(entry.version) for entry in graph.model.opset_import}
         self._initializers = {init.name: init for init in graph.model.graph.initializer}
@@ -43,6 +48,7 @@ class NodeEvaluator:
         if not self.supports(node):
             return None
         inputs: list[torch.Tensor | None] = []
+        constants: list[int] = []
         for name in node.inputs:
             if name in self.graph.data_tensors:
                 if name not in data:
@@ -50,9 +56,14 @@ class NodeEvaluator:
                 inputs.append(data[name])
             else:
                 folded = self.constant(name) if name else None
+                constants.append(len(inputs))
                 inputs.append(_tensor(folded) if folded is not None else None)
         proto = self.protos[node.index]
         attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
+        if self.widen:
+            inputs = _widened(inputs, constants)
+            if node.op_type == "Cast" and _passes_through(inputs, attrs):
+                return [inputs[0]] + [None] * (len(node.outputs) - 1)
         shapes = [self._static_shape(t) for t in node.outputs]
         try:
             with torch.no_grad():
@@ -104,6 +115,29 @@ class NodeEvaluator:
         if shape is None or any(d is None for d in shape):
             return None
         return tuple(int(d) for d in shape if d is not None)
+
+
+def _widened(inputs: list[torch.Tensor | None], constants: list[int]) -> list[torch.Tensor | None]:
+    """`inputs` with each float constant (at the indices `constants`) cast up to the widest float data input."""
+    floats = [v.dtype for i, v in enumerate(inputs) if i not in constants and v is not None and v.is_floating_point()]
+    if not floats:
+        return inputs
+    wide = max(floats, key=lambda dtype: dtype.itemsize)
+    widened = list(inputs)
+    for i in constants:
+        value = inputs[i]
+        if value is not None and value.is_floating_point() and value.dtype.itemsize < wide.itemsize:
+            widened[i] = value.to(wide)
+    return widened
+
+
+def _passes_through(inputs: list[torch.Tensor | None], attrs: Mapping[str, object]) -> bool:
+    """Whether a Cast takes a float value to a float type (which a widened evaluator does not round to)."""
+    value, target = inputs[0] if inputs else None, attrs.get("to")
+    return value is not None and value.is_floating_point() and isinstance(target, int) and target in _FLOAT_CODES
+
+
+_FLOAT_CODES = frozenset({1, 10, 11, 16})  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 
 
 def _fits(value: torch.Tensor, shape: tuple[int, ...] | None) -> bool:

@@ -4,10 +4,12 @@ Pairing goes in passes, each only over what earlier passes left:
 1. scoped: ONNX nodes and recorded aten ops grouped by (module path, kind), paired in order
    when both groups have the same length and the shapes agree; then, per module path, the
    nodes and ops aligned in order (below); then the leftovers in order regardless of kind
-   when their counts match (an op whose type was edited);
+   when their counts match (an op whose type was edited; never an op exporters decompose,
+   whose pieces are those nodes);
 2. global: the leftovers grouped by kind alone, same rule, then aligned over the whole
    graph (all there is for ExportedPrograms and for TorchScript modules whose module paths
-   could not be read from their graph);
+   could not be read from their graph); pairs whose inputs contradict the data flow are paired
+   again by what they read, or left unpaired (pairing_flow);
 3. module: a module's output paired with the last tensor its ONNX scope produces;
 4. outputs: the graph's outputs with the model's outputs, in the exporter's order; then a
    node with subgraphs (If, Loop, Scan) with the value its paired consumer read, the last
@@ -45,9 +47,11 @@ from typing import Any
 import numpy as np
 
 from trtdiff.backends.pytorch.align import certain_pairs, segments
+from trtdiff.backends.pytorch.op_kinds import DECOMPOSED_KINDS
 from trtdiff.backends.pytorch.records import RECORD_PREFIX, TorchCapture, TorchRecord
 from trtdiff.pairing.composite import pair_composites
 from trtdiff.pairing.derive import Derivation, derive, evaluate
+from trtdiff.pairing.flow import regrouped
 from trtdiff.pairing.kinds import computed_from_inputs, onnx_kinds, record_kind
 from trtdiff.pairing.qdq import dequantized_keys
 from trtdiff.pairing.views import view_compatible
@@ -112,9 +116,11 @@ def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pai
     for unit in units:
         if state.free_unit(unit):
             torch_left[unit.kind].append(unit)
+    before = set(state.pairs)
     for kind, nodes in onnx_left.items():
         state.in_order(nodes, torch_left.get(kind, []), "op")
     state.align(candidates, [u for u in units if u.kind != "module"])
+    state.follow_data(before)
 
     if capture.paths_known:
         _pair_module_outputs(graph, capture, node_modules, state.pairs, state.used)
@@ -131,6 +137,7 @@ def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pai
         node_modules,
         evaluation,
         lambda tensor, record: _compatible(graph, tensor, record),
+        lambda sources: evaluate(graph, capture, sources, evaluation),
     )
     for tensor, record in composites.items():
         state.pairs[tensor] = TorchPair(record.key, "composite", record.op, capture.path_of(record))
@@ -227,14 +234,37 @@ class _State:
                 unit = seg_units[j]
                 self.take(seg_nodes[i], unit, unit.method if kinds[i] == unit.kind else "scope")
 
+    def follow_data(self, before: set[str]) -> None:
+        """The pairs made since `before` by kind and order alone, corrected by what they read (pairing_flow)."""
+        made = {t: self.capture.records[self.partner[t]] for t in self.pairs if t not in before and t in self.partner}
+        kind_of = {t: self.kind(node) for t in made if (node := self.graph.node_of(t)) is not None}
+        changes = regrouped(
+            self.graph, self.capture, made, self.partner, kind_of.__getitem__, computed_from_inputs(self.capture)
+        )
+        methods = {made[t].index: self.pairs[t].method for t in changes}
+        for tensor in changes:
+            del self.pairs[tensor]
+            self.used.discard(self.partner.pop(tensor))
+        for tensor, record in changes.items():
+            if record is not None:
+                path = self.capture.path_of(record)
+                self.pairs[tensor] = TorchPair(record.key, methods[record.index], record.op, path)
+                self.partner[tensor] = record.index
+                self.used.add(record.index)
+
     def pairable(self, nodes: list[NodeInfo], units: list[_Unit]) -> np.ndarray:
-        """Which node may stand for which unit: shapes that agree, and for different kinds, the same scope."""
+        """Which node may stand for which unit: shapes that agree, and for different kinds, the same scope.
+
+        An op exporters decompose (SiLU, GELU, GroupNorm) stands for no node of another kind: that node is
+        a piece of its decomposition (pairing_composite pairs it), not the op with its type edited.
+        """
         types = [self.graph.tensor_type(node.outputs[0]) for node in nodes]
         agree = _table(types, [(u.record.shape, u.record.dtype) for u in units], lambda t, r: _type_fits(t, *r))
         same_kind = _table([self.kind(node) for node in nodes], [unit.kind for unit in units], operator.eq)
         scopes = [self.node_modules[node.name] for node in nodes]
         same_scope = _table(scopes, [unit.scopes for unit in units], _scope_fits)
-        fits: np.ndarray = agree & (same_kind | same_scope)
+        whole = np.array([unit.kind not in DECOMPOSED_KINDS for unit in units], dtype=bool)
+        fits: np.ndarray = agree & (same_kind | (same_scope & whole[np.newaxis, :]))
         return fits
 
 
@@ -268,7 +298,8 @@ def _pair_scopes(state: _State, candidates: list[NodeInfo], units: list[_Unit]) 
     for nodes, scope_units in _by_scope(state, candidates, units, free_only=False).values():
         state.align(nodes, scope_units)
     for nodes, scope_units in _by_scope(state, candidates, units, free_only=True).values():
-        state.in_order(nodes, scope_units, "scope")
+        if not any(unit.kind in DECOMPOSED_KINDS for unit in scope_units):  # its nodes are there, not one of its kind
+            state.in_order(nodes, scope_units, "scope")
 
 
 def _by_scope(

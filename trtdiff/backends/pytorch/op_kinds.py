@@ -75,6 +75,7 @@ ATEN_KINDS: dict[str, str] = {
     "native_layer_norm": "layer_norm",
     "layer_norm": "layer_norm",
     "native_group_norm": "group_norm",
+    "group_norm": "group_norm",  # TorchScript graphs call aten::group_norm (eager dispatch records native_group_norm)
     "relu": "relu",
     "relu_": "relu",
     "hardtanh": "clip",

@@ -8,6 +8,13 @@ module path each runs in, and aligning them with the records gives each record i
 A graph node that dispatches several recorded ops (`scaled_dot_product_attention` on its math
 implementation, a fused attention kernel recorded through its decomposition: torch_attention)
 gives its path to the ops recorded in its place.
+
+The TorchScript exporter rewrites the forward graph in place: it inlines every submodule call
+into it, writing the module chain each node came from into its scope name
+("pkg.Net::/torch.nn.modules.container.Sequential::layer1/BasicBlock::0"), which is where its
+ONNX node names come from. Every copy of the archive shares that graph (`copy.deepcopy` and
+`.to(dtype)` included: the float64 golden of an FP16 comparison, recorded after the export), so
+a node's path is read from its scope name where it has one, and from the calls walked otherwise.
 """
 
 from __future__ import annotations
@@ -129,11 +136,22 @@ def _walk_method(
         elif kind in _OPAQUE or _calls_inside(node):
             raise _Unreadable(kind)
         elif (op_kind := _node_kind(node)) is not None:
-            ops.append(_ScriptOp(op_kind, path, fed))
+            ops.append(_ScriptOp(op_kind, _scope_path(node.scopeName(), path), fed))
             outs = [frozenset({len(ops) - 1})] * node.outputsSize()
         for value, out in zip(node.outputs(), outs, strict=False):
             feeds[value.unique()] = out
     return [feeds.get(v.unique(), frozenset()) for v in graph.outputs()]
+
+
+def _scope_path(scope: str, walked: str) -> str:
+    """The module path a scope name states (the exporter's inlining: see the module docstring), else `walked`.
+
+    Each "/"-separated part is "TypeName::attribute"; the first is the root module's, with no attribute.
+    """
+    parts = scope.split("/")
+    if not scope or not all("::" in part for part in parts):
+        return walked
+    return ".".join(name for part in parts[1:] if (name := part.rsplit("::", 1)[1]))
 
 
 def _node_kind(node: Any) -> str | None:
