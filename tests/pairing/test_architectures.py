@@ -18,7 +18,6 @@ from arch_models import ARCHITECTURES, Architecture
 from torch import nn
 
 import trtdiff
-from trtdiff.errors import BackendError
 from trtdiff.report import Report
 from trtdiff.source.export import export_onnx
 from trtdiff.source.inputs import make_inputs
@@ -101,21 +100,10 @@ def test_a_torchscript_archive_of_a_transformer_passes_with_its_float_tensors_pa
     _check_clean(report, arch)
 
 
-# onnxconverter-common writes graphs ONNX Runtime refuses for these (a float Cast left typed float, a blocked
-# ReduceMean's output): the converter's to fix (trtdiff/source/fp16.py), not pairing's.
-FP16_UNCONVERTED = {"vit", "mha", "dict"}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(name in FP16_UNCONVERTED, reason="FP16 conversion", raises=BackendError),
-        )
-        for name in ARCHITECTURES
-    ],
+    list(ARCHITECTURES),
 )
 def test_a_clean_fp16_comparison_passes_with_its_float_tensors_paired(models: dict[str, nn.Module], name: str) -> None:
     arch = ARCHITECTURES[name]

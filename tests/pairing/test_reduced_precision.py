@@ -70,11 +70,11 @@ def test_a_unet_resblock_pairs_every_float_tensor_at_fp32_and_fp16() -> None:
     pieces were computed in float16 and compared with the float64 golden to 1e-4, and none was kept (8 of 21)."""
     arch = ARCHITECTURES["resblock"]
     model = arch.model()
-    for precision, count in (("fp32", 17), ("fp16", 21)):
+    for precision, count in (("fp32", 17), ("fp16", 19)):  # FP16: onnxruntime's converter adds two Casts
         report = trtdiff.compare(model, input_shapes=[arch.shape], precision=precision, culprit=True)
         assert report.passed and not report.culprits, precision
         assert report.pairing.float_paired == report.pairing.float_tensors == count, (precision, report.pairing)
     methods = {layer.onnx_node: layer.pairing for layer in report.layers}
     assert methods["/norm1/InstanceNormalization"] == methods["/nonlinearity/Sigmoid"] == "derived"
-    casts = [layer for layer in report.layers if layer.op_type == "Cast"]  # the converter's: x to FP16 (3), out to FP32
-    assert len(casts) == 4 and all(layer.pairing in ("derived", "output") for layer in casts)
+    casts = [layer for layer in report.layers if layer.op_type == "Cast"]  # the converter's: x to FP16, out to FP32
+    assert len(casts) == 2 and all(layer.pairing in ("derived", "output") for layer in casts)

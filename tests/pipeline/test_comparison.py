@@ -143,6 +143,9 @@ def test_another_networks_onnx_file_is_refused_in_one_line_not_given_a_culprit(t
     assert trtdiff.compare(convnext, onnx=str(own), culprit=False).passed
     with pytest.raises(OnnxFileError, match="does not look like an export of this model: 2 of 82 float tensors"):
         trtdiff.compare(convnext, onnx=str(other))
+    with pytest.raises(OnnxFileError, match="does not look like an export of this model"):
+        trtdiff.compare(convnext, onnx=str(other), precision="fp16")  # a converted graph pairs as its FP32 one does
+    assert trtdiff.compare(convnext, onnx=str(own), precision="fp16", culprit=False).passed
     result = CliRunner().invoke(main, ["compare", "arch_models:ConvNeXt", "--onnx", str(other)])
     errors = [line for line in result.stderr.splitlines() if not line.startswith("trtdiff: ")]
     assert result.exit_code == 2 and errors == [

@@ -197,7 +197,7 @@ def _float32_twin(
     twin = as_float32(shadow.model)
     twin_feeds = {  # as fed (the graph's shape), but float32 and unrounded
         name: np.asarray(values[name], dtype=np.float32).reshape(fed.shape)
-        if name in values and fed.dtype.kind == "f"
+        if name in values and (fed.dtype.kind == "f" or fed.dtype.name == "bfloat16")  # ml_dtypes' kind is "V"
         else fed
         for name, fed in feeds.items()
     }

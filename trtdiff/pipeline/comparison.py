@@ -131,8 +131,7 @@ def _open_run(
 ) -> Run:
     """The reference paired with the ONNX graph, the backends to run, and only what is read of the recording kept."""
     reference = first.paired(prepared, timings)
-    if options.export.onnx is not None and reference.pairing is not None and prepared.precision == "fp32":
-        # at FP16/BF16 the pairing of a converted graph is weaker (GroupNorm and SiLU go unpaired): not checked there
+    if options.export.onnx is not None and reference.pairing is not None:
         check_export_of_model(pairing_summary(prepared.graph, reference.pairing), options.export.onnx)
     repro = _repro(options, prepared, repro_notes)
     run = Run(prepared, options, reference, backends_run(prepared, reference), name_of, repro)
