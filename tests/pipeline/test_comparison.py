@@ -141,7 +141,9 @@ def test_another_networks_onnx_file_is_refused_in_one_line_not_given_a_culprit(t
     trtdiff.compare(vit, input_shapes=["1x3x32x32"], save_onnx=str(other), culprit=False)
     assert trtdiff.compare(convnext, input_shapes=["1x3x32x32"], save_onnx=str(own), culprit=False).passed
     assert trtdiff.compare(convnext, onnx=str(own), culprit=False).passed
-    with pytest.raises(OnnxFileError, match="does not look like an export of this model: 2 of 82 float tensors"):
+    with pytest.raises(
+        OnnxFileError, match="does not look like an export of this model: 2 of 82 float tensors it computes"
+    ):
         trtdiff.compare(convnext, onnx=str(other))
     with pytest.raises(OnnxFileError, match="does not look like an export of this model"):
         trtdiff.compare(convnext, onnx=str(other), precision="fp16")  # a converted graph pairs as its FP32 one does
@@ -149,7 +151,17 @@ def test_another_networks_onnx_file_is_refused_in_one_line_not_given_a_culprit(t
     result = CliRunner().invoke(main, ["compare", "arch_models:ConvNeXt", "--onnx", str(other)])
     errors = [line for line in result.stderr.splitlines() if not line.startswith("trtdiff: ")]
     assert result.exit_code == 2 and errors == [
-        f"Error: --onnx {other}: does not look like an export of this model: 2 of 82 float tensors pair with a "
-        "PyTorch value (an export of it pairs at least half); give the file exported from this model, or leave "
-        "the option out and trtdiff exports it"
+        f"Error: --onnx {other}: does not look like an export of this model: 2 of 82 float tensors it computes pair "
+        "with a PyTorch value (an export of it pairs at least half); give the file exported from this model, or "
+        "leave the option out and trtdiff exports it"
     ]
+
+
+def test_a_quantized_export_of_the_model_is_not_taken_for_another_networks_file() -> None:
+    """ModelOpt's FP8 file of the LLM-like block holds 46 float8 Q/DQ outputs that pair with nothing: they are not
+    counted, and the file is compared (it was refused as another network's: 30 of 76 float tensors paired)."""
+    from modelopt_models import llm_block
+
+    fixture = Path(__file__).parents[1] / "fixtures" / "modelopt" / "llm_ts17_fp8.onnx"
+    report = trtdiff.compare(llm_block(), onnx=str(fixture), culprit=False)
+    assert report.pairing.float_paired >= 30

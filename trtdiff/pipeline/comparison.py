@@ -132,7 +132,7 @@ def _open_run(
     """The reference paired with the ONNX graph, the backends to run, and only what is read of the recording kept."""
     reference = first.paired(prepared, timings)
     if options.export.onnx is not None and reference.pairing is not None:
-        check_export_of_model(pairing_summary(prepared.graph, reference.pairing), options.export.onnx)
+        check_export_of_model(prepared.graph, reference.pairing, options.export.onnx)
     repro = _repro(options, prepared, repro_notes)
     run = Run(prepared, options, reference, backends_run(prepared, reference), name_of, repro)
     engine = run.engine()
