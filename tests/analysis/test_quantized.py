@@ -111,7 +111,7 @@ def test_each_quantized_weight_is_compared_with_its_pytorch_parameter(
     assert len(clean.weights) == 6 and all(w.parameter is not None for w in clean.weights)
     assert all(w.steps is not None and w.steps <= 0.5 + 1e-6 for w in clean.weights)
     (check,) = [c for c in clean.checks if c.scope == "weights"]
-    assert check.passed and check.id == "weights/max-quant-steps/torch" and check.compared == 6
+    assert check.passed and check.id == "weights/max-weight-steps/torch" and check.compared == 6
 
     model = onnx.load(str(qdq_files["int8"]))
     init = next(i for i in model.graph.initializer if i.name == "conv2.weight_scale")

@@ -498,7 +498,9 @@ def _values_differ(metrics: PairMetrics) -> bool:
 
 def _kept(graph: GraphInfo, layer: Layer, run: LocalRun, judge: Judge) -> tuple[str, ...]:
     """The nodes a culprit at `layer` keeps in higher precision, once each: around it, then after an overflow."""
-    return tuple(dict.fromkeys((*_to_exclude(graph, layer.onnx_node, judge), *run.kept_after(layer.tensor, graph))))
+    subgraph = run.shadow.subgraphs.get(layer.tensor, ())
+    kept = _to_exclude(graph, layer.onnx_node, subgraph, judge)
+    return tuple(dict.fromkeys((*kept, *run.kept_after(layer.tensor, graph))))
 
 
 def exclusion_notes(culprits: Sequence[Culprit], graph: GraphInfo) -> list[str]:
@@ -513,10 +515,11 @@ def exclusion_notes(culprits: Sequence[Culprit], graph: GraphInfo) -> list[str]:
     ]
 
 
-def _to_exclude(graph: GraphInfo, node: str, judge: Judge) -> tuple[str, ...]:
-    """The nodes to keep in higher precision for a culprit `node`: around its Q/DQ in a quantized graph
-    (pairing.qdq.to_exclude), the node itself in a reduced-precision comparison, else none."""
-    return to_exclude(graph, node) or ((node,) if judge.reduced is not None and node else ())
+def _to_exclude(graph: GraphInfo, node: str, subgraph: Sequence[str], judge: Judge) -> tuple[str, ...]:
+    """The nodes to keep in higher precision for a culprit `node` (run locally with `subgraph`): those whose
+    inputs are quantized in a quantized graph (pairing.qdq.to_exclude), the node itself in a reduced-precision
+    comparison, else none."""
+    return to_exclude(graph, node, subgraph) or ((node,) if judge.reduced is not None and node else ())
 
 
 def _evaluate(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], path: Path) -> np.ndarray:

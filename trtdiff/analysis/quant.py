@@ -25,12 +25,12 @@ from trtdiff.analysis.noise import QUANT_PERCENTILE, quant_steps
 from trtdiff.backends.store import to_host
 from trtdiff.pairing.qdq import weight_quantizations
 from trtdiff.report import QuantizedWeight, Reason
+from trtdiff.source.onnx_graph import constant_values
 
 if TYPE_CHECKING:
-    import onnx
 
     from trtdiff.pairing.qdq import Quantization
-    from trtdiff.report import PairMetrics, Thresholds
+    from trtdiff.report import PairMetrics, Thresholds, WeightSource
     from trtdiff.source.onnx_graph import GraphInfo, NodeInfo
 
 _KEPT = frozenset({"non_finite", "shape", "mismatches"})  # reasons that stand whatever the precision
@@ -117,57 +117,90 @@ def _coarse(values: np.ndarray, quantization: Quantization) -> Reason | None:
     return Reason("quant_scale", used, least, detail=detail)
 
 
-def quantized_weights(graph: GraphInfo, parameters: Mapping[str, np.ndarray]) -> tuple[QuantizedWeight, ...]:
-    """Every weight and bias DequantizeLinear of `graph`, against the PyTorch parameter it quantizes where
-    the file names one (`QuantizedWeight`); () for a graph with no Q/DQ (nothing read).
+def quantized_weights(graph: GraphInfo, floats: Mapping[str, tuple[WeightSource, np.ndarray | None]]) -> tuple[
+    QuantizedWeight, ...
+]:
+    """Every weight and bias DequantizeLinear of `graph`, against the float weight it quantizes where `floats`
+    (pairing.weights: by DequantizeLinear, where from and its values) holds one; () with no Q/DQ.
 
-    A weight quantized correctly is within half a step of its parameter everywhere (round to nearest; a
-    symmetric range covers the largest value): the figure is the max, not a percentile, since nothing
-    about a constant varies with the input. A scale that is zero, negative or not finite (source.qdq_scales)
-    is inf steps, parameter or not: no value of the weight makes it right.
+    A weight quantized correctly is within half a step of its float value wherever that value is inside the
+    grid (round to nearest); one beyond the grid's end saturates there on purpose (AWQ and other clip
+    searches), so it is not judged. The figure is the max, not a percentile, since nothing about a constant
+    varies with the input. A scale that is zero, negative or not finite (source.qdq_scales) is inf steps,
+    float weight or not: no value of the weight makes it right.
     """
     weights = weight_quantizations(graph)
     if not weights:
         return ()
-    constants = {init.name: init for init in graph.model.graph.initializer}
     found = []
     for node in (n for n in graph.nodes if n.name in weights):
-        name = node.inputs[0].removesuffix("_quantized")  # quantize_static's and ModelOpt's naming
-        parameter = parameters.get(name)
         quantization = weights[node.name]
         fault = quantization.fault if quantization is not None else ""
-        steps = _weight_steps(graph, node, constants, parameter) if parameter is not None and not fault else None
+        source, values = floats.get(node.name, (None, None))
+        steps = _weight_steps(graph, node, values) if values is not None and not fault else None
         described = quantization.describe() if quantization is not None else ""
-        parameter_name = name if parameter is not None else None
-        found.append(QuantizedWeight(node.name, parameter_name, math.inf if fault else steps, described, fault))
+        named = source.describe() if source is not None and values is not None else None
+        found.append(QuantizedWeight(node.name, named, math.inf if fault else steps, described, fault, source))
     return tuple(found)
 
 
-def _weight_steps(
-    graph: GraphInfo, node: NodeInfo, constants: Mapping[str, onnx.TensorProto], parameter: np.ndarray
-) -> float | None:
-    """max |(q - zero point) x scale - parameter| / scale, per channel along the node's axis; None where the
-    inputs are not constants or the shapes differ."""
-    from onnx import numpy_helper
+def _weight_steps(graph: GraphInfo, node: NodeInfo, expected: np.ndarray) -> float | None:
+    """max |dequantized - expected| in steps of the scale of each weight's channel or block (its float8 spacing
+    on an FP8 grid), over the weights inside the grid; None where the weight cannot be computed or shapes differ."""
+    from onnx import helper
 
-    if not all(t in constants for t in node.inputs[:2]):
+    from trtdiff.analysis.quant_noise import broadcast_scale, float8_spacing
+
+    computed = _dequantized(graph, node)
+    if computed is None or computed[0].shape != expected.shape:
         return None
-    values = numpy_helper.to_array(constants[node.inputs[0]]).astype(np.float64)
-    if parameter.shape != values.shape:
+    grid, dequantized, grid_type = computed
+    constants = constant_values(graph, set(node.inputs[1:3]))
+    attributes = {a.name: helper.get_attribute_value(a) for a in graph.model.graph.node[node.index].attribute}
+    scale = constants.get(node.inputs[1])
+    step = broadcast_scale(np.asarray(scale, dtype=np.float64), grid.shape, attributes) if scale is not None else None
+    if step is None:
         return None
-    zero_name = node.inputs[2] if len(node.inputs) > 2 else ""
-    zero = numpy_helper.to_array(constants[zero_name]).astype(np.float64) if zero_name in constants else np.zeros(())
-    axis = next((int(a.i) for a in graph.model.graph.node[node.index].attribute if a.name == "axis"), 1)
-    scale = _along(numpy_helper.to_array(constants[node.inputs[1]]).astype(np.float64), values.ndim, axis)
-    zero = _along(zero, values.ndim, axis)
-    error = np.abs((values - zero) * scale - parameter.astype(np.float64))
-    return float(np.max(error / scale, initial=0.0))  # every scale positive: a fault is inf steps before this
+    zero = constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    kind = str(zero.dtype) if zero is not None else grid_type
+    if kind.startswith("float8"):
+        step = step * float8_spacing(grid)
+        ends = _GRID_ENDS["float8_e4m3fn"]
+    else:
+        ends = _GRID_ENDS.get(kind) or (int(np.iinfo(kind).min), int(np.iinfo(kind).max))
+    saturated = ((grid <= ends[0]) & (expected < dequantized)) | ((grid >= ends[1]) & (expected > dequantized))
+    error = np.abs(dequantized - expected) / step
+    return float(np.max(error[~saturated], initial=0.0))
 
 
-def _along(value: np.ndarray, ndim: int, axis: int) -> np.ndarray:
-    """A per-channel scale or zero point (one value per index along `axis`) shaped to broadcast over a weight."""
-    if value.size == 1:
-        return value.reshape(())
-    shape = [1] * ndim
-    shape[axis % ndim] = value.size
-    return value.reshape(shape)
+def _dequantized(graph: GraphInfo, node: NodeInfo) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """(the weight's values on its grid, as stored: q, before the zero point; the DequantizeLinear's output), both
+    float64, and the grid's type ("int4", "int8", "float8_e4m3fn"), by the ONNX reference evaluator on the
+    weight's QuantizeLinear (if any) and DequantizeLinear alone."""
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    nodes = [graph.model.graph.node[node.index]]
+    source = graph.node_of(node.inputs[0])
+    if source is not None and source.op_type == "QuantizeLinear":
+        nodes.insert(0, graph.model.graph.node[source.index])
+    needed = {t for n in nodes for t in n.input if t} - {o for n in nodes for o in n.output}
+    constants = constant_values(graph, needed)
+    if needed - set(constants):
+        return None
+    outputs = [nodes[-1].input[0], nodes[-1].output[0]]
+    model = helper.make_model(
+        helper.make_graph(
+            list(nodes),
+            "weight",
+            [],
+            [helper.make_tensor_value_info(name, TensorProto.UNDEFINED, None) for name in outputs],
+            [numpy_helper.from_array(np.asarray(constants[name]), name) for name in sorted(needed)],
+        ),
+        opset_imports=[helper.make_opsetid("", graph.opset)],
+    )
+    try:
+        grid, dequantized = ReferenceEvaluator(model).run(None, {})
+    except Exception:  # noqa: BLE001 - a weight it cannot compute is listed, not compared
+        return None
+    return np.asarray(grid).astype(np.float64), np.asarray(dequantized).astype(np.float64), str(np.asarray(grid).dtype)

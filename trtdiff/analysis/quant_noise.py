@@ -82,9 +82,10 @@ def linear_variance(graph: GraphInfo, node: NodeInfo, first: Side, second: Side)
         terms.append(_run(graph, node, first[1], second[0]))
     if second[1] is not None:
         terms.append(_run(graph, node, first[0], second[1]))
-    if not terms or any(term is None for term in terms):
+    known = [term for term in terms if term is not None]
+    if not known or len(known) < len(terms):
         return None
-    total: np.ndarray = sum(t for t in terms if t is not None)  # type: ignore[assignment]
+    total: np.ndarray = np.add.reduce(known)
     return total
 
 
@@ -194,11 +195,11 @@ def _variance(
     if shape is None:
         return None
     attributes = {a.name: helper.get_attribute_value(a) for a in graph.model.graph.node[dequantize.index].attribute}
-    step = _broadcast(np.asarray(scale, dtype=np.float64), shape, attributes)
+    step = broadcast_scale(np.asarray(scale, dtype=np.float64), shape, attributes)
     if step is None:
         return None
     points = np.asarray(zero, dtype=np.float64) if zero is not None and zero.dtype.kind in "iu" else np.zeros(())
-    offset = _broadcast(points, shape, attributes) if points.size > 1 else points
+    offset = broadcast_scale(points, shape, attributes) if points.size > 1 else points
     if offset is None:
         return None
     values = np.asarray(stored, dtype=np.float64) - offset if stored is not None else np.asarray(weight) / step
@@ -217,7 +218,7 @@ def float8_spacing(values: np.ndarray) -> np.ndarray:
     return spacing
 
 
-def _broadcast(scale: np.ndarray, shape: tuple[int, ...], attributes: Mapping[str, object]) -> np.ndarray | None:
+def broadcast_scale(scale: np.ndarray, shape: tuple[int, ...], attributes: Mapping[str, object]) -> np.ndarray | None:
     """A DequantizeLinear's scale as one step per weight: per tensor, per channel along `axis`, or per block of
     `block_size` along it (opset 21)."""
     if scale.size == 1:

@@ -96,14 +96,14 @@ def output_checks(
 
 def weight_checks(weights: Sequence[QuantizedWeight], thresholds: Thresholds) -> list[ThresholdCheck]:
     """A QDQ file's weights and biases against the PyTorch parameters they quantize, in steps of their
-    scale (analysis.quant.quantized_weights), against `max_quant_steps`; none where no weight was compared."""
+    scale (analysis.quant.quantized_weights), against `max_weight_steps`; none where no weight was compared."""
     compared = [(w.node, w.steps) for w in weights if w.steps is not None]
     if not compared:
         return []
-    limit = thresholds.max_quant_steps
+    limit = thresholds.max_weight_steps
     failing = tuple(name for name, steps in compared if _breaks(steps, limit, False))
     worst = _worst(compared, max)
-    return [_check("weights", "max_quant_steps", "quant_steps", "torch", limit, worst, failing, len(compared))]
+    return [_check("weights", "max_weight_steps", "quant_steps", "torch", limit, worst, failing, len(compared))]
 
 
 def _finite_check(

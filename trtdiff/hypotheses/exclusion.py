@@ -7,9 +7,10 @@ saying whether the final outputs then pass every check (the gate's; the layers o
 graph pair differently, so their check is not the question):
 - an FP32 graph trtdiff converted to FP16 (`--precision fp16`) is converted again with those
   nodes kept in FP32 (the converter's node_block_list, the `keep_fp32` option);
-- a QDQ file gets the activation Q/DQ in front of those nodes removed (pairing.qdq.unquantized),
-  as ModelOpt's `nodes_to_exclude` leaves them; the weights stay quantized (the float weights are
-  not in the file), so a fault in a weight's Q/DQ is not undone this way.
+- a QDQ file gets the Q/DQ in front of those nodes removed (pairing.qdq.unquantized), as ModelOpt's
+  `nodes_to_exclude` leaves them: an activation reads its float tensor, a weight its float
+  initializer where the file holds one, else the float weight the report's `weights` name (the
+  PyTorch parameter, BatchNorm folded in: pairing.weights); a weight nothing explains stays quantized.
 A graph that came in FP16 is not converted by trtdiff: nothing is checked there.
 """
 
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import onnx
 
 from trtdiff.errors import OptionError
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from trtdiff.options import CompareOptions
     from trtdiff.pipeline.prepare import Progress
     from trtdiff.report import Report
+    from trtdiff.source.onnx_graph import GraphInfo
 
 
 def with_exclusion_checked(
@@ -55,8 +58,9 @@ def with_exclusion_checked(
     elif report.onnx_path is not None and has_qdq(graph := load_graph(report.onnx_path)):
         with tempfile.TemporaryDirectory(prefix="trtdiff-") as folder:
             path = Path(folder) / f"{graph.path.stem}.unquantized.onnx"
-            onnx.save(unquantized(graph, nodes), str(path))
-            how = f"with the activation Q/DQ in front of {', '.join(nodes)} removed (the weights stay quantized)"
+            floats = _float_weights(model, options, report, graph)
+            onnx.save(unquantized(graph, nodes, floats), str(path))
+            how = f"with the Q/DQ in front of {', '.join(nodes)} removed (their float weights restored where known)"
             given = isinstance(model, (str, Path)) and str(model) == report.onnx_path
             faulty = [weight.node for weight in report.weights if weight.fault]
             checked = _again(
@@ -101,6 +105,33 @@ def _again(
         f"exclusion list checked: {how} {len(failed)} of {len(final)} checks of the final outputs still fail "
         f"(first: {failed[0].id if failed else '?'}): keeping these nodes is not enough{why_not}"
     )
+
+
+def _float_weights(
+    model: str | Path | torch.nn.Module, options: CompareOptions, report: Report, graph: GraphInfo
+) -> dict[str, np.ndarray]:
+    """Weight DequantizeLinear -> its float weight, for each weight of `report` a PyTorch parameter explains
+    (`QuantizedWeight.source`), from `model`'s parameters; {} where the model is the ONNX file itself."""
+    sources = {w.node: w.source for w in report.weights if w.source is not None and w.source.parameter is not None}
+    if not sources or (isinstance(model, (str, Path)) and str(model) == report.onnx_path):
+        return {}
+    import torch
+
+    from trtdiff.pairing.weights import weight_values
+    from trtdiff.source.loading import load_model
+
+    load = options.load
+    module = (
+        model
+        if isinstance(model, torch.nn.Module)
+        else load_model(str(model), model_class=load.model_class, trust=load.trust).module
+    )
+    if module is None:
+        return {}
+    parameters = {name: value.detach().float().cpu().numpy() for name, value in module.state_dict().items()}
+    eps = {name: float(m.eps) for name, m in module.named_modules() if isinstance(getattr(m, "eps", None), float)}
+    found = {node: weight_values(source, parameters, eps, graph) for node, source in sources.items()}
+    return {node: values for node, values in found.items() if values is not None}
 
 
 def excluded_nodes(report: Report) -> tuple[str, ...]:

@@ -347,6 +347,11 @@ class Thresholds:
                                          "are judged by their error (99.9th percentile of |delta|) in steps of "
                                          "that DequantizeLinear's scale instead of cosine and rtol: diverged "
                                          "above N steps.")
+    max_weight_steps: float = option(1.0, group=THRESHOLDS, commands=COMPARE, metavar="N",
+                                     help="Each quantized weight of a Q/DQ file is compared with the float weight it "
+                                          "quantizes (the PyTorch parameter, BatchNorm folded in as the export "
+                                          "did): diverged above N steps of its scale anywhere inside the grid "
+                                          "(rounding to nearest leaves at most 0.5).")
     quant_min_cosine: float = option(0.99, group=THRESHOLDS, commands=COMPARE, metavar="X",
                                      help="In a quantized model (Q/DQ nodes) compared with its float model, the "
                                           "final outputs are judged by their cosine against this instead of "
@@ -365,13 +370,15 @@ class Thresholds:
         """Raise OptionError for a threshold outside its range.
 
         NaN is refused everywhere (every comparison with NaN is false, so a NaN limit would pass
-        anything); only the two limits that may be switched off, steps and noise ratio, accept +inf.
+        anything); only the limits that may be switched off (steps, weight steps, noise ratio) accept +inf.
         """
         _in_range("min_cosine", self.min_cosine, -1.0, 1.0, "must be between -1 and 1, e.g. 0.9999")
         _in_range("quant_min_cosine", self.quant_min_cosine, -1.0, 1.0, "must be between -1 and 1, e.g. 0.99")
         _in_range("rtol", self.rtol, 0.0, math.inf, "must be a finite number, 0 or more, e.g. 1e-3")
         if self.max_abs is not None:
             _in_range("max_abs", self.max_abs, 0.0, math.inf, "must be a finite number, 0 or more, e.g. 1e-4")
+        _in_range("max_weight_steps", self.max_weight_steps, 0.0, math.inf, "must be 0 or more (inf: off), e.g. 1",
+                  finite=False)
         _in_range("max_quant_steps", self.max_quant_steps, 0.0, math.inf, "must be 0 or more (inf: off), e.g. 4",
                   finite=False)
         _in_range("max_noise_ratio", self.max_noise_ratio, math.ulp(0.0), math.inf,

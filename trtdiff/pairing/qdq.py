@@ -103,15 +103,27 @@ def weight_dequantizers(graph: GraphInfo) -> list[str]:
 
 
 def weight_quantizations(graph: GraphInfo) -> dict[str, Quantization | None]:
-    """Each weight or bias DequantizeLinear (its input a constant) -> its quantization (None: no constant scale)."""
+    """Each weight or bias DequantizeLinear -> its quantization (None: no constant scale): its input a constant
+    (`--dq_only`, quantize_static), or a QuantizeLinear of one (ModelOpt's default, "fake-quantized")."""
     if not has_qdq(graph):
         return {}
     constants, faults = constant_values(graph), scale_faults(graph)
     return {
-        n.name: _quantization(n, constants, _fault(n, None, faults))
+        n.name: _quantization(n, constants, _fault(n, graph.node_of(n.inputs[0]), faults))
         for n in graph.nodes
-        if n.op_type == "DequantizeLinear" and n.inputs and n.inputs[0] in constants
+        if n.op_type == "DequantizeLinear" and n.inputs and float_weight_of(graph, n, constants) is not None
     }
+
+
+def float_weight_of(graph: GraphInfo, dequantize: NodeInfo, constants: Mapping[str, np.ndarray]) -> str | None:
+    """The constant a weight DequantizeLinear dequantizes: its input, or the float initializer its
+    QuantizeLinear reads ("" where the file holds only the integers); None for an activation's."""
+    if dequantize.inputs[0] in constants:
+        return ""
+    quantize = graph.node_of(dequantize.inputs[0])
+    if quantize is not None and quantize.op_type == "QuantizeLinear" and quantize.inputs[0] in constants:
+        return quantize.inputs[0]
+    return None
 
 
 def dequantized_keys(graph: GraphInfo, capture: TorchCapture, keys: dict[str, str]) -> dict[str, tuple[str, str]]:
@@ -156,7 +168,8 @@ def _quantization(node: NodeInfo, constants: dict[str, np.ndarray], fault: str =
         return None
     zero = constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     zero_point = 0
-    dtype = "int8"
+    stored = constants.get(node.inputs[0])  # a weight's integers: their type is the grid's (int4 has no zero point)
+    dtype = str(stored.dtype) if stored is not None and zero is None else "int8"
     if zero is not None and zero.size:
         dtype = str(zero.dtype)
         if zero.dtype.kind in "iu":
@@ -167,14 +180,17 @@ def _quantization(node: NodeInfo, constants: dict[str, np.ndarray], fault: str =
     return Quantization(node.name, largest, zero_point, dtype, node.outputs[0] if node.outputs else "", fault)
 
 
-def to_exclude(graph: GraphInfo, node_name: str) -> tuple[str, ...]:
-    """The nodes to keep in higher precision for a culprit `node_name` of a quantized graph, as NVIDIA
-    ModelOpt's quantization names them in `nodes_to_exclude`: for a DequantizeLinear, the nodes that
-    read its output (not quantizing their input removes that Q/DQ); for a node that reads or feeds a
-    Q/DQ, the node itself. Empty for a graph with no Q/DQ."""
+def to_exclude(graph: GraphInfo, node_name: str, subgraph: Sequence[str] = ()) -> tuple[str, ...]:
+    """The nodes to keep in higher precision for a culprit `node_name` of a quantized graph (run locally with
+    `subgraph`: a Linear's MatMul before its bias Add), as NVIDIA ModelOpt's quantization names them in
+    `nodes_to_exclude`, the nodes whose inputs it quantizes: for a DequantizeLinear, the nodes that read its
+    output (not quantizing their input removes that Q/DQ); else each node of the culprit's subgraph that reads a
+    DequantizeLinear (an activation's or a weight's); else the node itself where it feeds a Q/DQ. Empty for a
+    graph with no Q/DQ."""
     if not has_qdq(graph):
         return ()
-    node = next((n for n in graph.nodes if n.name == node_name), None)
+    by_name = {n.name: n for n in graph.nodes}
+    node = by_name.get(node_name)
     if node is None:
         return ()
     if node.op_type == "DequantizeLinear":
@@ -182,14 +198,28 @@ def to_exclude(graph: GraphInfo, node_name: str) -> tuple[str, ...]:
         return tuple(n for n in readers if n)
     if node.op_type == "QuantizeLinear":
         return ()
+    members = [by_name[name] for name in dict.fromkeys((node_name, *subgraph)) if name in by_name]
+    quantized = [m.name for m in members if any(_op(graph, t) == "DequantizeLinear" for t in m.inputs)]
+    if quantized:
+        return tuple(quantized)
     near = [graph.node_of(t) for t in node.inputs] + [n for n in graph.nodes if set(node.outputs) & set(n.inputs)]
     return (node.name,) if any(n is not None and n.op_type in _QDQ for n in near) else ()
 
 
-def unquantized(graph: GraphInfo, nodes: Sequence[str]) -> onnx.ModelProto:
-    """A copy of the model with `nodes`' activation inputs unquantized, as ModelOpt's `nodes_to_exclude`
-    leaves them: each input a DequantizeLinear computes from a QuantizeLinear of a float tensor reads
-    that float tensor instead (weights stay as they are: the float ones are not in the file).
+def _op(graph: GraphInfo, tensor: str) -> str | None:
+    """The op type of the node computing `tensor`, None for an input or initializer."""
+    source = graph.node_of(tensor)
+    return source.op_type if source is not None else None
+
+
+def unquantized(
+    graph: GraphInfo, nodes: Sequence[str], floats: Mapping[str, np.ndarray] | None = None
+) -> onnx.ModelProto:
+    """A copy of the model with `nodes`' inputs unquantized, as ModelOpt's `nodes_to_exclude` leaves them: each
+    input a DequantizeLinear computes from a QuantizeLinear of a float tensor reads that float tensor instead;
+    a weight reads its float initializer where the file holds one (ModelOpt's default form), else the float
+    weight `floats` gives for its DequantizeLinear (pairing.weights: the PyTorch parameter, folded), else stays
+    quantized.
 
     A Q/DQ whose zero point is its type's lowest value represents no negative value: it clips at zero,
     and quantize_static folds a Relu into it that way; a Relu then stands in for it. The Q/DQ nodes
@@ -205,6 +235,10 @@ def unquantized(graph: GraphInfo, nodes: Sequence[str]) -> onnx.ModelProto:
     ordered: list[onnx.NodeProto] = []
     for info, node in zip(graph.nodes, model.graph.node, strict=True):  # trtdiff's names: unnamed ones too
         for i, tensor in enumerate(node.input if info.name in wanted else ()):
+            weight = _float_weight(graph, tensor, constants, floats or {}, model)
+            if weight is not None:
+                node.input[i] = weight
+                continue
             float_input = _quantized_from(graph, tensor, constants)
             if float_input is None:
                 continue
@@ -220,6 +254,33 @@ def unquantized(graph: GraphInfo, nodes: Sequence[str]) -> onnx.ModelProto:
     del model.graph.node[:]
     model.graph.node.extend(_read(ordered, {o.name for o in model.graph.output}))
     return model
+
+
+def _float_weight(
+    graph: GraphInfo,
+    tensor: str,
+    constants: Mapping[str, np.ndarray],
+    floats: Mapping[str, np.ndarray],
+    model: onnx.ModelProto,
+) -> str | None:
+    """The float weight to read instead of a weight DequantizeLinear's output `tensor`: the initializer its
+    QuantizeLinear reads, or `floats`' value for it added to `model` as an initializer; None for anything else."""
+    from onnx import numpy_helper
+
+    dequantize = graph.node_of(tensor)
+    if dequantize is None or dequantize.op_type != "DequantizeLinear":
+        return None
+    initializer = float_weight_of(graph, dequantize, constants)
+    if initializer:
+        return initializer
+    if initializer is None or dequantize.name not in floats:
+        return None
+    name = f"{dequantize.name}/trtdiff.float_weight"
+    if all(i.name != name for i in model.graph.initializer):
+        dtype = graph.tensor_type(tensor).dtype or np.dtype(np.float32)  # the DequantizeLinear's output type
+        values = np.asarray(floats[dequantize.name], dtype=dtype)
+        model.graph.initializer.append(numpy_helper.from_array(values, name))
+    return name
 
 
 def _read(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:

@@ -73,14 +73,21 @@ class Run:
 
     @cached_property
     def weights(self) -> tuple[QuantizedWeight, ...]:
-        """A QDQ file's weight DequantizeLinears against the PyTorch parameters (analysis.quant); () without Q/DQ."""
+        """A QDQ file's weight DequantizeLinears against the float weights they quantize (pairing.weights: the
+        PyTorch parameters, BatchNorm folded in where the export folded it), in steps (analysis.quant); () without
+        Q/DQ."""
         module, graph = self.prepared.loaded.module, self.prepared.graph
         if module is None or not has_qdq(graph):
             return ()
         from trtdiff.analysis.quant import quantized_weights
+        from trtdiff.pairing.weights import float_weights, weight_values
 
         parameters = {name: to_host(value.float()) for name, value in module.state_dict().items()}
-        return quantized_weights(graph, parameters)
+        eps = {name: float(m.eps) for name, m in module.named_modules() if isinstance(getattr(m, "eps", None), float)}
+        shapes = {name: tuple(value.shape) for name, value in parameters.items()}
+        sources = float_weights(graph, self.reference.pairing, self.reference.capture, shapes)
+        floats = {node: (source, weight_values(source, parameters, eps, graph)) for node, source in sources.items()}
+        return quantized_weights(graph, floats)
 
     def layer_tensors(self) -> tuple[str, ...]:
         """Sample 0's tensors: those paired with PyTorch, every one several backends share, the outputs."""

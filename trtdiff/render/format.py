@@ -42,6 +42,7 @@ _THRESHOLD_WORDS = {
     "rtol": "rtol",
     "max_abs": "max-abs",
     "max_quant_steps": "max-quant-steps",
+    "max_weight_steps": "max-weight-steps",
     "max_noise_ratio": "max-noise-ratio",
     "quant_min_cosine": "quant-min-cosine",
 }
@@ -184,8 +185,8 @@ def check_message(check: ThresholdCheck, report: Report) -> str:
     if check.scope == "weights":
         fault = next((w.fault for w in report.weights if w.node == check.worst_sample and w.fault), "")
         return (
-            f"max-quant-steps {check.limit:g} on {check.compared} quantized weights against the PyTorch "
-            f"parameters: worst {_general(check.worst)} steps ({check.worst_sample}{': ' + fault if fault else ''})"
+            f"max-weight-steps {check.limit:g} on {check.compared} quantized weights against the float weights "
+            f"they quantize: worst {_general(check.worst)} steps ({check.worst_sample}{': ' + fault if fault else ''})"
         )
     if check.threshold in _THRESHOLD_WORDS:
         return (

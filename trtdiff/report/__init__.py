@@ -44,6 +44,7 @@ from trtdiff.report.model import (
     Threshold as Threshold,
     ThresholdCheck as ThresholdCheck,
     Verdict as Verdict,
+    WeightSource as WeightSource,
     all_pairs as all_pairs,
     number as number,
 )

@@ -59,6 +59,7 @@ Threshold = Literal[
     "max_miou_drop",
     "finite",
     "max_quant_steps",
+    "max_weight_steps",
     "max_noise_ratio",
     "quant_min_cosine",
 ]
@@ -74,6 +75,7 @@ _THRESHOLD_IDS: dict[str, str] = {
     "max_miou_drop": "max-miou-drop",
     "finite": "finite",
     "max_quant_steps": "max-quant-steps",
+    "max_weight_steps": "max-weight-steps",
     "max_noise_ratio": "max-noise-ratio",
     "quant_min_cosine": "quant-min-cosine",
 }
@@ -420,14 +422,35 @@ class SampleResult:
 
 
 @dataclass(frozen=True)
-class QuantizedWeight:
-    """A weight (or bias) DequantizeLinear of a QDQ file, against the PyTorch parameter it quantizes.
+class WeightSource:
+    """The float weight a weight DequantizeLinear quantizes (pairing.weights): a PyTorch parameter
+    (`parameter`, with the BatchNorm module `folded` into it as the exporter did, `transposed` as a MatMul
+    holds a Linear's), or, where no parameter explains it, the file's own float initializer (`initializer`)."""
 
-    `parameter`: the PyTorch name (the quantized initializer's, "conv1.weight_quantized", less its
-    suffix), None where no parameter of the model has it (listed, not compared). `steps`: the largest
-    |dequantized - parameter| in steps of the scale of its channel: at most half a step when the
+    parameter: str | None = None
+    folded: str | None = None
+    transposed: bool = False
+    initializer: str | None = None
+
+    def describe(self) -> str:
+        """ "conv3.weight (bn3 folded in)", "fc1.weight (transposed)" or "the file's float conv1.weight"."""
+        if self.parameter is None:
+            return f"the file's float {self.initializer}"
+        how = [f"{self.folded} folded in"] if self.folded else []
+        how += ["transposed"] if self.transposed else []
+        return f"{self.parameter} ({', '.join(how)})" if how else self.parameter
+
+
+@dataclass(frozen=True)
+class QuantizedWeight:
+    """A weight (or bias) DequantizeLinear of a QDQ file, against the float weight it quantizes.
+
+    `parameter`: what it is compared with, in words (`source.describe()`: "conv3.weight (bn3 folded
+    in)"), None where nothing explains it (listed, not compared). `steps`: the largest |dequantized -
+    float| in steps of the scale of its channel or block, over the values inside the grid (a value
+    beyond the grid's end saturates there by design: clip calibration): at most half a step when the
     weight is quantized correctly (round to nearest), None when not compared; inf where its scale is
-    zero, negative or not finite (`fault` says which and where), with or without a parameter.
+    zero, negative or not finite (`fault` says which and where), with or without a float weight.
     """
 
     node: str
@@ -436,6 +459,8 @@ class QuantizedWeight:
     quantization: str
     fault: str = ""
     """What is wrong with its scale ("its scale conv2.weight_scale is 0 at channel 3 of 8: ..."); "" otherwise."""
+    source: WeightSource | None = None
+    """Where its float values come from (the exclusion check restores them), None where nothing explains it."""
 
 
 @dataclass(frozen=True)
