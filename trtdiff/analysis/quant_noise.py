@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 LINEAR = {"Conv": (1,), "ConvTranspose": (1,), "MatMul": (1, 0), "Gemm": (1, 0)}
 """The ops whose output error from rounded weights is a sum of input times weight error, and which of their
 inputs may hold the weight (tried in this order)."""
+_MOVES = frozenset({"Transpose", "Reshape", "Identity"})  # ops that move a weight's values, changing none
 _E4M3_MANTISSA = 3
 _E4M3_MIN_EXPONENT = -6  # below it float8e4m3fn is subnormal: spacing 2^-9
 
@@ -52,7 +53,8 @@ class WeightRounding:
 
 def weight_roundings(graph: GraphInfo) -> dict[str, WeightRounding]:
     """By output tensor: every linear node of `graph` whose weight is a DequantizeLinear of a constant (or of a
-    QuantizeLinear of one: ModelOpt's default form), with the rounding variance of each of its weights."""
+    QuantizeLinear of one: ModelOpt's default form), with the rounding variance of each of its weights; a
+    weight moved on the way (the Transpose ModelOpt's PyTorch route writes before a MatMul) moves them too."""
     if not any(n.op_type == "DequantizeLinear" for n in graph.nodes):
         return {}
     constants = constant_values(graph)
@@ -61,8 +63,14 @@ def weight_roundings(graph: GraphInfo) -> dict[str, WeightRounding]:
         for index in LINEAR.get(node.op_type, ()):
             if index >= len(node.inputs) or not node.outputs:
                 continue
-            dequantize = graph.node_of(node.inputs[index])
+            dequantize, moves = graph.node_of(node.inputs[index]), []
+            while dequantize is not None and dequantize.op_type in _MOVES and dequantize.inputs:
+                moves.append(dequantize)
+                dequantize = graph.node_of(dequantize.inputs[0])
             rounded = _variance(graph, dequantize, constants) if dequantize is not None else None
+            for move in reversed(moves if rounded is not None else []):
+                moved = [moved_like(graph, move, values) for values in rounded or ()]
+                rounded = (moved[0], moved[1]) if moved[0] is not None and moved[1] is not None else None
             if rounded is not None:
                 found[node.outputs[0]] = WeightRounding(node.name, index, *rounded)
                 break

@@ -137,8 +137,10 @@ def load_graph(path: str | Path) -> GraphInfo:
         ) from error
     if not model.graph.node:
         raise OnnxFileError(f"{path}: the ONNX graph has no nodes; re-export the model")
-    from trtdiff.source.trt_ops import standard_ops
+    from trtdiff.source.trt_ops import standard_ops, unread_op
 
+    if (unread := unread_op(model)) is not None:
+        raise OnnxFileError(f"{path}: {unread}")
     model, notes = standard_ops(model)
     return dataclasses.replace(graph_from_model(model, path), notes=notes) if notes else graph_from_model(model, path)
 

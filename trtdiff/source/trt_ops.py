@@ -24,6 +24,20 @@ _STANDARD = {"TRT_FP8QuantizeLinear": "QuantizeLinear", "TRT_FP8DequantizeLinear
 _OPSET = 19  # FP8 QuantizeLinear and DequantizeLinear
 
 
+def unread_op(model: onnx.ModelProto) -> str | None:
+    """Why a `trt` op of `model` cannot be compared, with what to do instead (its INT4 `trt::DequantizeLinear`,
+    see the module docstring); None where there is none."""
+    node = next((n for n in model.graph.node if n.domain == TRT_DOMAIN and n.op_type == "DequantizeLinear"), None)
+    if node is None:
+        return None
+    return (
+        f"node {node.name or node.output[0]} is TensorRT's own trt::DequantizeLinear (INT4 blockwise weights of "
+        "ModelOpt's PyTorch route), which no runtime here computes and trtdiff does not read yet; quantize the "
+        "FP32 ONNX file with ModelOpt's ONNX route instead (python -m modelopt.onnx.quantization --quantize_mode "
+        "int4), whose standard DequantizeLinear with block_size trtdiff compares"
+    )
+
+
 def has_trt_ops(model: onnx.ModelProto) -> bool:
     """Whether `model` holds a node of TensorRT's `trt` domain."""
     return any(node.domain == TRT_DOMAIN for node in model.graph.node)
