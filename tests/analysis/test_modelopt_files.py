@@ -93,5 +93,13 @@ def test_folded_weights_are_compared_with_the_batch_norm_folded_in() -> None:
 
 
 def test_the_pytorch_routes_int4_file_is_refused_with_what_to_do() -> None:
-    with pytest.raises(OnnxFileError, match="trt::DequantizeLinear.*modelopt.onnx.quantization"):
+    with pytest.raises(OnnxFileError, match=r"trt::DequantizeLinear.*modelopt\.onnx\.quantization"):
         compare(UNREAD)
+
+
+@pytest.mark.parametrize("name", ["cnn_ts17_autocast_fp16.onnx", "llm_ts17_autocast_fp16.onnx"])
+def test_an_autocast_file_with_float16_inputs_gets_its_float16_benchmark(name: str) -> None:
+    """Its inputs are float16: the benchmark (float32 kernels, float16 rounding on the CPU) runs on them."""
+    report = compare(name)
+    assert report.passed
+    assert not [note for note in report.notes if "benchmark of the PyTorch model could not run" in note]

@@ -116,8 +116,8 @@ def _rounded(bench: TorchReference, feeds: dict[str, np.ndarray]) -> tuple[Torch
         for tensor in [*module.parameters(), *module.buffers()]:
             if tensor.dtype == torch.float32:
                 tensor.copy_(tensor.to(torch.float16))
-    rounded = {
-        name: value.astype(np.float16).astype(np.float32) if value.dtype == np.float32 else value
+    rounded = {  # a float16 input (an AutoCast file without --keep_io_types) is fed as the float32 it holds
+        name: value.astype(np.float16).astype(np.float32) if value.dtype in (np.float32, np.float16) else value
         for name, value in feeds.items()
     }
     return dataclasses.replace(bench, module=module, dtype="float32", cast=None), rounded
