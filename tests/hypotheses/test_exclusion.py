@@ -104,8 +104,8 @@ def test_evil_names_get_one_exact_line_each_and_the_check_applies_them(evil_qdq:
         assert line.isprintable() and not line.lstrip().startswith("::"), line
         assert _matched(line, names) == [name]  # as ModelOpt applies it: that node, no other
     checked = (
-        "exclusion list checked: with the activation Q/DQ in front of /conv2/evil\n/conv3/Conv, "
-        "/\x1b[31m::error::(x.y)$^ z\n removed (the weights stay quantized) the final outputs pass every check"
+        "exclusion list checked: with the Q/DQ in front of /conv2/evil\n/conv3/Conv, "
+        "/\x1b[31m::error::(x.y)$^ z\n removed (their float weights restored where known) the final outputs pass every check"
     )
     assert checked in report.notes and culprit.exclude_nodes == tuple(EVIL.values())
     assert "\x1b" not in result.output and not any(line.lstrip().startswith("::") for line in result.output.split("\n"))
@@ -137,6 +137,6 @@ def test_a_node_no_line_can_name_alone_is_left_to_a_note(evil_qdq: Path, tmp_pat
     ) in text
     report = Report.from_json(saved.read_text())
     assert any(
-        n.endswith(f"Add_{index} removed (the weights stay quantized) the final outputs pass every check")
+        n.endswith(f"Add_{index} removed (their float weights restored where known) the final outputs pass every check")
         for n in report.notes
     ), report.notes

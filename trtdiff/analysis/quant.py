@@ -197,7 +197,7 @@ def _dequantized(graph: GraphInfo, node: NodeInfo) -> tuple[np.ndarray, np.ndarr
             [helper.make_tensor_value_info(name, TensorProto.UNDEFINED, None) for name in outputs],
             [numpy_helper.from_array(np.asarray(constants[name]), name) for name in sorted(needed)],
         ),
-        opset_imports=[helper.make_opsetid("", graph.opset)],
+        opset_imports=[helper.make_opsetid("", max(graph.opset, 19))],  # the evaluator has no Q/DQ before 19
     )
     try:
         grid, dequantized = ReferenceEvaluator(model).run(None, {})

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,7 +62,8 @@ def with_exclusion_checked(
             onnx.save(unquantized(graph, nodes, floats), str(path))
             how = f"with the Q/DQ in front of {', '.join(nodes)} removed (their float weights restored where known)"
             given = isinstance(model, (str, Path)) and str(model) == report.onnx_path
-            faulty = [weight.node for weight in report.weights if weight.fault]
+            kept = set(nodes)
+            faulty = [w.node for w in report.weights if w.fault and not _restored(graph, w.node, floats, kept)]
             checked = _again(
                 path if given else model,
                 options if given else options.with_fields(onnx=str(path)),
@@ -132,6 +133,18 @@ def _float_weights(
     eps = {name: float(m.eps) for name, m in module.named_modules() if isinstance(getattr(m, "eps", None), float)}
     found = {node: weight_values(source, parameters, eps, graph) for node, source in sources.items()}
     return {node: values for node, values in found.items() if values is not None}
+
+
+def _restored(graph: GraphInfo, dequantize: str, floats: Mapping[str, np.ndarray], kept: set[str]) -> bool:
+    """Whether the weight DequantizeLinear `dequantize` is read in float in the unquantized graph: a node kept in
+    higher precision reads it, and its float weight is known (in `floats`, or the file's initializer)."""
+    from trtdiff.pairing.qdq import float_weight_of
+    from trtdiff.source.onnx_graph import constant_values
+
+    node = next((n for n in graph.nodes if n.name == dequantize), None)
+    if node is None or not any(node.outputs[0] in n.inputs for n in graph.nodes if n.name in kept):
+        return False
+    return dequantize in floats or bool(float_weight_of(graph, node, constant_values(graph)))
 
 
 def excluded_nodes(report: Report) -> tuple[str, ...]:

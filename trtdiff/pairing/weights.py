@@ -67,6 +67,8 @@ def float_weights(
         initializer = float_weight_of(graph, node, constants)
         shape = _shape(graph, node.inputs[0], constants)
         source = _parameter(graph, node.outputs[0], pairing, capture, shapes, shape) if shape is not None else None
+        if source is None and shape is not None:
+            source = _named(graph, node.outputs[0], initializer or node.inputs[0], pairing, capture, shapes, shape)
         if source is None and initializer:
             source = WeightSource(initializer=initializer)
         if source is not None:
@@ -109,6 +111,28 @@ def _parameter(
     if (own[::-1] if transposed else own) != shape:
         return None
     return WeightSource(parameter, _folded(reader.outputs[0], pairing, capture, module), transposed)
+
+
+def _named(
+    graph: GraphInfo,
+    weight: str,
+    stored: str,
+    pairing: Pairing | None,
+    capture: TorchCapture | None,
+    shapes: Mapping[str, tuple[int, ...]],
+    shape: tuple[int, ...],
+) -> WeightSource | None:
+    """The PyTorch parameter the file names (`stored`, less quantize_static's and ModelOpt's "_quantized"
+    suffix: a bias), of the weight's shape, where no reader's output is paired with a BatchNorm (folded in,
+    the values are no longer the parameter's); None otherwise."""
+    name = stored.removesuffix("_quantized")
+    if shapes.get(name) != shape:
+        return None
+    readers = [n for n in graph.nodes if weight in n.inputs]
+    folded = pairing is not None and any(
+        _folded(o, pairing, capture, None) is not None for reader in readers for o in reader.outputs
+    )
+    return None if folded else WeightSource(name)
 
 
 def _transposes(graph: GraphInfo, reader: NodeInfo) -> bool:
