@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -70,3 +71,31 @@ def test_a_golden_reference_casts_the_module_once_for_every_recording_derived_fr
     assert golden.cast is not None and again.cast is golden.cast and golden.cast is not model
     assert next(golden.cast.parameters()).dtype == torch.float64 and next(model.parameters()).dtype == torch.float32
     assert golden.at("float32").cast is None and golden.at("float32") == TorchReference(model)
+
+
+class ConvBnStack(nn.Module):
+    """Conv-BatchNorm-ReLU x3: on CUDA a float64 golden records native_batch_norm, a float16 run cudnn_batch_norm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(
+            *(m for i in range(3) for m in (nn.Conv2d(4 if i else 3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()))
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU visible to torch (none here)")
+def test_on_a_gpu_every_op_after_a_batch_norm_keeps_its_benchmark_figure() -> None:
+    """The float64 golden and the float16 benchmark call different BatchNorm kernels on CUDA (native_batch_norm,
+    cudnn_batch_norm): the same kind of op in the same module, so every op after it keeps its figure."""
+    model = ConvBnStack().eval()
+    feeds = make_inputs(["x"], shapes=["1x3x32x32"], seed=0)
+    golden = TorchReference(model, dtype="float64", device="cuda")
+    with TensorStore() as store:
+        recorded = golden.record(feeds, store=store)
+        errors, notes = benchmark_errors(golden, recorded, "fp16")
+    assert not notes
+    floats = [r.key for r in recorded.records if r.dtype == "float64"]
+    assert len(floats) == 9 and set(errors) >= set(floats)
