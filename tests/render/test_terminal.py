@@ -419,3 +419,38 @@ def test_recovered_says_what_it_measures_mIoU_or_the_output_error_alike_everywhe
             "fixing it alone recovers no measurable mIoU (final rel-err 8.38e-02 -&gt; 0.00e+00)" in text
         )
         assert "nothing measurable" not in text and "no culprit alone recovers" not in text
+
+
+def test_a_failing_report_never_says_pass_in_any_terminal_mode(
+    passing: Report, diverged: Report, gated: Report, drift: Report, advised: Report
+) -> None:
+    """Issue 40, item 5: "PASS: all 51 compared tensors agree" above a failed gate. The original file's checks
+    hold but the simplified file's fail (--simplify): the report failed, and every mode says FAIL, never PASS;
+    the simplified file's line words its checks. And a failed layers check alone still ends with FAIL."""
+    from nonfinite_reports import nan_report
+
+    simplified_fails = dataclasses.replace(passing, passed=False, simplified=diverged)
+    layers_only = dataclasses.replace(
+        diverged, checks=(diverged.checks[0], *(dataclasses.replace(c, passed=True, failing_samples=(), failed=0)
+                                                for c in diverged.checks[1:]))
+    )  # fmt: skip
+    contradicting = dataclasses.replace(passing, passed=False)  # a report put together by hand
+    for report in (simplified_fails, layers_only, contradicting, diverged, gated, drift, advised, nan_report(passing)):
+        for show_all in (False, True):
+            assert "PASS" not in render(report, show_all=show_all)
+            wide = io.StringIO()  # no line wrapped: the verdict is the last line
+            render_terminal(report, Console(file=wide, width=2000, color_system=None), show_all=show_all)
+            assert lines(wide.getvalue())[-1].startswith("FAIL: "), wide.getvalue()
+        out = io.StringIO()
+        render_verdict(report, _console(out))
+        assert "PASS" not in out.getvalue() and out.getvalue().startswith("FAIL: "), out.getvalue()
+    text = flat(render(simplified_fails))
+    assert text.endswith(
+        "FAIL: the simplified file's comparison failed: 3 of 3 checks failed: layers/torch~onnxruntime, "
+        "outputs/min-cosine/torch~onnxruntime, outputs/rtol/torch~onnxruntime (the original's checks hold)"
+    )
+    assert "simplified (): 3 of 3 checks fail; first divergence /decoder/Resize (Resize); paired 3 of 3" in text
+    assert flat(render(layers_only)).endswith("FAIL: 1 of 3 checks failed: layers/torch~onnxruntime")
+    from trtdiff.render.markdown import render_markdown
+
+    assert "❌ FAIL — the simplified file's comparison failed (3 of 3 checks)" in render_markdown(simplified_fails)

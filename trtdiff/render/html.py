@@ -29,6 +29,7 @@ from trtdiff.render.format import (
     divergence_figures,
     divergence_node,
     escape_html as esc,
+    failed_count_text,
     format_value,
     inputs_text,
     layer_index,
@@ -129,9 +130,9 @@ def write_html(report: Report, path: str | Path) -> None:
 
 
 def _header(report: Report) -> str:
-    failed, total = len(report.failed_checks), len(report.checks)
+    total = len(report.checks)
     verdict = '<span class="verdict pass">PASS</span>' if report.passed else '<span class="verdict fail">FAIL</span>'
-    summary = f"{plural(total, 'check')} passed" if report.passed else f"{failed} of {plural(total, 'check')} failed"
+    summary = f"{plural(total, 'check')} passed" if report.passed else failed_count_text(report)
     limits = thresholds_text(report.thresholds)
     facts = [
         f"model <code>{esc(report.model)}</code>",

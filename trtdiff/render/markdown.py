@@ -25,6 +25,7 @@ from trtdiff.render.format import (
     agreeing_text,
     divergence_figures,
     divergence_node,
+    failed_count_text,
     format_value,
     inputs_text,
     limit_text,
@@ -64,11 +65,11 @@ def write_markdown(report: Report, path: str | Path, *, append: bool = False) ->
 
 
 def _verdict(report: Report) -> str:
-    failed, total = len(report.failed_checks), len(report.checks)
+    total = len(report.checks)
     if report.passed:
         head = f"### trtdiff: ✅ PASS — {plural(total, 'check')} passed"
     else:
-        head = f"### trtdiff: ❌ FAIL — {failed} of {plural(total, 'check')} failed"
+        head = f"### trtdiff: ❌ FAIL — {failed_count_text(report)}"
     facts = [
         _code(report.model),
         f"inputs {_text(inputs_text(report.inputs))}",

@@ -30,6 +30,7 @@ from trtdiff.render.format import (
     divergence_figures,
     divergence_head,
     engines_line,
+    failure_text,
     inputs_text,
     marking_changed_line,
     non_finite_failed,
@@ -74,8 +75,6 @@ def render_terminal(report: Report, console: Console, *, show_all: bool = False)
             SafeText(f"… {hidden} more compared layers after the first divergence (--all shows them)", style="dim")
         )
     _verdict(report, console)
-    if report.simplified is not None:
-        console.print(SafeText(simplified_line(report.simplified)))
 
 
 def render_verdict(report: Report, console: Console) -> None:
@@ -106,11 +105,13 @@ def render_verdict(report: Report, console: Console) -> None:
 
 
 def _verdict_line(report: Report) -> Text:
-    """The verdict in one line: PASS (all tensors agree, or all checks hold) or FAIL with the failed checks."""
-    failed = report.failed_checks
-    if failed:
-        ids = ", ".join(check.id for check in failed)
-        return SafeText.assemble(("FAIL", "bold red"), f": {len(failed)} of {len(report.checks)} checks failed: {ids}")
+    """The verdict in one line: PASS (all tensors agree, or all checks hold) or FAIL with what failed.
+
+    The one line of the terminal that says PASS, and only for a report that passed (`Report.passed`, which
+    the simplified file's comparison is part of): a report that failed says FAIL, with its own failed checks
+    or the simplified file's (`failure_text`)."""
+    if not report.passed or report.failed_checks:
+        return SafeText.assemble(("FAIL", "bold red"), f": {failure_text(report)}")
     if report.first_divergence is None:
         pairs = ", ".join(map(str, report.pairs)) or "no pairs"
         allowed = " NaN/Inf allowed, at the same positions." if report.non_finite else ""
@@ -382,13 +383,11 @@ def _verdict(report: Report, console: Console) -> None:
     for line in non_finite_lines(report):
         console.print(SafeText.assemble(("NON-FINITE", style), f": {line}"))
     failed = report.failed_checks
-    first = report.first_divergence
-    if not failed and first is None:
-        console.print(_verdict_line(report))
-        return
-    _findings(report, console, "bold red" if failed else "bold yellow")
-    if not failed or any(check.scope != "layers" for check in failed):
-        console.print(_verdict_line(report))
+    if failed or report.first_divergence is not None:
+        _findings(report, console, "bold red" if failed else "bold yellow")
+    if report.simplified is not None:
+        console.print(SafeText(simplified_line(report.simplified)))
+    console.print(_verdict_line(report))  # the last line, whatever came before it
 
 
 def _findings(report: Report, console: Console, style: str) -> None:
@@ -436,9 +435,15 @@ def pairing_line(summary: PairingSummary, not_compared: int) -> str:
 
 
 def simplified_line(simplified: Report) -> str:
-    """One line on the simplified file's comparison, beside the original's."""
+    """One line on the simplified file's comparison, beside the original's: its checks in words (never the
+    verdict's PASS, which the whole report's line alone says), its finding, its pairing."""
     how = next((n.removeprefix("simplified with ") for n in simplified.notes if n.startswith("simplified with ")), "")
-    result = "PASS" if simplified.passed else "FAIL"
+    failed = simplified.failed_checks
+    total = len(simplified.checks)
+    if failed or not simplified.passed:
+        result = f"{len(failed)} of {plural(total, 'check')} {'fails' if len(failed) == 1 else 'fail'}"
+    else:
+        result = f"its {plural(total, 'check')} {'holds' if total == 1 else 'hold'}"
     culprit, first = simplified.culprit, simplified.first_divergence
     if culprit is not None:
         finding = f"culprit {culprit.onnx_node} ({culprit.op_type}, {culprit.verdict})"
