@@ -288,3 +288,21 @@ def test_attribution_alone_and_cumulative_with_the_fix(advised: Report) -> None:
     assert f"</ol>{closing}<br></div>" in text, "the culprits box closes with it"
     assert f"</table>\n<p>{closing}</p>" in text, "and so does the attribution table"
     assert "-0.0004" not in text
+
+
+def test_the_per_sample_plot_shows_the_figure_of_the_check_that_failed(gated: Report) -> None:
+    """Issue 40, item 8: cosine held and rtol failed, yet the per-sample plot drew cosine alone."""
+    from trtdiff.render.html_plots import sample_metrics, samples_svg
+
+    cosine, rtol = gated.checks[:2]
+    held = dataclasses.replace(cosine, passed=True, failing_samples=(), failed=0, limit=0.999)
+    failed = dataclasses.replace(rtol, passed=False, failing_samples=("sample-0",), failed=1, limit=0.0001)
+    report = dataclasses.replace(gated, checks=(held, failed, *gated.checks[2:]))
+    assert sample_metrics(report) == ["rel_err"] and sample_metrics(gated) == ["cosine"]
+    svg = samples_svg(report)
+    assert "relative error, final outputs" in svg and "rtol 0.0001" in svg
+    assert "1 − cosine" not in svg and "min-cosine" not in svg
+    assert "out torch~onnxruntime: cosine 0.999950, rel-err 5.00e-04\nmIoU" in svg, "the hover title"
+    both = dataclasses.replace(report, checks=(dataclasses.replace(cosine, limit=0.99999), failed))
+    assert sample_metrics(both) == ["cosine", "rel_err"]
+    assert "1 − cosine, final outputs" in samples_svg(both) and "rtol 0.0001" in samples_svg(both)

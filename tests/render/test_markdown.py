@@ -71,7 +71,7 @@ def test_first_divergence_and_suspects(diverged: Report) -> None:
     text = render_markdown(diverged)
     assert _line(text, "**First divergence:**") == (
         "**First divergence:** `/decoder/Resize` (Resize, module `decoder`) on torch~onnxruntime — cosine 0.999854, "
-        "max-abs 1.04e-02, rel-err 2.64e-02 (cosine 0.999854 &lt; 0.9999; rel-err 2.64e-02 &gt; 0.001); "
+        "max-abs 1.04e-02, rel-err 2.64e-02 (cosine 0.999854 < 0.9999; rel-err 2.64e-02 > 0.001); "
         "2 of 4 layers diverge."
     )
     assert _line(text, "Suspects") == (
@@ -140,10 +140,10 @@ def test_culprits_list_before_the_first_divergence(culprits: Report) -> None:
         "**Culprits:**",
         "1. `/decoder/Resize` (Resize, module `decoder`) on torch~onnxruntime: local rel-err 2.64e-02 vs accumulated "
         "2.64e-02, cosine 0.999854; export problem (the ONNX spec computes the same); injecting torch's value recovers "
-        "0.1450 of 0.1540 mIoU (final rel-err 1.14e-01 -&gt; 7.10e-03)",
+        "0.1450 of 0.1540 mIoU (final rel-err 1.14e-01 -> 7.10e-03)",
         "2. `/head/Conv` (Conv, module `head`) on torch~onnxruntime: local rel-err 7.10e-03 vs accumulated 1.14e-01, "
         "cosine 0.999900; runtime problem (onnxruntime deviates from the ONNX spec); injecting torch's values here "
-        "and at the 1 earlier culprit recovers 0.1540 of 0.1540 mIoU (final rel-err 1.14e-01 -&gt; 2.00e-07)",
+        "and at the 1 earlier culprit recovers 0.1540 of 0.1540 mIoU (final rel-err 1.14e-01 -> 2.00e-07)",
     ]
     assert start < text.index("**First divergence:**")
     assert "inherited" not in text and "**Drift**" not in text
@@ -157,7 +157,7 @@ def test_one_culprit_and_an_inherited_first_divergence(inherited: Report) -> Non
     )
     assert _line(text, "**First divergence:**") == (
         "**First divergence:** `/head/Conv` (Conv, module `head`) on torch~onnxruntime — cosine 0.999225, "
-        "max-abs 3.10e-01, rel-err 1.14e-01 (cosine 0.999225 &lt; 0.9999; rel-err 1.14e-01 &gt; 0.001) "
+        "max-abs 3.10e-01, rel-err 1.14e-01 (cosine 0.999225 < 0.9999; rel-err 1.14e-01 > 0.001) "
         "(inherited from `/decoder/Resize`); 1 of 3 layers diverge."
     )
     assert text.index("**Culprit:**") < text.index("**First divergence:**")
@@ -197,7 +197,7 @@ def test_culprits_carry_the_fix_and_what_fixing_each_alone_recovers(advised: Rep
     )
     assert block[2].endswith(
         "runtime problem (onnxruntime deviates from the ONNX spec); fixing it alone recovers no measurable mIoU "
-        "(final rel-err 1.14e-01 -&gt; 1.14e-01); injecting torch's values here and at the 1 earlier culprit "
-        "recovers 0.1540 of 0.1540 mIoU (final rel-err 1.14e-01 -&gt; 2.00e-07)"
+        "(final rel-err 1.14e-01 -> 1.14e-01); injecting torch's values here and at the 1 earlier culprit "
+        "recovers 0.1540 of 0.1540 mIoU (final rel-err 1.14e-01 -> 2.00e-07)"
     )
     assert block[3:] == ["", "`/decoder/Resize` alone carries 94% of the 0.1540 mIoU lost.", ""]
