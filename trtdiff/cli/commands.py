@@ -9,7 +9,9 @@ app.py renders as flags.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from trtdiff.cli.flags import Given, given
@@ -47,7 +49,7 @@ def compare_command(model: str, values: Mapping[str, Any]) -> bool:
     options = options.with_fields(**_one_combination(read.axes))
     options = _keep_onnx_beside(options, files)
     options.validate()
-    with progress_display(read.reports.quiet) as progress:
+    with progress_display(read.reports.quiet) as progress, quiet_warnings(read.reports.quiet):
         try:
             report = compare(model, options, progress=progress, name_of=flag_of, origins=sources.origins)
         except OptionError as error:
@@ -88,6 +90,18 @@ def _is_onnx_file(model: str) -> bool:
             return path.suffix.lower() == ".onnx" or file.read(1) == b"\x08"
     except OSError:
         return False
+
+
+@contextmanager
+def quiet_warnings(quiet: bool) -> Iterator[None]:
+    """With --quiet, no Python warning of the libraries trtdiff runs (torch's, ONNX Runtime's): the terminal
+    shows the verdict lines only; what trtdiff finds is in the report and its notes."""
+    if not quiet:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def _keep_onnx_beside(options: CompareOptions, files: ReportFiles) -> CompareOptions:
@@ -131,7 +145,7 @@ def _sweep_command(
     from trtdiff.render.sweep_text import render_sweep
 
     options.validate()
-    with progress_display(quiet) as progress:
+    with progress_display(quiet) as progress, quiet_warnings(quiet):
         result = sweep(
             model,
             options,
