@@ -226,11 +226,11 @@ def sample_metrics(report: Report) -> list[str]:
     """The final outputs' figures the per-sample plot shows: those of the output checks that failed (cosine,
     rel-err, max-abs, quantization steps, noise ratio; at most two), else the figure the output checks judge
     (quantization steps or noise ratio where they do), else cosine."""
-    checked = [c.metric for c in report.checks if c.scope == "outputs" and c.metric in _SAMPLE_WORDS]
-    failed = [c.metric for c in report.failed_checks if c.scope == "outputs" and c.metric in _SAMPLE_WORDS]
+    checked: list[str] = [c.metric for c in report.checks if c.scope == "outputs" and c.metric in _SAMPLE_WORDS]
+    failed: list[str] = [c.metric for c in report.failed_checks if c.scope == "outputs" and c.metric in _SAMPLE_WORDS]
     if failed:
         return list(dict.fromkeys(failed))[:2]
-    judged = [m for m in ("quant_steps", "noise_ratio") if m in checked]
+    judged: list[str] = [m for m in ("quant_steps", "noise_ratio") if m in checked]
     return judged[:1] or ["cosine"]
 
 
