@@ -30,7 +30,7 @@ from trtdiff.report import (
 )
 from trtdiff.report.text import html as safe_html
 
-BACKEND_SHORT = {"torch": "pt", "onnxruntime": "ort", "tensorrt": "trt"}
+BACKEND_SHORT = {"torch": "pt", "onnxruntime": "ort", "tensorrt": "trt", "onnx-reference": "ref", "openvino": "ov"}
 MAX_SUSPECTS = 8
 MAX_CONTRIBUTORS = 3
 MAX_NOISE_NAMES = 8
@@ -120,7 +120,7 @@ def plural(count: int, word: str) -> str:
 
 
 def short_backend(name: str) -> str:
-    """pt, ort, trt; other backends keep their name."""
+    """pt, ort, trt, ref (onnx-reference), ov (openvino); other backends keep their name."""
     return BACKEND_SHORT.get(name, name)
 
 

@@ -14,9 +14,11 @@ from trtdiff import outputs
 from trtdiff.render.culprits import (
     attribution_of,
     attribution_summary,
+    culprit_groups,
     culprit_text,
     culprits_of,
     drift_text,
+    exclusion_text,
     inherited_text,
     miou_lost,
     verdict_text,
@@ -169,11 +171,13 @@ def _divergence(report: Report) -> str:
 
 def _finding(report: Report) -> str:
     """A box naming the culprits (what introduced the error), or the drift that no culprit explains."""
-    culprits = culprits_of(report)
-    if culprits:
-        head = "Culprit" if len(culprits) == 1 else "Culprits"
-        items = "".join(f"<li>{culprit_text(report, c, _code, esc)}</li>" for c in culprits)
+    groups = culprit_groups(report)
+    if groups:
+        head = "Culprit" if len(groups) == 1 else "Culprits"
+        items = "".join(f"<li>{culprit_text(report, g, _code, esc)}</li>" for g in groups)
         closing = "".join(f"{sentence}.<br>" for sentence in attribution_summary(report, _code, esc))
+        exclusion = exclusion_text(report)
+        closing += f"{esc(exclusion)}.<br>" if exclusion else ""
         return f'<div class="box find"><b>{head}</b> (where the error is introduced):<ol>{items}</ol>{closing}</div>'
     if report.drift is not None:
         pair = esc(str(report.drift.pair))

@@ -17,6 +17,7 @@ from trtdiff.render.culprits import (
     culprit_text,
     culprits_of,
     drift_text,
+    exclusion_text,
     grouped_culprits,
     inherited_text,
     noise_text,
@@ -138,6 +139,8 @@ def _culprits(report: Report) -> str:
     most of the loss; "" for none."""
     culprits, noise = grouped_culprits(report)
     closing = "".join(f"\n\n{sentence}." for sentence in attribution_summary(report, _code, _text))
+    exclusion = exclusion_text(report)
+    closing += f"\n\n{_text(exclusion)}." if exclusion and culprits else ""
     if len(culprits) == 1 and not noise:
         return f"**Culprit:** {culprit_text(report, culprits[0], _code, _text)}{closing}"
     items = [f"{number}. {culprit_text(report, c, _code, _text)}" for number, c in enumerate(culprits, start=1)]
