@@ -118,6 +118,15 @@ def judged_header(kinds: Sequence[Kind], thresholds: Thresholds) -> str:
     return f"{'rel' if kind == 'rel' else kind}≤{limit_text(limit_of(kind, thresholds))}"
 
 
+def judged_title(kinds: Sequence[Kind], thresholds: Thresholds) -> str:
+    """The judged column's head in words, for Markdown and HTML: "rel-err ≤ 1e-3", "noise ratio ≤ 8",
+    "quantization steps ≤ 8"; a column of several kinds names each with the unit its cells carry
+    ("quantization steps (st) ≤ 8 / rel-err ≤ 1e-3")."""
+    shown = list(kinds) or ["rel"]
+    units = {kind: f" ({UNITS[kind]})" if len(shown) > 1 and UNITS[kind] else "" for kind in shown}
+    return " / ".join(f"{_WORDS[kind]}{units[kind]} ≤ {limit_text(limit_of(kind, thresholds))}" for kind in shown)
+
+
 def judged_legend(kinds: Sequence[Kind], thresholds: Thresholds) -> str:
     """ "judged: quantization steps (st) ≤ 8, rel-err ≤ 0.001" for a column of several kinds; "" for one."""
     if len(kinds) < 2:
