@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 
+import pytest
 from rich.console import Console
 
 from trtdiff.render.table import WIDTH
@@ -21,7 +23,7 @@ def render(report: Report, *, show_all: bool = False, width: int = WIDTH) -> lis
 
 def table(rows: list[str]) -> list[str]:
     """The table's lines: from its head to the last line before what follows it."""
-    start = next(i for i, row in enumerate(rows) if row.startswith("# op"))
+    start = next(i for i, row in enumerate(rows) if row.lstrip().startswith("# op"))
     end = next(i for i in range(start + 1, len(rows)) if not rows[i][:1].isdigit() and not rows[i].startswith(" "))
     return rows[start:end]
 
@@ -165,3 +167,30 @@ def test_exact_rows_count_the_elements_that_differ(passing: Report) -> None:
     )
     rows = table(render(report, show_all=True))
     assert rows[1].split()[-2:] == ["exact", "ok"] and rows[2].split()[-3:] == ["3", "differ", "DIVERGED"]
+
+
+@pytest.mark.slow
+def test_no_cell_is_cut_for_four_backends_on_the_demo_model() -> None:
+    """Issue 40, item 1, screenshot-free: the demo model on torch, onnxruntime, onnx-reference and openvino at
+    80 columns. Before, cells shrank to "C…", "0…", "1.000…", the status to "D…" and the module column went;
+    the first 30 rows were Identity/Constant rows of two ONNX backends. Now no cell is cut, every row fits,
+    and the rows that only copy or are constants fold into one line saying how many."""
+    pytest.importorskip("openvino")
+    from conftest import FOUR_BACKENDS, REAL_MODEL
+
+    import trtdiff
+
+    report = trtdiff.compare(REAL_MODEL, input_shapes=["1x3x32x32"], opset=10, backends=list(FOUR_BACKENDS))
+    assert len(report.pairs) == 6
+    for show_all in (False, True):
+        rows = table(render(report, show_all=show_all))
+        assert rows[0].split() == ["#", "op", "module", "/", "ONNX", "node", "pair", "cos", "rel≤1e-3", "local"]
+        assert all(len(row) <= WIDTH and "…" not in row for row in rows), "\n".join(rows)
+        named = [row for row in rows if row[:3].strip().isdigit()]
+        assert all(row.split()[-1] in ("ok", "DIV") for row in named), "\n".join(rows)
+        assert not any(row.split()[1] in ("Constant", "Identity") for row in named)
+    text = " ".join(render(report))
+    assert re.search(
+        r"… [0-9]+ rows folded that copy their input or agree bit for bit in every backend: [0-9]+ Constant", text
+    )
+    assert "DIV" in table(render(report))[-1] and "Resize   decoder" in table(render(report))[-1]
