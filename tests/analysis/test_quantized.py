@@ -47,7 +47,7 @@ def test_a_clean_quantized_model_passes_at_the_defaults(qdq_files: dict[str, Pat
     report = trtdiff.compare(small_cnn(), onnx=str(qdq_files[kind]), input_shapes=SHAPE, backends=BACKENDS)
     assert report.passed and not report.culprits, [c.onnx_node for c in report.culprits]
     dequantized = [layer for layer in report.layers if layer.op_type == "DequantizeLinear"]
-    assert len(dequantized) == 4  # every activation DequantizeLinear compared (3 inside, the output)
+    assert len(dequantized) == 5  # every activation DequantizeLinear compared (the input's, 3 inside, the output)
     for layer in dequantized:
         (metrics,) = layer.pairs.values()
         assert metrics.quant_steps is not None and metrics.quant_steps < 8
@@ -55,9 +55,11 @@ def test_a_clean_quantized_model_passes_at_the_defaults(qdq_files: dict[str, Pat
     # the DQ after conv1 stands for PyTorch's relu, which quantize_static folded into the Q/DQ
     first = next(layer for layer in dequantized if layer.onnx_node == "/relu/Relu_output_0_DequantizeLinear")
     assert first.pairing == "quantized" and first.torch_op is not None and "relu" in first.torch_op
-    (check,) = [c for c in report.checks if c.threshold == "max_quant_steps" and c.scope == "outputs"]
-    assert check.passed and check.metric == "quant_steps" and check.limit == 8.0
-    assert not [c for c in report.checks if c.threshold in ("min_cosine", "rtol")]  # the output is quantized
+    # against the float model, a quantized graph's outputs are judged by their direction (issue 37)
+    (check,) = [c for c in report.checks if c.threshold == "quant_min_cosine" and c.scope == "outputs"]
+    assert check.passed and check.metric == "cosine" and check.limit == 0.99
+    outputs = [c for c in report.checks if c.scope == "outputs"]
+    assert not [c for c in outputs if c.threshold in ("min_cosine", "rtol", "max_quant_steps")]
 
 
 def test_a_doubled_dequantize_scale_is_the_culprit_at_that_dequantize(
@@ -75,7 +77,7 @@ def test_a_doubled_dequantize_scale_is_the_culprit_at_that_dequantize(
     assert culprit.quantization.startswith(f"{DOUBLED} (scale ") and "zero point -128, int8" in culprit.quantization
     text = " ".join(result.stdout.split())
     assert f"CULPRIT: {DOUBLED}" in text and "quantization steps vs accumulated" in text
-    assert "max-quant-steps 8 on final outputs" in text
+    assert "quant-min-cosine 0.99 on final outputs" in text
     # the node reading that DequantizeLinear's output, as ModelOpt's nodes_to_exclude takes it
     assert culprit.exclude == ("^/Add\\Z",) and excluded.read_text() == "^/Add\\Z\n"
     assert "keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): ^/Add\\Z" in text

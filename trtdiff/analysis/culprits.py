@@ -27,13 +27,22 @@ import numpy as np
 
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.noise import is_noise
+from trtdiff.analysis.quant_noise import (
+    LINEAR,
+    WeightRounding,
+    channel_axis,
+    input_rounding,
+    linear_variance,
+    moved_like,
+    weight_roundings,
+)
 from trtdiff.analysis.shadow import ShadowModel, as_onnx, build_shadow, embed, submodel
 from trtdiff.analysis.upcast import as_float32
 from trtdiff.backends.base import fetch
 from trtdiff.backends.registry import BACKENDS, open_backend, spec_evaluator, tolerates_rewrite_failure
 from trtdiff.errors import describe_error
 from trtdiff.pairing.qdq import exclusion_patterns, to_exclude, unwritable
-from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures, Reason, number
+from trtdiff.report import Contributor, Culprit, Drift, ErrorFigures, number
 from trtdiff.source.onnx_graph import graph_from_model, typed_inputs
 
 if TYPE_CHECKING:
@@ -42,7 +51,7 @@ if TYPE_CHECKING:
     from trtdiff.analysis.judge import Judge
     from trtdiff.backends.base import OnnxBackend
     from trtdiff.report import BackendPair, Layer, PairMetrics, Verdict
-    from trtdiff.source.onnx_graph import GraphInfo
+    from trtdiff.source.onnx_graph import GraphInfo, NodeInfo
 
 MAX_CONTRIBUTORS = 5
 # Reference values by ONNX tensor name, for the tensors among `names` the reference has.
@@ -119,13 +128,19 @@ def local_errors(
         shadow = dataclasses.replace(shadow, model=typed_inputs(shadow.model, feeds))
         shadow_graph = graph_from_model(shadow.model, graph.path.with_suffix(".shadow.onnx"))
         twin = _float32_twin(graph, shadow, values, feeds, judge)
+        roundings = weight_roundings(graph) if judge.unquantized else {}
         for pair in candidates:
             try:
                 runner = open_like(pair.candidate, shadow_graph, feeds)
                 if runner is None:
                     continue
                 with runner, _opened_twin(open_like, pair, twin, judge) as wider:
-                    run = _run_local(pair, runner, shadow, feeds, reference, judge, chunk_bytes, wider)
+                    explain = (
+                        _Explain(graph, roundings, feeds, shadow.subgraphs)
+                        if pair.reference in judge.unquantized
+                        else None
+                    )
+                    run = _run_local(pair, runner, shadow, feeds, reference, judge, chunk_bytes, wider, explain)
                     runs.append(dataclasses.replace(run, overflowed=overflowed))
             except Exception as error:
                 if notes is None or not tolerates_rewrite_failure(pair.candidate):
@@ -204,6 +219,86 @@ def _float32_twin(
     return graph_from_model(twin, graph.path.with_suffix(".float32.shadow.onnx")), twin_feeds
 
 
+_MOVING = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Cast"})
+"""Ops that only move values (or retype them): what a linear node reads through them is the same values, placed."""
+_PASSING = frozenset(
+    {"Add", "Sub", "Reshape", "Transpose", "Identity", "Cast", "Squeeze", "Unsqueeze", "Flatten"}
+    | {"QuantizeLinear", "DequantizeLinear"}
+)
+"""Ops a node alone may run with its linear node (a Linear's bias Add, its Q/DQ) that add no rounding of their own:
+the others are fed the reference's exact values."""
+
+
+@dataclass(frozen=True)
+class _Explain:
+    """What a quantized graph's precision explains of each node's local error against the float model: the
+    rounding of its quantized weights (analysis.quant_noise) and of its inputs where their Q/DQ runs with it
+    (attention's two quantized activations), for the values it was fed, with the reduced precision's own noise
+    where the graph computes in one (its output against its float32 twin). Only for a node alone whose
+    subgraph is one linear node and ops that pass its error on (`_PASSING`); None elsewhere (judged as before)."""
+
+    graph: GraphInfo
+    roundings: Mapping[str, WeightRounding]
+    feeds: Mapping[str, np.ndarray]
+    subgraphs: Mapping[str, tuple[str, ...]]
+
+    def variance(self, tensor: str, value: np.ndarray, wider: np.ndarray | None) -> tuple[np.ndarray, int] | None:
+        """The error variance the precision explains at each position of `tensor` (the node alone's output), and
+        the axis of its output channels; None where the node alone is not one linear node reading a rounded input
+        and ops that pass its error on."""
+        nodes = [n for name in self.subgraphs.get(tensor, ()) if (n := self._named(name)) is not None]
+        linear = [n for n in nodes if n.op_type in LINEAR and n.outputs]
+        if len(linear) != 1 or any(n is not linear[0] and n.op_type not in _PASSING for n in nodes):
+            return None
+        node = linear[0]
+        rounding = self.roundings.get(node.outputs[0])
+        sides: list[tuple[np.ndarray, np.ndarray | None]] = []
+        for index in (0, 1):
+            if rounding is not None and rounding.weight_input == index:
+                sides.append((rounding.squared, rounding.variance))
+                continue
+            found = self._fed(node.inputs[index], nodes) if index < len(node.inputs) else None
+            if found is None:
+                return None
+            sides.append((np.square(found[0]), found[1]))
+        variance = linear_variance(self.graph, node, sides[0], sides[1])
+        if variance is None:
+            return None
+        if wider is not None:  # the reduced precision's own rounding, at each position
+            variance = variance + np.square(np.asarray(value, np.float64) - np.asarray(wider, np.float64))
+        return variance, channel_axis(node, variance.ndim)
+
+    def _fed(self, tensor: str, nodes: Sequence[NodeInfo]) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """The values at a linear node's input as the node alone computes them, and their rounding variance where
+        a Q/DQ of its subgraph rounds them on the way (None: fed as they are): from the feeds, through the
+        subgraph's shape ops (a Transpose and Reshape of an attention output) and its activation Q/DQ."""
+        if tensor in self.feeds:
+            return np.asarray(self.feeds[tensor], dtype=np.float64), None
+        node = self.graph.node_of(tensor)
+        if node is None or node not in nodes:
+            return None
+        if node.op_type == "DequantizeLinear":
+            quantize = self.graph.node_of(node.inputs[0])
+            if quantize is None or quantize not in nodes or quantize.op_type != "QuantizeLinear":
+                return None
+            found = self._fed(quantize.inputs[0], nodes)
+            rounding = input_rounding(self.graph, node, found[0]) if found is not None else None
+            if found is None or rounding is None:
+                return None
+            return found[0], rounding if found[1] is None else rounding + found[1]
+        if node.op_type not in _MOVING:
+            return None
+        found = self._fed(node.inputs[0], nodes)
+        if found is None:
+            return None
+        moved = moved_like(self.graph, node, found[0])
+        variance = moved_like(self.graph, node, found[1]) if found[1] is not None else None
+        return (moved, variance) if moved is not None and (found[1] is None or variance is not None) else None
+
+    def _named(self, name: str) -> NodeInfo | None:
+        return next((n for n in self.graph.nodes if n.name == name), None)
+
+
 @contextmanager
 def _opened_twin(
     open_like: OpenLike, pair: BackendPair, twin: tuple[GraphInfo, dict[str, np.ndarray]] | None, judge: Judge
@@ -228,6 +323,7 @@ def _run_local(
     judge: Judge,
     chunk_bytes: int,
     twin: tuple[OnnxBackend, Mapping[str, np.ndarray]] | None = None,
+    explain: _Explain | None = None,
 ) -> LocalRun:
     """The pair's local errors, chunk by chunk; with the float32 `twin` (reduced precision) each judged against
     the node's own noise: its output against the twin's, same node, same inputs."""
@@ -243,7 +339,8 @@ def _run_local(
             if tensor not in expected:
                 continue
             noise = compare_tensors(wider[local], value, judge.thresholds).rel_err if local in wider else None
-            metrics = judge(tensor, expected[tensor], value, pair, noise)
+            explained = explain.variance(tensor, value, wider.get(local)) if explain is not None else None
+            metrics = judge(tensor, expected[tensor], value, pair, noise, explained)
             run.metrics[tensor] = metrics
             if metrics.diverged:
                 run.diverged[tensor] = (np.asarray(expected[tensor]), np.asarray(value))
@@ -316,9 +413,8 @@ def judged_locally(layers: Sequence[Layer], runs: Sequence[LocalRun], judge: Jud
     against its float32 twin) diverges on that pair, with that reason, though the error it accumulated is within
     the benchmark's: a 1% weight change makes about 20 times FP16's noise at its node, and about 7 times the
     benchmark's accumulated error at a deep layer."""
-    if judge.reduced is None:
+    if judge.reduced is None and not judge.unquantized:
         return list(layers)
-    words, limit = judge.reduced.words, judge.thresholds.max_noise_ratio
     updated = []
     for layer in layers:
         pairs = dict(layer.pairs)
@@ -326,12 +422,15 @@ def judged_locally(layers: Sequence[Layer], runs: Sequence[LocalRun], judge: Jud
             local, accumulated = run.metrics.get(layer.tensor), pairs.get(run.pair)
             if local is None or accumulated is None or accumulated.diverged or not local.diverged:
                 continue
-            if local.noise_ratio is None or local.noise_ratio <= limit:
-                continue
-            reason = Reason("noise_ratio", local.noise_ratio, limit, detail=f"{words}, of the node alone")
-            pairs[run.pair] = dataclasses.replace(accumulated, diverged=True, reasons=(*accumulated.reasons, reason))
+            alone = tuple(dataclasses.replace(r, detail=_alone(r.detail)) for r in local.reasons)
+            pairs[run.pair] = dataclasses.replace(accumulated, diverged=True, reasons=(*accumulated.reasons, *alone))
         updated.append(dataclasses.replace(layer, pairs=pairs) if pairs != layer.pairs else layer)
     return updated
+
+
+def _alone(detail: str | None) -> str:
+    """A local error's reason detail, said to be the node's alone ("FP16, of the node alone")."""
+    return f"{detail}, of the node alone" if detail else "of the node alone"
 
 
 def _drift(layers: Sequence[Layer], runs: Sequence[LocalRun]) -> Drift | None:

@@ -122,9 +122,7 @@ def local_check(
         inputs.chunk_bytes,
         notes,
     )
-    updated = with_local(layers, runs)
-    if reduced is not None:
-        updated = judged_locally(updated, runs, inputs.judge)
+    updated = judged_locally(with_local(layers, runs), runs, inputs.judge)
     return updated, LocalCheck(tuple(runs), tuple(notes))
 
 

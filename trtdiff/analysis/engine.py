@@ -377,4 +377,4 @@ class Engine:
 
     def _judge(self, tensor: str, reference: Any, candidate: Any, pair: BackendPair) -> PairMetrics:
         """The pair's metrics, judged in the tensor's units (analysis.judge)."""
-        return self.judge(tensor, reference, candidate, pair)
+        return self.judge.accumulated(tensor, reference, candidate, pair)

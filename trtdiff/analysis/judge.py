@@ -17,9 +17,13 @@ from typing import TYPE_CHECKING, Any
 from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.noise import REDUCED_LEVELS
 from trtdiff.analysis.quant import in_steps
-from trtdiff.analysis.reduced import ReducedPrecision, in_noise
+from trtdiff.analysis.reduced import ReducedPrecision, explained, in_noise
+
+_STANDING = frozenset({"non_finite", "shape", "mismatches", "quant_scale"})  # wrong whatever the precision
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from trtdiff.analysis.statistics import Summary
     from trtdiff.pairing.qdq import Quantization
     from trtdiff.report import BackendPair, PairMetrics, Thresholds
@@ -32,6 +36,9 @@ class Judge:
     thresholds: Thresholds
     quantized: Mapping[str, Quantization] = field(default_factory=dict)
     reduced: ReducedPrecision | None = None
+    unquantized: frozenset[str] = frozenset()
+    """In a graph with Q/DQ nodes, the sources whose values are not quantized (the float model): against them,
+    a tensor's accumulated error is the quantization of every layer before it (`accumulated`)."""
 
     def between_runs(self) -> Thresholds:
         """What two runs of one compiled runtime (the plain model against the marked one) are held to: the
@@ -43,18 +50,40 @@ class Judge:
         return dataclasses.replace(self.thresholds, rtol=max(self.thresholds.rtol, noise))
 
     def __call__(
-        self, tensor: str, reference: Any, candidate: Any, pair: BackendPair | None = None, noise: float | None = None
+        self,
+        tensor: str,
+        reference: Any,
+        candidate: Any,
+        pair: BackendPair | None = None,
+        noise: float | None = None,
+        explained_by: tuple[np.ndarray, int] | None = None,
     ) -> PairMetrics:
         """The metrics of `candidate` against `reference` for `tensor`, judged in its units (`pair`: whose values).
 
         `noise`: for a node's local error in a reduced-precision comparison, the error its precision
-        makes at that node alone (analysis.culprits measures it), which its noise ratio is taken over."""
+        makes at that node alone (analysis.culprits measures it), which its noise ratio is taken over.
+        `explained_by`: for a node alone reading rounded weights or inputs, the error variance their
+        rounding (and its precision) explains at each position, with its output channels' axis
+        (analysis.quant_noise): the node is judged by its error over it, against `max_noise_ratio`."""
         metrics = compare_tensors(reference, candidate, self.thresholds)
+        if explained_by is not None:
+            return explained(reference, candidate, metrics, explained_by, self.thresholds)
         if tensor in self.quantized:
             return in_steps(reference, candidate, metrics, tensor, self.quantized, self.thresholds)
         if self.reduced is not None and self.reduced.applies(pair):
             return in_noise(metrics, tensor, self.reduced, self.thresholds, noise)
         return metrics
+
+    def accumulated(self, tensor: str, reference: Any, candidate: Any, pair: BackendPair) -> PairMetrics:
+        """A tensor's error accumulated through the graph, judged as `__call__` does, except in a graph with Q/DQ
+        nodes against the float model (`unquantized`): there it is the quantization of every layer before it,
+        drift and not a fault, so only NaN/Inf, shapes and integers that differ diverge; each node is judged
+        alone (analysis.culprits) and the final outputs by their agreement (gate.checks)."""
+        metrics = self(tensor, reference, candidate, pair)
+        if pair.reference not in self.unquantized and pair.candidate not in self.unquantized:
+            return metrics
+        kept = tuple(r for r in metrics.reasons if r.metric in _STANDING)
+        return dataclasses.replace(metrics, reasons=kept, diverged=bool(kept))
 
     def summaries(
         self, tensor: str, reference: Summary, candidate: Summary, pair: BackendPair | None = None

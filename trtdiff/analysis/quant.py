@@ -34,6 +34,16 @@ if TYPE_CHECKING:
     from trtdiff.source.onnx_graph import GraphInfo, NodeInfo
 
 _KEPT = frozenset({"non_finite", "shape", "mismatches"})  # reasons that stand whatever the precision
+COARSE_GRID = 1 / 16
+"""An integer grid's scale is too coarse where the reference's values reach less than this fraction of the
+largest magnitude it holds (4 of 8 bits unused). Max calibration puts the largest value calibration saw at
+the grid's end (1), entropy and percentile calibration clip (above 1); values 16x smaller than every
+calibration sample are not another input but a wrong scale (docs/quantized.md: the clean fixtures' margins)."""
+COARSE_FLOAT8 = 1 / 256
+"""The same for an FP8 E4M3 grid. Its precision is relative (3 mantissa bits from 2^-6 to 448, subnormal
+below), so unused range costs little until the values sink toward the subnormals: 8 of its 17.8 binades
+unused (ModelOpt's entropy calibration leaves FP8 tensors at 1/13 of 448)."""
+_GRID_ENDS = {"int4": (-8, 7), "uint4": (0, 15), "float8_e4m3fn": (-448, 448)}
 
 
 def in_steps(
@@ -57,15 +67,54 @@ def in_steps(
     ref = np.asarray(to_host(reference), dtype=np.float64).reshape(-1)
     cand = np.asarray(to_host(candidate), dtype=np.float64).reshape(-1)
     delta = np.abs(ref - cand)
+    if quantization.dtype == "float8_e4m3fn" and quantization.scale > 0:  # in the spacing around each value
+        from trtdiff.analysis.quant_noise import float8_spacing
+
+        delta = delta / (float8_spacing(ref / quantization.scale) * quantization.scale)
+        step = 1.0
+    else:
+        step = quantization.scale
     delta = delta[np.isfinite(delta)]
     error = float(np.percentile(delta, QUANT_PERCENTILE)) if delta.size else 0.0
-    steps = quant_steps(error, quantization.scale)
+    steps = quant_steps(error, step)
     reasons = [r for r in metrics.reasons if r.metric in _KEPT]
     if quantization.fault:  # wrong whatever the values: named at its DequantizeLinear
         reasons.append(Reason("quant_scale", quantization.scale, detail=quantization.describe()))
     if steps > thresholds.max_quant_steps:
         reasons.append(Reason("quant_steps", steps, thresholds.max_quant_steps, detail=quantization.node))
+    if tensor == quantization.output and not quantization.fault and (coarse := _coarse(ref, quantization)):
+        reasons.append(coarse)
     return dataclasses.replace(metrics, quant_steps=steps, reasons=tuple(reasons), diverged=bool(reasons))
+
+
+def grid_use(values: np.ndarray, quantization: Quantization) -> float | None:
+    """The largest finite |value| over the largest magnitude `quantization`'s grid holds ((q - zero point) x
+    scale at the type's limits); None where the type's limits are unknown or every value is 0."""
+    ends = _GRID_ENDS.get(quantization.dtype)
+    if ends is None:
+        try:
+            info = np.iinfo(quantization.dtype)
+        except (TypeError, ValueError):
+            return None
+        ends = (int(info.min), int(info.max))
+    end = max(abs(ends[0] - quantization.zero_point), abs(ends[1] - quantization.zero_point)) * quantization.scale
+    finite = np.abs(values[np.isfinite(values)])
+    top = float(np.max(finite, initial=0.0))
+    return top / end if top > 0 and end > 0 else None
+
+
+def _coarse(values: np.ndarray, quantization: Quantization) -> Reason | None:
+    """A "quant_scale" reason where the values reach less than `COARSE_GRID` (`COARSE_FLOAT8`) of the grid,
+    saying by how much."""
+    used = grid_use(values, quantization)
+    least = COARSE_FLOAT8 if quantization.dtype.startswith("float8") else COARSE_GRID
+    if used is None or used >= least:
+        return None
+    detail = (
+        f"{quantization.describe()}: the values reach 1/{1 / used:.0f} of its grid (< 1/{1 / least:.0f}),"
+        f" the scale is {1 / used:.0f}x coarser than they need"
+    )
+    return Reason("quant_scale", used, least, detail=detail)
 
 
 def quantized_weights(graph: GraphInfo, parameters: Mapping[str, np.ndarray]) -> tuple[QuantizedWeight, ...]:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from trtdiff.analysis.noise import REDUCED_LEVELS
 from trtdiff.report import Reason
@@ -73,4 +75,38 @@ def in_noise(
     reasons = [r for r in metrics.reasons if r.metric in _KEPT]
     if ratio > thresholds.max_noise_ratio:
         reasons.append(Reason("noise_ratio", ratio, thresholds.max_noise_ratio, detail=reduced.words))
+    return dataclasses.replace(metrics, noise_ratio=ratio, reasons=tuple(reasons), diverged=bool(reasons))
+
+
+def explained(
+    reference: Any,
+    candidate: Any,
+    metrics: PairMetrics,
+    variance: tuple[np.ndarray, int],
+    thresholds: Thresholds,
+) -> PairMetrics:
+    """`metrics` of a node alone judged by its error over what its precision explains there: `variance`, the
+    error variance at each position its rounded weights and inputs explain (analysis.quant_noise; with its reduced
+    precision's own noise) and the axis of its output channels. The figure is the largest, over the channels, of
+    the channel's root mean square error over the root of its mean variance (about 1 for a correct node: a
+    scale four times too large in one channel is tens there, where the whole tensor's rms would hide it),
+    judged against `max_noise_ratio`; NaN/Inf that differ, shapes and integers still diverge."""
+    if metrics.mismatches is not None or metrics.shape_mismatch:
+        return metrics
+    from trtdiff.backends.store import to_host
+
+    expected, axis = variance
+    delta = np.asarray(to_host(candidate), dtype=np.float64) - np.asarray(to_host(reference), dtype=np.float64)
+    if delta.shape != expected.shape:
+        return metrics
+    delta = np.where(np.isfinite(delta), delta, 0.0)
+    others = tuple(i for i in range(delta.ndim) if i != axis)
+    error = np.mean(np.square(delta), axis=others)
+    explained_by = np.mean(expected, axis=others)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.sqrt(np.where(explained_by > 0, error / explained_by, np.where(error > 0, np.inf, 0.0)))
+    ratio = float(np.max(ratios, initial=0.0))
+    reasons = [r for r in metrics.reasons if r.metric in _KEPT]
+    if ratio > thresholds.max_noise_ratio:
+        reasons.append(Reason("noise_ratio", ratio, thresholds.max_noise_ratio, detail="over its inputs' rounding"))
     return dataclasses.replace(metrics, noise_ratio=ratio, reasons=tuple(reasons), diverged=bool(reasons))

@@ -48,15 +48,29 @@ _OUTPUT_RULES: tuple[tuple[Threshold, CheckMetric, bool], ...] = (
 
 
 def output_checks(
-    samples: Sequence[SampleResult], thresholds: Thresholds, pairs: Sequence[BackendPair]
+    samples: Sequence[SampleResult],
+    thresholds: Thresholds,
+    pairs: Sequence[BackendPair],
+    unquantized: frozenset[str] = frozenset(),
 ) -> list[ThresholdCheck]:
-    """Cosine, relative and (if set) absolute error of every sample's final outputs, and their finiteness, per pair."""
+    """Cosine, relative and (if set) absolute error of every sample's final outputs, and their finiteness, per pair.
+
+    A quantized graph's outputs against the float model (`unquantized`: its sources) are judged by their cosine
+    against `quant_min_cosine` alone: quantization moves every value by design, and the direction is what holds."""
     checks: list[ThresholdCheck] = []
     for pair in pairs:
         figures = [
             (s.name, m) for s in samples for per_pair in s.outputs.values() if (m := per_pair.get(pair)) is not None
         ]
         if not figures:
+            continue
+        if pair.reference in unquantized or pair.candidate in unquantized:
+            values = [(name, _value(m, "cosine")) for name, m in figures]
+            limit = thresholds.quant_min_cosine
+            failing = tuple(dict.fromkeys(name for name, v in values if _breaks(v, limit, True)))
+            worst = _worst(values, min)
+            checks.append(_check("outputs", "quant_min_cosine", "cosine", pair, limit, worst, failing, len(samples)))
+            checks.append(_finite_check(samples, figures, thresholds.allow_nonfinite, pair))
             continue
         floats = [(name, m) for name, m in figures if m.quant_steps is None and m.noise_ratio is None]
         for threshold, metric, is_minimum in _OUTPUT_RULES:

@@ -351,6 +351,11 @@ class Thresholds:
                                          "are judged by their error (99.9th percentile of |delta|) in steps of "
                                          "that DequantizeLinear's scale instead of cosine and rtol: diverged "
                                          "above N steps.")
+    quant_min_cosine: float = option(0.99, group=THRESHOLDS, commands=COMPARE, metavar="X",
+                                     help="In a quantized model (Q/DQ nodes) compared with its float model, the "
+                                          "final outputs are judged by their cosine against this instead of "
+                                          "--min-cosine and --rtol (quantization moves every value; what users "
+                                          "keep is the direction), and each layer by its node's own error.")
     max_noise_ratio: float = option(8.0, group=THRESHOLDS, commands=COMPARE, metavar="X",
                                     help="In an FP16/BF16 comparison, float tensors are judged by their error over "
                                          "the error the precision itself makes there (PyTorch in that precision "
@@ -367,6 +372,7 @@ class Thresholds:
         anything); only the two limits that may be switched off, steps and noise ratio, accept +inf.
         """
         _in_range("min_cosine", self.min_cosine, -1.0, 1.0, "must be between -1 and 1, e.g. 0.9999")
+        _in_range("quant_min_cosine", self.quant_min_cosine, -1.0, 1.0, "must be between -1 and 1, e.g. 0.99")
         _in_range("rtol", self.rtol, 0.0, math.inf, "must be a finite number, 0 or more, e.g. 1e-3")
         if self.max_abs is not None:
             _in_range("max_abs", self.max_abs, 0.0, math.inf, "must be a finite number, 0 or more, e.g. 1e-4")

@@ -150,6 +150,8 @@ def pair(graph: GraphInfo, capture: TorchCapture, module_names: set[str]) -> Pai
         producer = graph.node_of(tensor)
         assert producer is not None
         state.pairs[tensor] = TorchPair(key, "derived", f"derived:{producer.op_type}", node_modules[producer.name])
+    for tensor, (key, op) in dequantized_keys(graph, capture, {t: p.key for t, p in state.pairs.items()}).items():
+        state.pairs[tensor] = TorchPair(key, "quantized", op, state.pairs_module(tensor))  # of a derived value
     return Pairing(pairs=state.pairs, node_modules=node_modules, derivation=derivation)
 
 

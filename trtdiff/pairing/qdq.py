@@ -10,9 +10,9 @@ tensors, so the QuantizeLinear reads the Conv's output while the DequantizeLinea
 PyTorch's `relu`: the recorded op that reads only that value and clips it is taken instead.
 
 Weight DequantizeLinears (their input a constant) compute constants; they are listed, not
-compared. FP8 Q/DQ (a float8 zero point) has no uniform step: its DequantizeLinears are not
-paired, and the tensors around them keep the float figures (no noise level is defined for
-them yet). Only what the graph says is read: no value is computed to decide a pair.
+compared. FP8 E4M3 Q/DQ (a float8e4m3fn zero point) has no uniform step: its tensors are
+judged in the spacing of float8 values around each value (analysis.quant). Only what the
+graph says is read: no value is computed to decide a pair.
 """
 
 from __future__ import annotations
@@ -125,16 +125,23 @@ def dequantized_keys(graph: GraphInfo, capture: TorchCapture, keys: dict[str, st
         return {}
     by_key = {record.key: record for record in capture.records}
     taken = set(keys.values())
+    inputs = dict(zip(graph.graph_inputs, capture.input_keys, strict=False))  # a model input's own Q/DQ
     found: dict[str, tuple[str, str]] = {}
     for tensor in quantizations(graph):
         node = graph.node_of(tensor)
         if node is None or node.op_type != "DequantizeLinear" or tensor in keys:
             continue
         source = graph.node_of(node.inputs[0])
-        if source is None or source.op_type != "QuantizeLinear" or source.inputs[0] not in keys:
+        if source is None or source.op_type != "QuantizeLinear":
+            continue
+        if source.inputs[0] in inputs:
+            found[tensor] = (inputs[source.inputs[0]], "input")
+            continue
+        if source.inputs[0] not in keys:
             continue
         record = by_key.get(keys[source.inputs[0]])
-        if record is None:
+        if record is None:  # a derived value (a converter's Cast before the Q/DQ): the DQ stands for it as it is
+            found[tensor] = (keys[source.inputs[0]], "derived")
             continue
         readers = [r for r in capture.records if record.index in r.sources]
         if len(readers) == 1 and readers[0].kind in _CLIPS and readers[0].key not in taken:
@@ -151,11 +158,11 @@ def _quantization(node: NodeInfo, constants: dict[str, np.ndarray], fault: str =
     zero_point = 0
     dtype = "int8"
     if zero is not None and zero.size:
-        if zero.dtype.kind not in "iu":
-            return None  # FP8 (E4M3, E5M2): a floating grid, no uniform step; judged by the float figures
-        flat = zero.reshape(-1)
-        zero_point = int(flat[0])
         dtype = str(zero.dtype)
+        if zero.dtype.kind in "iu":
+            zero_point = int(zero.reshape(-1)[0])
+        elif dtype != "float8_e4m3fn":
+            return None  # E5M2 and other float grids: not judged in their steps yet
     largest = float(np.max(np.abs(scale.astype(np.float64))))
     return Quantization(node.name, largest, zero_point, dtype, node.outputs[0] if node.outputs else "", fault)
 

@@ -189,7 +189,7 @@ def _checks(
     checks: list[ThresholdCheck] = []
     if not gate.many or gate.per_layer:
         checks += layer_checks(layers, results[0].name if results else "input", run.pairs)
-    checks += output_checks(results, options.thresholds, run.pairs)
+    checks += output_checks(results, options.thresholds, run.pairs, run.judge.unquantized)
     checks += weight_checks(run.weights, options.thresholds)
     if segmentation is not None:
         checks += miou_checks(results, segmentation, gate, run.pairs, run.backends[0])
@@ -240,12 +240,15 @@ def _layers_of(run: Run, index: int) -> list[Layer]:
 def _local_check(
     run: Run, layers: list[Layer], timings: dict[str, float], say: Progress
 ) -> tuple[list[Layer], LocalCheck | None]:
-    """In a reduced-precision comparison compared in full, every node's local error against its own noise, made
-    part of the layer check (analysis.diagnose.local_check); elsewhere nothing, until something diverges.
-    `--no-culprit` leaves it out too: the layers are then judged on their accumulated error alone."""
-    if run.reference.reduced is None or run.summarized or run.options.analysis.culprit is False:
+    """In a reduced-precision or quantized comparison compared in full, every node's local error against what
+    its precision explains there, made part of the layer check (analysis.diagnose.local_check); elsewhere
+    nothing, until something diverges. `--no-culprit` leaves it out too: the layers are then judged on their
+    accumulated error alone (in a quantized graph against the float model: not judged, drift)."""
+    reduced, quantized = run.reference.reduced, bool(run.judge.unquantized)
+    if (reduced is None and not quantized) or run.summarized or run.options.analysis.culprit is False:
         return layers, None
-    say(f"running each node alone in {run.reference.reduced.words} and in float32 (its own noise)")
+    precision = " and ".join(p for p in ("quantized" if quantized else "", reduced.words if reduced else "") if p)
+    say(f"running each node alone, {precision}, against what its precision explains")
     with timed(timings, "local"):
         judged, checked = local_check(run.analysis_inputs(say), layers, run.pairs)
     return judged, checked

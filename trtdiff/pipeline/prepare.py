@@ -367,11 +367,11 @@ def load_source(
     given = load_graph(onnx) if onnx is not None else None
     names = given.graph_inputs if given is not None else loaded.input_names
     dtypes = {} if given is None else {n: dtype for n in names if (dtype := given.tensor_type(n).dtype) is not None}
+    notes = [*loaded.notes, *(given.notes if given is not None else ())]
     if first_feeds is not None:
         values = list(first_feeds.values())
         feeds = dict(zip(names, values, strict=True)) if len(names) == len(values) else dict(first_feeds)
-        return Source(loaded, given, feeds, tuple(names), dtypes)
-    notes = list(loaded.notes)
+        return Source(loaded, given, feeds, tuple(names), dtypes, tuple(notes))
     derived: dict[str, tuple[int, ...]] = {}
     if given is not None and not options.input_files:
         derived = _file_shapes(given, options.input_shapes)

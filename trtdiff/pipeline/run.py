@@ -67,7 +67,9 @@ class Run:
     @cached_property
     def judge(self) -> Judge:
         """How each pair of values is judged: the thresholds, in quantization steps or noise ratio where they apply."""
-        return Judge(self.options.thresholds, quantizations(self.prepared.graph), self.reference.reduced)
+        graph, reference = self.prepared.graph, self.reference
+        floats = frozenset({"torch"}) if reference.capture is not None and has_qdq(graph) else frozenset()
+        return Judge(self.options.thresholds, quantizations(graph), reference.reduced, floats)
 
     @cached_property
     def weights(self) -> tuple[QuantizedWeight, ...]:

@@ -43,6 +43,7 @@ _THRESHOLD_WORDS = {
     "max_abs": "max-abs",
     "max_quant_steps": "max-quant-steps",
     "max_noise_ratio": "max-noise-ratio",
+    "quant_min_cosine": "quant-min-cosine",
 }
 NOTHING = "nothing measurable"
 """A recovery below noise, in a column that says what it measures (HTML's mIoU column)."""
@@ -157,7 +158,8 @@ def reason_text(reason: Reason) -> str:
     if reason.metric == "quant_steps":
         return f"{reason.value:.1f} quantization steps > {limit:g} (of {reason.detail or '?'})"
     if reason.metric == "quant_scale":
-        return f"unusable quantization scale: {reason.detail or '?'}"
+        kind = "unusable" if reason.limit is None else "too coarse a"
+        return f"{kind} quantization scale: {reason.detail or '?'}"
     if reason.metric == "noise_ratio":
         return f"{reason.value:.1f}x the error {reason.detail or 'the precision'} makes here > {limit:g}"
     return f"{_count(reason.value)} of {_count(limit)} elements differ"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from trtdiff.report.model import Report, ThresholdCheck
 
-_MINIMUMS = ("min_cosine", "min_miou")
+_MINIMUMS = ("min_cosine", "min_miou", "quant_min_cosine")
 """Thresholds whose figure must reach the limit; the others must not exceed it."""
 
 

@@ -60,6 +60,7 @@ Threshold = Literal[
     "finite",
     "max_quant_steps",
     "max_noise_ratio",
+    "quant_min_cosine",
 ]
 PairingMethod = Literal["op", "scope", "folded", "module", "output", "composite", "derived", "quantized"]
 Verdict = Literal["export", "runtime", "unknown"]
@@ -74,6 +75,7 @@ _THRESHOLD_IDS: dict[str, str] = {
     "finite": "finite",
     "max_quant_steps": "max-quant-steps",
     "max_noise_ratio": "max-noise-ratio",
+    "quant_min_cosine": "quant-min-cosine",
 }
 
 
@@ -126,8 +128,9 @@ class Reason:
     and `detail` says at how many positions they differ ("3 of 64 positions");
     for "mismatches" (integer tensors), `value` counts differing elements and `limit` all;
     for "shape", `detail` holds "2x3 vs 3x2"; for "quant_scale" (a DequantizeLinear whose scale, or its
-    QuantizeLinear's, is zero, negative or not finite), `value` is the largest |scale| and `detail` the
-    DequantizeLinear with what is wrong.
+    QuantizeLinear's, is zero, negative or not finite), `value` is the largest |scale|, `limit` None and
+    `detail` the DequantizeLinear with what is wrong; for a scale too coarse for the values
+    (analysis.quant.COARSE_GRID), `value` is the fraction of the grid they reach and `limit` that threshold.
     """
 
     metric: ReasonMetric

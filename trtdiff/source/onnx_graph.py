@@ -7,6 +7,7 @@ instead of walking the protobuf again.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -82,6 +83,8 @@ class GraphInfo:
     initializers: frozenset[str]
     producer: str = ""
     producer_of: dict[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    """What reading the file changed (TensorRT's own FP8 Q/DQ read as the standard ops: source.trt_ops)."""
 
     def __post_init__(self) -> None:
         self.producer_of = {out: node.index for node in self.nodes for out in node.outputs if out}
@@ -134,7 +137,10 @@ def load_graph(path: str | Path) -> GraphInfo:
         ) from error
     if not model.graph.node:
         raise OnnxFileError(f"{path}: the ONNX graph has no nodes; re-export the model")
-    return graph_from_model(model, path)
+    from trtdiff.source.trt_ops import standard_ops
+
+    model, notes = standard_ops(model)
+    return dataclasses.replace(graph_from_model(model, path), notes=notes) if notes else graph_from_model(model, path)
 
 
 def graph_from_model(model: onnx.ModelProto, path: Path) -> GraphInfo:
