@@ -1,6 +1,6 @@
-"""The culprit wording every view shares (trtdiff.render.culprits): one paragraph per node naming the pairs it
-diverges on (issue 40, item 3), and the attribution and the exclusion check each saying what it measures
-(item 4)."""
+"""The culprit wording every view shares (trtdiff.render.culprits; tests/analysis/test_culprits.py holds the
+finding): one paragraph per node naming the pairs it diverges on (issue 40, item 3), and the attribution and
+the exclusion check each saying what it measures (item 4)."""
 
 from __future__ import annotations
 
