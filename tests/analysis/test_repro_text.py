@@ -53,9 +53,7 @@ def test_the_readmes_write_names_as_markdown_text(tmp_path: Path) -> None:
     reference = np.ones((2, 2), dtype=np.float32)
     text = readme(folder, manifest, reference, {BACKEND: reference * 2}, _context(tmp_path), False)
     _assert_markdown(text)
-    assert text.startswith(
-        "# /Resize\\\\n# heading\\\\r!\\[img\\](http://x)&lt;script&gt;\\\\x1b\\[31m (Resize&lt;b&gt;)"
-    )
+    assert text.startswith("# /Resize\\\\n# heading\\\\r!\\[img\\](http://x)&lt;script>\\\\x1b\\[31m (Resize&lt;b>)")
     assert f"    trtdiff repro '{folder}'" in text, "the command's path is quoted for the shell"
     top = top_readme(_context(tmp_path), [], [folder])
     _assert_markdown(top)

@@ -478,3 +478,31 @@ def test_inspect_says_what_it_checks_in_plain_words() -> None:
     assert "Check MODEL's ONNX file for known export pitfalls that change numbers, each with its fix." in " ".join(
         stdout.split()
     )
+
+
+def test_a_mistyped_backend_gets_the_closest_name() -> None:
+    """Issue 40, item 7: options and commands said "did you mean"; a backend's name did not."""
+    code, _, stderr = _run("compare", FACTORY, "--input-shape", SHAPE, "--backends", "torch,openvno")
+    assert code == 2 and _one_error_line(stderr) == (
+        "Error: --backends torch,openvno: unknown backend 'openvno' (did you mean 'openvino'?); choose from torch, "
+        "onnxruntime, onnx-reference, tensorrt, openvino"
+    )
+    code, _, stderr = _run("compare", FACTORY, "--input-shape", SHAPE, "--backends", "torch,foo")
+    assert code == 2 and "unknown backend 'foo'; choose from" in _one_error_line(stderr)
+
+
+def test_an_onnx_file_alone_says_which_backends_it_needs(tmp_path: Path) -> None:
+    """Issue 40, item 7: `trtdiff compare model.onnx` alone named only --onnx with the PyTorch model."""
+    from trtdiff.backends.tensorrt import probe
+
+    if probe().can_run:
+        pytest.skip("TensorRT runs here: ONNX Runtime and TensorRT compare the file by default")
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(nn.Linear(4, 2).eval(), (torch.zeros(1, 4),), str(path), dynamo=False)
+    code, _, stderr = _run("compare", str(path), "--no-config")
+    assert code == 2 and _one_error_line(stderr) == (
+        "Error: MODEL is an ONNX file, which PyTorch cannot run, and only onnxruntime can run here: compare ONNX "
+        "backends alone with --backends onnxruntime,onnx-reference, or give the PyTorch model as MODEL with --onnx FILE"
+    )
+    code, _, stderr = _run("compare", str(path), "--no-config", "--backends", "onnxruntime")
+    assert code == 2 and "MODEL is an ONNX file" not in stderr, "the backends were given: the error is theirs"

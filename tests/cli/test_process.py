@@ -375,3 +375,20 @@ def test_ctrl_c_under_load_exits_130_at_every_moment_and_leaves_nothing(tmp_path
     finally:
         loader.kill()
         loader.wait()
+
+
+@pytest.mark.slow
+def test_quiet_prints_the_verdict_lines_only_with_an_fp16_archive(tmp_path: Path) -> None:
+    """Issue 40, item 9: -q with --precision fp16 on a TorchScript archive printed torch's UserWarning on the
+    .grad of a non-leaf tensor (casting the archive to float64 and float16)."""
+    from tests.culprit_models import save_archive
+    from tests.precision_models import SHAPE, overflow
+
+    save_archive(overflow(), SHAPE, tmp_path / "model.pt")
+    done = _trtdiff(
+        "compare", "model.pt", "--no-config", "--input-shape", SHAPE, "--precision", "fp16", "-q",
+        "--backends", "torch,onnxruntime,onnx-reference", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == "", "no warning, no progress"
+    assert done.stdout.startswith("FAIL: ") and "Warning" not in done.stdout and "CULPRIT: /Mul_1" in done.stdout

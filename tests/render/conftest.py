@@ -400,3 +400,22 @@ def real_report() -> Report:
     It runs the whole pipeline (export, torch, ONNX Runtime), once per session, through the public call.
     """
     return trtdiff.compare(REAL_MODEL, input_shapes=["1x3x32x32"], opset=10)
+
+
+FOUR_BACKENDS = ("torch", "onnxruntime", "onnx-reference", "openvino")
+
+
+@pytest.fixture
+def three() -> Report:
+    """`advised` on torch, onnxruntime and onnx-reference: each culprit node on two pairs."""
+    from culprit_reports import many_backends_report
+
+    return many_backends_report(advised_report(diverged_report()), FOUR_BACKENDS[:3])
+
+
+@pytest.fixture
+def four() -> Report:
+    """`advised` on torch, onnxruntime, onnx-reference and openvino: each culprit node on three pairs."""
+    from culprit_reports import many_backends_report
+
+    return many_backends_report(advised_report(diverged_report()), FOUR_BACKENDS)

@@ -215,3 +215,48 @@ def advised_report(diverged: Report) -> Report:
         miou_pixel_share=2e-6,
     )
     return dataclasses.replace(report, culprit=resize, culprits=(resize, head), attribution=(first, second))
+
+
+ONNX_ONLY = PairMetrics(cosine=1.0, max_abs=0.0, mean_abs=0.0, rel_err=0.0, ref_max_abs=1.0)
+"""A tensor two ONNX backends compute bit for bit alike (a constant, shape arithmetic)."""
+
+
+def many_backends_report(advised: Report, backends: tuple[str, ...]) -> Report:
+    """`advised` compared on `backends` (torch first): every pair with torch has torch~onnxruntime's figures
+    (local errors, culprits and attribution too, so each culprit node is listed once per pair), pairs of two ONNX
+    backends agree; a Constant only the ONNX backends compute (bit for bit alike) comes first and an Identity of
+    the Relu after it, the rows a view folds."""
+    from trtdiff.report import all_pairs
+
+    pairs = all_pairs(backends)
+    with_torch = [pair for pair in pairs if pair.reference == "torch"]
+    onnx_only = [pair for pair in pairs if pair.reference != "torch"]
+    agree = dataclasses.replace(HOLDS, rel_err=1.1e-7, max_abs=3e-7, cosine=1.0)
+
+    def spread(layer: Layer) -> Layer:
+        torch_ort = layer.pairs[TORCH_ORT]
+        local_ort = (layer.local or {}).get(TORCH_ORT)
+        return dataclasses.replace(
+            layer,
+            pairs={**{pair: torch_ort for pair in with_torch}, **{pair: agree for pair in onnx_only}},
+            local=None if local_ort is None else {pair: local_ort for pair in with_torch},
+        )
+
+    conv, relu, resize, head = (spread(layer) for layer in advised.layers)
+    constant = dataclasses.replace(
+        conv, tensor="/Constant_output_0", onnx_node="/Constant", op_type="Constant", module=None, shape=(2,),
+        pairs={pair: ONNX_ONLY for pair in onnx_only}, local=None, pairing=None,
+    )  # fmt: skip
+    identity = dataclasses.replace(
+        relu, tensor="/backbone/Identity_output_0", onnx_node="/backbone/Identity", op_type="Identity"
+    )
+    culprits = tuple(dataclasses.replace(c, pair=pair) for c in advised.culprits for pair in with_torch)
+    attribution = tuple(dataclasses.replace(a, pair=pair) for a in advised.attribution for pair in with_torch)
+    return dataclasses.replace(
+        advised,
+        backends=backends,
+        layers=(constant, conv, relu, identity, resize, head),
+        culprit=culprits[0],
+        culprits=culprits,
+        attribution=attribution,
+    )

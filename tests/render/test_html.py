@@ -239,7 +239,7 @@ def test_culprits_section(culprits: Report) -> None:
     rows = _layer_rows(text)
     assert [attrs.get("class") for attrs in rows] == ["", "", "first", "div"]
     assert text.count('<span class="mark culprit">CULPRIT</span>') == 2
-    assert "<th>torch~onnxruntime<br>cosine</th><th>max |Δ|</th><th>rel-err</th><th>local rel-err</th>" in text
+    assert "<th>torch~onnxruntime<br>cosine</th><th>max |Δ|</th><th>rel-err ≤ 1e-3</th><th>local</th>" in text
     assert "<td class='num' title=\"local cosine 0.999900\">7.10e-03</td>" in text
 
 
@@ -288,3 +288,73 @@ def test_attribution_alone_and_cumulative_with_the_fix(advised: Report) -> None:
     assert f"</ol>{closing}<br></div>" in text, "the culprits box closes with it"
     assert f"</table>\n<p>{closing}</p>" in text, "and so does the attribution table"
     assert "-0.0004" not in text
+
+
+def test_the_per_sample_plot_shows_the_figure_of_the_check_that_failed(gated: Report) -> None:
+    """Issue 40, item 8: cosine held and rtol failed, yet the per-sample plot drew cosine alone."""
+    from trtdiff.render.html_plots import sample_metrics, samples_svg
+
+    cosine, rtol = gated.checks[:2]
+    held = dataclasses.replace(cosine, passed=True, failing_samples=(), failed=0, limit=0.999)
+    failed = dataclasses.replace(rtol, passed=False, failing_samples=("sample-0",), failed=1, limit=0.0001)
+    report = dataclasses.replace(gated, checks=(held, failed, *gated.checks[2:]))
+    assert sample_metrics(report) == ["rel_err"] and sample_metrics(gated) == ["cosine"]
+    svg = samples_svg(report)
+    assert "relative error, final outputs" in svg and "rtol 0.0001" in svg
+    assert "1 − cosine" not in svg and "min-cosine" not in svg
+    assert "out torch~onnxruntime: cosine 0.999950, rel-err 5.00e-04\nmIoU" in svg, "the hover title"
+    both = dataclasses.replace(report, checks=(dataclasses.replace(cosine, limit=0.99999), failed))
+    assert sample_metrics(both) == ["cosine", "rel_err"]
+    assert "1 − cosine, final outputs" in samples_svg(both) and "rtol 0.0001" in samples_svg(both)
+
+
+def _noise_ratios(report: Report, values: tuple[float, ...]) -> Report:
+    """`report` compared in FP16: each layer's pairs judged by noise ratio (`values`, one per layer; its local
+    error half that)."""
+    layers = tuple(
+        dataclasses.replace(
+            layer,
+            pairs={p: dataclasses.replace(m, noise_ratio=v) for p, m in layer.pairs.items()},
+            local={p: dataclasses.replace(m, noise_ratio=v / 2) for p, m in layer.local.items()}
+            if layer.local
+            else None,
+        )
+        for layer, v in zip(report.layers, values, strict=True)
+    )
+    return dataclasses.replace(report, layers=layers)
+
+
+def test_layers_show_the_judged_figure_under_its_limit(advised: Report, four: Report, passing: Report) -> None:
+    """Issue 40, item 2: per pair the figure the verdict used, its limit in the head, where rel-err stood."""
+    text = render_html(advised)
+    assert "<th>torch~onnxruntime<br>cosine</th><th>max |Δ|</th><th>rel-err ≤ 1e-3</th><th>local</th>" in text
+    assert render_html(four).count("<th>rel-err ≤ 1e-3</th><th>local</th>") == 6
+    fp16 = render_html(_noise_ratios(advised, (0.3, 0.4, 41.0, 99.0)))
+    assert "<th>torch~onnxruntime<br>cosine</th><th>max |Δ|</th><th>noise ratio ≤ 8</th><th>local</th>" in fp16
+    assert "<td class='num' title=\"rel-err 2.64e-02\">41.0</td>" in fp16
+    conv, *others = passing.layers
+    pair = next(iter(conv.pairs))
+    qdq = dataclasses.replace(conv, pairs={pair: dataclasses.replace(conv.pairs[pair], quant_steps=1.0)})
+    mixed = render_html(dataclasses.replace(passing, layers=(qdq, *others)))
+    assert "<th>quantization steps (st) ≤ 8 / rel-err ≤ 1e-3</th>" in mixed
+    assert ">1.00st</td>" in mixed and ">2.20e-07</td>" in mixed
+
+
+@pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="headless check needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
+)
+@pytest.mark.slow
+def test_chromium_renders_the_judged_column_and_one_culprit_per_node(four: Report, tmp_path: Path) -> None:
+    """Issue 40, items 2-3 as a browser shows them: the FP16 noise ratio under its limit in each pair's column,
+    and the two culprit nodes of four backends as two list items naming their pairs."""
+    path = tmp_path / "four.html"
+    write_html(_noise_ratios(four, (0.0, 0.3, 0.4, 0.4, 41.0, 99.0)), path)
+    dom = _chromium(tmp_path, "--dump-dom", path.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert dom.stdout.count("<th>noise ratio ≤ 8</th>") == 6
+    assert '<td class="num" title="rel-err 2.64e-02">41.0</td>' in dom.stdout
+    finding = dom.stdout[dom.stdout.index('<div class="box find">') :]
+    finding = finding[: finding.index("</div>")]
+    assert finding.count("<li>") == 2
+    assert "on torch~onnxruntime, torch~onnx-reference and torch~openvino: local rel-err" in finding

@@ -10,8 +10,16 @@ from trtdiff.render.markdown import render_markdown, write_markdown
 from trtdiff.report import Report
 
 
-def _table(text: str) -> list[list[str]]:
-    rows = [line for line in text.splitlines() if line.startswith("|")]
+def _table(text: str, after: str = "") -> list[list[str]]:
+    """The cells of the first table (after the line starting with `after`)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(after)) if after else 0
+    rows: list[str] = []
+    for line in lines[start:]:
+        if line.startswith("|"):
+            rows.append(line)
+        elif rows:
+            break
     return [[cell.strip() for cell in re.split(r"(?<!\\)\|", row)[1:-1]] for row in rows]
 
 
@@ -71,7 +79,7 @@ def test_first_divergence_and_suspects(diverged: Report) -> None:
     text = render_markdown(diverged)
     assert _line(text, "**First divergence:**") == (
         "**First divergence:** `/decoder/Resize` (Resize, module `decoder`) on torch~onnxruntime — cosine 0.999854, "
-        "max-abs 1.04e-02, rel-err 2.64e-02 (cosine 0.999854 &lt; 0.9999; rel-err 2.64e-02 &gt; 0.001); "
+        "max-abs 1.04e-02, rel-err 2.64e-02 (cosine 0.999854 < 0.9999; rel-err 2.64e-02 > 0.001); "
         "2 of 4 layers diverge."
     )
     assert _line(text, "Suspects") == (
@@ -130,7 +138,8 @@ def test_real_comparison(real_report: Report) -> None:
     assert "**First divergence:** `/decoder/Resize` (Resize, module `decoder`) on torch~onnxruntime" in text
     assert [row[1] for row in _table(text)[2:]] == [f"`{check.id}`" for check in real_report.checks]
     assert f"trtdiff {real_report.trtdiff_version}" in text
-    assert len(text.splitlines()) < 25, "a PR comment stays short"
+    assert len(text.splitlines()) <= 32, "a PR comment stays short (24 lines, 8 more for 3 diverged layers)"
+    assert "; 5 more not listed; the HTML and JSON reports list every layer):" in text
 
 
 def test_culprits_list_before_the_first_divergence(culprits: Report) -> None:
@@ -140,10 +149,10 @@ def test_culprits_list_before_the_first_divergence(culprits: Report) -> None:
         "**Culprits:**",
         "1. `/decoder/Resize` (Resize, module `decoder`) on torch~onnxruntime: local rel-err 2.64e-02 vs accumulated "
         "2.64e-02, cosine 0.999854; export problem (the ONNX spec computes the same); injecting torch's value recovers "
-        "0.1450 of 0.1540 mIoU (final rel-err 1.14e-01 -&gt; 7.10e-03)",
+        "0.1450 of 0.1540 mIoU (final rel-err 1.14e-01 -> 7.10e-03)",
         "2. `/head/Conv` (Conv, module `head`) on torch~onnxruntime: local rel-err 7.10e-03 vs accumulated 1.14e-01, "
         "cosine 0.999900; runtime problem (onnxruntime deviates from the ONNX spec); injecting torch's values here "
-        "and at the 1 earlier culprit recovers 0.1540 of 0.1540 mIoU (final rel-err 1.14e-01 -&gt; 2.00e-07)",
+        "and at the 1 earlier culprit recovers 0.1540 of 0.1540 mIoU (final rel-err 1.14e-01 -> 2.00e-07)",
     ]
     assert start < text.index("**First divergence:**")
     assert "inherited" not in text and "**Drift**" not in text
@@ -157,7 +166,7 @@ def test_one_culprit_and_an_inherited_first_divergence(inherited: Report) -> Non
     )
     assert _line(text, "**First divergence:**") == (
         "**First divergence:** `/head/Conv` (Conv, module `head`) on torch~onnxruntime — cosine 0.999225, "
-        "max-abs 3.10e-01, rel-err 1.14e-01 (cosine 0.999225 &lt; 0.9999; rel-err 1.14e-01 &gt; 0.001) "
+        "max-abs 3.10e-01, rel-err 1.14e-01 (cosine 0.999225 < 0.9999; rel-err 1.14e-01 > 0.001) "
         "(inherited from `/decoder/Resize`); 1 of 3 layers diverge."
     )
     assert text.index("**Culprit:**") < text.index("**First divergence:**")
@@ -197,7 +206,40 @@ def test_culprits_carry_the_fix_and_what_fixing_each_alone_recovers(advised: Rep
     )
     assert block[2].endswith(
         "runtime problem (onnxruntime deviates from the ONNX spec); fixing it alone recovers no measurable mIoU "
-        "(final rel-err 1.14e-01 -&gt; 1.14e-01); injecting torch's values here and at the 1 earlier culprit "
-        "recovers 0.1540 of 0.1540 mIoU (final rel-err 1.14e-01 -&gt; 2.00e-07)"
+        "(final rel-err 1.14e-01 -> 1.14e-01); injecting torch's values here and at the 1 earlier culprit "
+        "recovers 0.1540 of 0.1540 mIoU (final rel-err 1.14e-01 -> 2.00e-07)"
     )
     assert block[3:] == ["", "`/decoder/Resize` alone carries 94% of the 0.1540 mIoU lost.", ""]
+
+
+def test_diverged_layers_show_the_judged_figure_under_its_limit(advised: Report, four: Report) -> None:
+    """Issue 40, item 2: each diverged layer with the figure its verdict used, the limit in the head; with
+    several pairs each layer's worst pair; FP16 rows by noise ratio, Q/DQ rows in quantization steps."""
+    assert _table(render_markdown(advised), "**Diverged layers**") == [
+        ["#", "op", "module / ONNX node", "cosine", "rel-err ≤ 1e-3", "local"],
+        ["---", "---", "---", "---", "---", "---"],
+        ["3", "Resize", "`decoder`", "0.999854", "2.64e-02", "2.64e-02"],
+        ["4", "Conv", "`head`", "0.999225", "1.14e-01", "7.10e-03"],
+    ]
+    text = render_markdown(four)
+    assert "**Diverged layers** (2 of 6, the worst pair of each; the HTML and JSON reports list every layer):" in text
+    assert _table(text, "**Diverged layers**")[2] == [
+        "5", "Resize", "`decoder`", "torch~onnxruntime", "0.999854", "2.64e-02", "2.64e-02"
+    ]  # fmt: skip
+
+    def judged(name: str, values: tuple[float, float, float, float]) -> Report:
+        layers = tuple(
+            dataclasses.replace(
+                layer,
+                pairs={p: dataclasses.replace(m, **{name: v}) for p, m in layer.pairs.items()},
+                local={p: dataclasses.replace(m, **{name: v / 2}) for p, m in (layer.local or {}).items()},
+            )
+            for layer, v in zip(advised.layers, values, strict=True)
+        )
+        return dataclasses.replace(advised, layers=layers)
+
+    fp16 = _table(render_markdown(judged("noise_ratio", (0.3, 0.4, 41.0, 99.0))), "**Diverged layers**")
+    assert fp16[0][4] == "noise ratio ≤ 8" and fp16[2][4:] == ["41.0", "20.5"]
+    qdq = _table(render_markdown(judged("quant_steps", (0.3, 0.4, 12.0, 99.0))), "**Diverged layers**")
+    assert qdq[0][4] == "quantization steps ≤ 8" and qdq[3][4:] == ["99.0", "49.5"]
+    assert "Diverged layers" not in render_markdown(dataclasses.replace(advised, layers=advised.layers[:2]))

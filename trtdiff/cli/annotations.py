@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from trtdiff.render.culprits import (
     advice_text,
-    culprits_of,
+    culprit_groups,
+    pairs_text,
     verdict_text,
 )
 from trtdiff.render.format import (
@@ -63,15 +64,15 @@ def sweep_annotations(sweep: Sweep) -> list[str]:
 
 def _culprit_words(report: Report) -> str:
     """ "culprit /decoder/Resize (Resize, module decoder) on torch~onnxruntime, export problem (...); fix: ..."."""
-    culprits = culprits_of(report)
-    if culprits:
-        culprit = culprits[0]
+    groups = culprit_groups(report)
+    if groups:
+        culprit = groups[0].first
         words = (
-            f"culprit {culprit.onnx_node} ({culprit.op_type}, {module_text(culprit.module)}) on {culprit.pair}, "
-            f"{verdict_text(culprit)}"
+            f"culprit {culprit.onnx_node} ({culprit.op_type}, {module_text(culprit.module)}) on "
+            f"{pairs_text(groups[0].pairs)}, {verdict_text(culprit)}"
         )
         fix = advice_text(report, culprit)
-        more = f" (+{len(culprits) - 1} more)" if len(culprits) > 1 else ""
+        more = f" (+{len(groups) - 1} more)" if len(groups) > 1 else ""
         return words + more + (f"; {fix}" if fix else "")
     first = report.first_divergence
     if first is not None:

@@ -9,14 +9,16 @@ app.py renders as flags.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from trtdiff.cli.flags import Given, given
 from trtdiff.cli.interrupt import raising_interrupts, writing
 from trtdiff.cli.progress import progress_display
 from trtdiff.cli.sources import read_options, set_by_file_only
-from trtdiff.errors import OptionError
+from trtdiff.errors import OptionError, param
 from trtdiff.options import DEFAULT_OPSET, CompareOptions, SweepAxes, flag_of
 from trtdiff.version import __version__
 
@@ -47,8 +49,11 @@ def compare_command(model: str, values: Mapping[str, Any]) -> bool:
     options = options.with_fields(**_one_combination(read.axes))
     options = _keep_onnx_beside(options, files)
     options.validate()
-    with progress_display(read.reports.quiet) as progress:
-        report = compare(model, options, progress=progress, name_of=flag_of, origins=sources.origins)
+    with progress_display(read.reports.quiet) as progress, quiet_warnings(read.reports.quiet):
+        try:
+            report = compare(model, options, progress=progress, name_of=flag_of, origins=sources.origins)
+        except OptionError as error:
+            raise _onnx_alone(error, model, options) from error
     report = dataclasses.replace(report, options={**report.options, **set_by_file_only(sources, report.options)})
     with writing():
         files.write(report)
@@ -59,6 +64,44 @@ def compare_command(model: str, values: Mapping[str, Any]) -> bool:
         render_terminal(report, console, show_all=read.reports.show_all)
     _annotate(report=report)
     return report.passed
+
+
+def _onnx_alone(error: OptionError, model: str, options: CompareOptions) -> OptionError:
+    """What an ONNX file alone needs, where MODEL is one, no --backends was given and fewer than two backends
+    could run (the default is PyTorch, which an ONNX file has not, ONNX Runtime, and TensorRT where it runs):
+    "MODEL is an ONNX file, which PyTorch cannot run, and only onnxruntime can run here: compare ONNX backends
+    alone with --backends onnxruntime,onnx-reference, or ..."; else `error` itself."""
+    if options.runtime.backends or "comparing needs two" not in error.template or not _is_onnx_file(model):
+        return error
+    ran = error.template.split(",", 1)[0]  # "only onnxruntime can run here"
+    return OptionError(
+        f"MODEL is an ONNX file, which PyTorch cannot run, and {ran}: compare ONNX backends alone with "
+        f"{param('backends')} onnxruntime,onnx-reference, or give the PyTorch model as MODEL with {param('onnx')} FILE"
+    )
+
+
+def _is_onnx_file(model: str) -> bool:
+    """Whether MODEL names an ONNX file (by extension or by its first byte, as trtdiff.source.loading tells)."""
+    from pathlib import Path
+
+    path = Path(model)
+    try:
+        with path.open("rb") as file:
+            return path.suffix.lower() == ".onnx" or file.read(1) == b"\x08"
+    except OSError:
+        return False
+
+
+@contextmanager
+def quiet_warnings(quiet: bool) -> Iterator[None]:
+    """With --quiet, no Python warning of the libraries trtdiff runs (torch's, ONNX Runtime's): the terminal
+    shows the verdict lines only; what trtdiff finds is in the report and its notes."""
+    if not quiet:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def _keep_onnx_beside(options: CompareOptions, files: ReportFiles) -> CompareOptions:
@@ -102,7 +145,7 @@ def _sweep_command(
     from trtdiff.render.sweep_text import render_sweep
 
     options.validate()
-    with progress_display(quiet) as progress:
+    with progress_display(quiet) as progress, quiet_warnings(quiet):
         result = sweep(
             model,
             options,

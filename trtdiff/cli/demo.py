@@ -17,6 +17,7 @@ from trtdiff.hypotheses.sweep import sweep
 from trtdiff.render.culprits import (
     attribution_summary,
     culprit_brief,
+    culprit_groups,
     culprit_text,
     culprits_of,
 )
@@ -87,8 +88,8 @@ def run_demo(
 
 
 def _culprit_lines(report: Report, console: Console) -> None:
-    for number, culprit in enumerate(culprits_of(report), start=1):
-        text = culprit_text(report, culprit) if number == 1 else culprit_brief(report, culprit)
+    for number, group in enumerate(culprit_groups(report), start=1):
+        text = culprit_text(report, group) if number == 1 else culprit_brief(report, group)
         console.print(Text.assemble((f"CULPRIT{'' if number == 1 else f' {number}'}", "bold red"), f": {text}"))
     for sentence in attribution_summary(report):
         console.print(Text(f"{sentence}."))

@@ -12,6 +12,7 @@ parameter; nothing here imports torch.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from dataclasses import dataclass, field
 from functools import cache
@@ -80,12 +81,17 @@ def _one_of(allowed: tuple[str, ...], what: str) -> Parser:
         names = parse_names(text, parameter)
         unknown = [n for n in names if n not in allowed]
         if unknown:
-            raise OptionError(
-                f"unknown {what} {unknown[0]!r}; choose from {', '.join(allowed)}", parameter=parameter, value=text
-            )
+            raise OptionError(unknown_name(what, unknown[0], allowed), parameter=parameter, value=text)
         return names
 
     return parse
+
+
+def unknown_name(what: str, name: str, allowed: tuple[str, ...]) -> str:
+    """ "unknown backend 'openvno' (did you mean 'openvino'?); choose from ...": the closest name if one is close."""
+    close = difflib.get_close_matches(name, allowed, n=1)
+    guess = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown {what} {name!r}{guess}; choose from {', '.join(allowed)}"
 
 
 _exporters = _one_of(EXPORTERS, "exporter")
@@ -303,9 +309,7 @@ class BackendOptions:
             unknown = [b for b in names if b not in KNOWN_BACKENDS]
             if unknown:
                 raise OptionError(
-                    f"unknown backend {unknown[0]!r}; choose from {', '.join(KNOWN_BACKENDS)}",
-                    parameter=name,
-                    value=",".join(names),
+                    unknown_name("backend", unknown[0], KNOWN_BACKENDS), parameter=name, value=",".join(names)
                 )
         for name, path in self.recordings.items():
             if name not in ONNX_BACKENDS:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from trtdiff.render.format import (
     MAX_CONTRIBUTORS,
@@ -26,7 +27,7 @@ from trtdiff.render.format import (
     same,
     sci,
 )
-from trtdiff.report import Attribution, Culprit, Drift, Report
+from trtdiff.report import Attribution, BackendPair, Culprit, Drift, Report
 
 
 def culprits_of(report: Report) -> tuple[Culprit, ...]:
@@ -36,18 +37,67 @@ def culprits_of(report: Report) -> tuple[Culprit, ...]:
     return (report.culprit,) if report.culprit is not None else ()
 
 
-def grouped_culprits(report: Report) -> tuple[tuple[Culprit, ...], tuple[Culprit, ...]]:
-    """The culprits shown one by one (the first always), and the further ones whose local error is rounding
-    noise (`Culprit.noise_level`), which views name together in one line (`noise_text`)."""
-    culprits = culprits_of(report)
-    noise = tuple(c for c in culprits[1:] if c.noise_level)
-    return tuple(c for c in culprits if c not in noise), noise
+@dataclass(frozen=True)
+class CulpritGroup:
+    """One node's culprits, one per backend pair it diverges on (`Report.culprits` lists a node once per pair):
+    the views say each node once, naming its pairs."""
+
+    culprits: tuple[Culprit, ...]
+
+    @property
+    def first(self) -> Culprit:
+        """The culprit of its first pair: its node, op type and module are the group's."""
+        return self.culprits[0]
+
+    @property
+    def pairs(self) -> tuple[BackendPair, ...]:
+        return tuple(c.pair for c in self.culprits)
+
+    @property
+    def noise_level(self) -> bool:
+        """Whether its local error is rounding noise on every pair (`Culprit.noise_level`)."""
+        return all(c.noise_level for c in self.culprits)
 
 
-def noise_text(noise: Sequence[Culprit], code: Callable[[str], str] = same, text: Callable[[str], str] = same) -> str:
+def culprit_groups(report: Report) -> tuple[CulpritGroup, ...]:
+    """The culprits by node (its tensor), in the order the nodes first appear (topological)."""
+    nodes: dict[tuple[str, str], list[Culprit]] = {}
+    for culprit in culprits_of(report):
+        nodes.setdefault((culprit.tensor, culprit.onnx_node), []).append(culprit)
+    return tuple(CulpritGroup(tuple(found)) for found in nodes.values())
+
+
+def grouped_culprits(report: Report) -> tuple[tuple[CulpritGroup, ...], tuple[CulpritGroup, ...]]:
+    """The nodes shown one by one (the first always), and the further ones whose local error is rounding
+    noise on every pair (`Culprit.noise_level`), which views name together in one line (`noise_text`)."""
+    groups = culprit_groups(report)
+    noise = tuple(g for g in groups[1:] if g.noise_level)
+    return tuple(g for g in groups if g not in noise), noise
+
+
+def pairs_text(pairs: Sequence[BackendPair]) -> str:
+    """ "torch~onnxruntime", "torch~onnxruntime and torch~openvino", "a, b and c"."""
+    names = [str(pair) for pair in pairs]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def per_pair(said: Sequence[tuple[BackendPair, str]]) -> str:
+    """What was said of each pair, once where every pair has the same ("local rel-err ..."), else each text
+    with the pairs it holds for ("local rel-err 3.0e-02 ... on a and b; local rel-err 1.0e-01 ... on c")."""
+    texts: dict[str, list[BackendPair]] = {}
+    for pair, text in said:
+        texts.setdefault(text, []).append(pair)
+    if len(texts) == 1:
+        return next(iter(texts))
+    return "; ".join(f"{text} on {pairs_text(pairs)}" for text, pairs in texts.items())
+
+
+def noise_text(
+    noise: Sequence[CulpritGroup], code: Callable[[str], str] = same, text: Callable[[str], str] = same
+) -> str:
     """ "3 more nodes with noise-level local error (rounding, a few ULP): /a, /b, /c": the first
     `MAX_NOISE_NAMES` named, "…" for the rest (every one is in the JSON report)."""
-    names = ", ".join(code(c.onnx_node) for c in noise[:MAX_NOISE_NAMES])
+    names = ", ".join(code(g.first.onnx_node) for g in noise[:MAX_NOISE_NAMES])
     more = text(" …") if len(noise) > MAX_NOISE_NAMES else ""
     nodes = "node" if len(noise) == 1 else "nodes"
     head = f"{len(noise)} more {nodes} with noise-level local error ({NOISE_WORDS}): "
@@ -125,8 +175,9 @@ def culprit_marker(culprit: Culprit, index: int | None = None) -> str:
 
 
 def culprits_brief(report: Report) -> str:
-    """ "culprit /decoder/Resize (Resize, export problem)", or "culprits a (...), b (...)"; "" without culprits."""
-    named = [culprit_marker(c) for c in culprits_of(report)]
+    """ "culprit /decoder/Resize (Resize, export problem)", or "culprits a (...), b (...)", each node once;
+    "" without culprits."""
+    named = list(dict.fromkeys(culprit_marker(g.first) for g in culprit_groups(report)))
     return f"culprit{'s' if len(named) > 1 else ''} {', '.join(named)}" if named else ""
 
 
@@ -225,51 +276,67 @@ def _nan(value: float | None) -> float:
 
 
 def advice_text(report: Report, culprit: Culprit) -> str:
-    """ "fix: re-export at opset 11 or higher (--opset 11): ...", or "fix: as for culprit 1"; "" without advice."""
+    """ "fix: re-export at opset 11 or higher (--opset 11): ...", or "fix: as for culprit 1" (culprits numbered by
+    node, as the views number them); "" without advice."""
     if not culprit.advice:
         return ""
-    culprits = culprits_of(report)
-    for number, other in enumerate(culprits[: culprits.index(culprit)] if culprit in culprits else (), start=1):
-        if other.advice == culprit.advice:
+    for number, group in enumerate(culprit_groups(report), start=1):
+        if culprit in group.culprits:
+            break
+        if any(other.advice == culprit.advice for other in group.culprits):
             return f"fix: as for culprit {number}"
     return f"fix: {culprit.advice}"
 
 
+def _earlier(report: Report, culprit: Culprit) -> int:
+    """How many culprits come before `culprit` on its pair (what its cumulative attribution injects too)."""
+    same_pair = [c for c in culprits_of(report) if c.pair == culprit.pair]
+    return same_pair.index(culprit) if culprit in same_pair else 0
+
+
 def culprit_text(
-    report: Report, culprit: Culprit, code: Callable[[str], str] = same, text: Callable[[str], str] = same
+    report: Report, group: CulpritGroup, code: Callable[[str], str] = same, text: Callable[[str], str] = same
 ) -> str:
-    """The culprit sentence: node and pair, local vs accumulated error, verdict, what injecting recovers, the fix."""
+    """A node's culprit paragraph, once for every pair it diverges on: node and pairs, local vs accumulated
+    error, verdict, what injecting recovers, the fix; a figure that differs between the pairs is said per pair."""
+    culprit, culprits = group.first, group.culprits
     parts = [
-        f"{node_text(culprit, code, text)} on {text(str(culprit.pair))}: {text(local_vs_accumulated(culprit))}",
-        text(verdict_text(culprit)),
+        f"{node_text(culprit, code, text)} on {text(pairs_text(group.pairs))}: "
+        + text(per_pair([(c.pair, local_vs_accumulated(c)) for c in culprits])),
+        text(per_pair([(c.pair, verdict_text(c)) for c in culprits])),
     ]
-    if culprit.noise_level:  # a culprit only because the thresholds are tighter than the arithmetic
+    if group.noise_level:  # a culprit only because the thresholds are tighter than the arithmetic
         parts.insert(1, text(f"noise-level ({NOISE_WORDS}): the thresholds are tighter than the arithmetic"))
-    attribution = attribution_of(report, culprit)
-    if attribution is not None:
-        same_pair = [c for c in culprits_of(report) if c.pair == culprit.pair]
-        earlier = same_pair.index(culprit) if culprit in same_pair else 0
-        parts.append(text(attribution_text(report, attribution, earlier)))
+    said = [
+        (c.pair, attribution_text(report, a, _earlier(report, c)))
+        for c in culprits
+        if (a := attribution_of(report, c)) is not None
+    ]
+    if said:
+        parts.append(text(per_pair(said)))
     fix = advice_text(report, culprit)
     return "; ".join([*parts, text(fix)] if fix else parts)
 
 
 def culprit_brief(
-    report: Report, culprit: Culprit, code: Callable[[str], str] = same, text: Callable[[str], str] = same
+    report: Report, group: CulpritGroup, code: Callable[[str], str] = same, text: Callable[[str], str] = same
 ) -> str:
-    """A further culprit in one line: node, local vs accumulated rel-err, verdict, what fixing it alone and
-    with the earlier ones recovers, the fix."""
+    """A further node in one line: node, local vs accumulated rel-err, verdict (with its pairs where they are
+    not the first node's), what fixing it alone and with the earlier ones recovers, the fix."""
+    culprit, culprits = group.first, group.culprits
     line = (
-        f"{node_text(culprit, code, text)}: {local_vs_accumulated(culprit, with_cosine=False)}, "
-        f"{text(verdict_text(culprit, short=True))}"
+        f"{node_text(culprit, code, text)}: "
+        + per_pair([(c.pair, local_vs_accumulated(c, with_cosine=False)) for c in culprits])
+        + f", {text(per_pair([(c.pair, verdict_text(c, short=True)) for c in culprits]))}"
     )
-    if culprit.pair != culprits_of(report)[0].pair:
-        line += f" on {text(str(culprit.pair))}"
-    a = attribution_of(report, culprit)
-    if a is not None:
-        if _has_alone(a):
-            line += f"; fixing it alone: {_brief_gain(report, a, alone=True)}"
-        line += f"; with the earlier ones injected: {_brief_gain(report, a, alone=False)}"
+    if group.pairs != culprit_groups(report)[0].pairs:
+        line += f" on {text(pairs_text(group.pairs))}"
+    found = [(c, a) for c in culprits if (a := attribution_of(report, c)) is not None]
+    if found:
+        if all(_has_alone(a) for _, a in found):
+            line += f"; fixing it alone: {per_pair([(c.pair, _brief_gain(report, a, alone=True)) for c, a in found])}"
+        gains = per_pair([(c.pair, _brief_gain(report, a, alone=False)) for c, a in found])
+        line += f"; with the earlier ones injected: {gains}"
     fix = advice_text(report, culprit)
     return f"{line}; {text(fix)}" if fix else line
 
@@ -288,23 +355,48 @@ def _brief_gain(report: Report, a: Attribution, *, alone: bool) -> str:
 def attribution_summary(
     report: Report, code: Callable[[str], str] = same, text: Callable[[str], str] = same
 ) -> list[str]:
-    """The closing sentence per pair: which culprit alone carries most of the loss, and how much of it.
+    """The closing sentence: which culprit alone carries most of the loss on each pair, and how much of it, said
+    once for the pairs where it is the same.
 
-    "/Resize alone carries 94% of the 0.1544 mIoU lost" (with mIoU), "/Resize alone carries
-    84% of the final output's error (rel-err 7.46e-01)" (without); [] for reports that do not
-    say what fixing each culprit alone recovers. Names through `code`, words through `text`.
+    "/Resize alone carries 94% of the 0.1544 mIoU lost" (with mIoU), "/Resize alone carries 84% of the final
+    output's error (rel-err 7.46e-01)" (without); where none does, what was measured: "injecting torch's value
+    at any one culprit alone, the rest of the graph as it ran, recovers no measurable part of ..." (keeping
+    nodes in higher precision, the exclusion check, measures something else: `exclusion_text`); [] for reports
+    that do not say what fixing each culprit alone recovers. Names through `code`, words through `text`.
     """
     found = [(c, a) for c in culprits_of(report) if (a := attribution_of(report, c)) is not None and _has_alone(a)]
     pairs = list(dict.fromkeys(c.pair for c, _ in found))
-    sentences = []
+    said: dict[tuple[str, str], list[BackendPair]] = {}
     for pair in pairs:
         best, loss = _carries(report, [(c, a) for c, a in found if c.pair == pair])
-        where = text(f" on {pair}") if len(pairs) > 1 else ""
         if best is None:
-            sentences.append(text(f"no culprit alone recovers a measurable part of {loss}") + where)
+            key = ("", f"injecting {pair.reference}'s value at any one culprit alone, the rest of the graph as it "
+                   f"ran, recovers no measurable part of {loss}")  # fmt: skip
         else:
-            sentences.append(f"{code(best[0].onnx_node)}{text(f' alone carries {_percent(best[1])} of {loss}')}{where}")
-    return sentences
+            key = (best[0].onnx_node, f" alone carries {_percent(best[1])} of {loss}")
+        said.setdefault(key, []).append(pair)
+    return [
+        f"{code(node) if node else ''}{text(words)}" + (text(f" on {pairs_text(on)}") if len(pairs) > 1 else "")
+        for (node, words), on in said.items()
+    ]
+
+
+EXCLUSION_NOTE = "exclusion list checked: "
+"""How the note of the exclusion check begins (trtdiff.hypotheses.exclusion writes it)."""
+
+
+def exclusion_text(report: Report) -> str:
+    """The exclusion check's result, saying what it measured, beside the attribution (which injects one
+    reference value at a time): "keeping the listed nodes in higher precision, all at once (the exclusion
+    list, converted and compared again): with /Mul_1, /Div kept in FP32 ... the final outputs pass every
+    check"; "" where no such check was made."""
+    note = next((n for n in report.notes if n.startswith(EXCLUSION_NOTE)), None)
+    if note is None:
+        return ""
+    return (
+        "keeping the listed nodes in higher precision, all at once (the exclusion list, converted and compared "
+        f"again): {note.removeprefix(EXCLUSION_NOTE)}"
+    )
 
 
 def _percent(share: float) -> str:
@@ -337,10 +429,11 @@ def _carries(report: Report, rows: list[tuple[Culprit, Attribution]]) -> tuple[t
     return max(shares, key=lambda item: item[1], default=None), loss
 
 
-def culprit_quiet(report: Report, culprit: Culprit) -> str:
-    """The culprit line of `--quiet`: node, pair, verdict, and the fix (`advice_text`)."""
-    line = f"{node_text(culprit)} on {culprit.pair}, {verdict_text(culprit, short=True)}"
-    fix = advice_text(report, culprit)
+def culprit_quiet(report: Report, group: CulpritGroup) -> str:
+    """The culprit line of `--quiet`: node, pairs, verdict, and the fix (`advice_text`)."""
+    verdicts = per_pair([(c.pair, verdict_text(c, short=True)) for c in group.culprits])
+    line = f"{node_text(group.first)} on {pairs_text(group.pairs)}, {verdicts}"
+    fix = advice_text(report, group.first)
     return f"{line}; {fix}" if fix else line
 
 

@@ -30,7 +30,7 @@ from trtdiff.report import (
 )
 from trtdiff.report.text import html as safe_html
 
-BACKEND_SHORT = {"torch": "pt", "onnxruntime": "ort", "tensorrt": "trt"}
+BACKEND_SHORT = {"torch": "pt", "onnxruntime": "ort", "tensorrt": "trt", "onnx-reference": "ref", "openvino": "ov"}
 MAX_SUSPECTS = 8
 MAX_CONTRIBUTORS = 3
 MAX_NOISE_NAMES = 8
@@ -122,7 +122,7 @@ def plural(count: int, word: str) -> str:
 
 
 def short_backend(name: str) -> str:
-    """pt, ort, trt; other backends keep their name."""
+    """pt, ort, trt, ref (onnx-reference), ov (openvino); other backends keep their name."""
     return BACKEND_SHORT.get(name, name)
 
 
@@ -223,6 +223,32 @@ def check_message(check: ThresholdCheck, report: Report) -> str:
         f"mIoU drop {miou(check.worst)} relative to {report.reference} (max {check.limit:g}): "
         f"{before:.4f} -> {after:.4f}"
     )
+
+
+def failed_count_text(report: Report) -> str:
+    """The short form for a heading: "3 of 5 checks failed", or "the simplified file's comparison failed
+    (4 of 5 checks)" where only that one did (`failure_text`)."""
+    failed, total = len(report.failed_checks), len(report.checks)
+    simplified = report.simplified
+    if not failed and simplified is not None and not simplified.passed:
+        return (
+            f"the simplified file's comparison failed ({len(simplified.failed_checks)} of "
+            f"{plural(len(simplified.checks), 'check')})"
+        )
+    return f"{failed} of {plural(total, 'check')} failed"
+
+
+def failure_text(report: Report) -> str:
+    """What failed, for a report that did: "3 of 5 checks failed: id, id, id"; where its own checks all hold but
+    the simplified file's comparison (`--simplify`) failed, "the simplified file's comparison failed: 4 of 5
+    checks failed: ..." (the report's verdict is both). Every renderer's FAIL line says this."""
+    failed = report.failed_checks
+    if failed:
+        return f"{len(failed)} of {len(report.checks)} checks failed: {', '.join(check.id for check in failed)}"
+    simplified = report.simplified
+    if simplified is not None and not simplified.passed:
+        return f"the simplified file's comparison failed: {failure_text(simplified)} (the original's checks hold)"
+    return f"the comparison failed, though none of its {plural(len(report.checks), 'check')} did"
 
 
 def agreeing_text(report: Report, noun: str = "tensors", pairs: str = "") -> str:

@@ -14,9 +14,11 @@ from trtdiff import outputs
 from trtdiff.render.culprits import (
     attribution_of,
     attribution_summary,
+    culprit_groups,
     culprit_text,
     culprits_of,
     drift_text,
+    exclusion_text,
     inherited_text,
     miou_lost,
     verdict_text,
@@ -29,6 +31,7 @@ from trtdiff.render.format import (
     divergence_figures,
     divergence_node,
     escape_html as esc,
+    failed_count_text,
     format_value,
     inputs_text,
     layer_index,
@@ -47,6 +50,7 @@ from trtdiff.render.format import (
     thresholds_text,
 )
 from trtdiff.render.html_plots import depth_svg, samples_svg
+from trtdiff.render.judged import judged_cell, judged_title, kinds_of
 from trtdiff.render.runtimes import compiled_runtimes, runtime_lines
 from trtdiff.report import Attribution, BackendPair, Culprit, ErrorFigures, Layer, Report, RuntimeSummary
 
@@ -129,9 +133,9 @@ def write_html(report: Report, path: str | Path) -> None:
 
 
 def _header(report: Report) -> str:
-    failed, total = len(report.failed_checks), len(report.checks)
+    total = len(report.checks)
     verdict = '<span class="verdict pass">PASS</span>' if report.passed else '<span class="verdict fail">FAIL</span>'
-    summary = f"{plural(total, 'check')} passed" if report.passed else f"{failed} of {plural(total, 'check')} failed"
+    summary = f"{plural(total, 'check')} passed" if report.passed else failed_count_text(report)
     limits = thresholds_text(report.thresholds)
     facts = [
         f"model <code>{esc(report.model)}</code>",
@@ -168,11 +172,13 @@ def _divergence(report: Report) -> str:
 
 def _finding(report: Report) -> str:
     """A box naming the culprits (what introduced the error), or the drift that no culprit explains."""
-    culprits = culprits_of(report)
-    if culprits:
-        head = "Culprit" if len(culprits) == 1 else "Culprits"
-        items = "".join(f"<li>{culprit_text(report, c, _code, esc)}</li>" for c in culprits)
+    groups = culprit_groups(report)
+    if groups:
+        head = "Culprit" if len(groups) == 1 else "Culprits"
+        items = "".join(f"<li>{culprit_text(report, g, _code, esc)}</li>" for g in groups)
         closing = "".join(f"{sentence}.<br>" for sentence in attribution_summary(report, _code, esc))
+        exclusion = exclusion_text(report)
+        closing += f"{esc(exclusion)}.<br>" if exclusion else ""
         return f'<div class="box find"><b>{head}</b> (where the error is introduced):<ol>{items}</ol>{closing}</div>'
     if report.drift is not None:
         pair = esc(str(report.drift.pair))
@@ -372,8 +378,9 @@ def _runtime(summary: RuntimeSummary) -> str:
     return f"<h2>{esc(summary.title)}</h2>\n" + "\n".join(lines)
 
 
-def _pair_cells(layer: Layer, pair: BackendPair, local: bool) -> list[str]:
-    """Cosine, max-abs and rel-err of one pair (and, with `local`, the local rel-err), "—" where none."""
+def _pair_cells(layer: Layer, pair: BackendPair, local: bool, unit: bool) -> list[str]:
+    """Cosine, max-abs and the figure the pair is judged by (and, with `local`, the node's own error in the same
+    units; with `unit`, each figure with its unit where the column mixes kinds), "—" where none."""
     metrics, own = layer.pairs.get(pair), (layer.local or {}).get(pair)
     if metrics is None:
         cells = ["<td class='num'>—</td>"] * 3
@@ -382,22 +389,35 @@ def _pair_cells(layer: Layer, pair: BackendPair, local: bool) -> list[str]:
         cells = [
             f"<td class='num'{title}>{esc(cosine(metrics.cosine))}</td>",
             f"<td class='num'>{esc(format_value('max_abs', metrics.max_abs))}</td>",
-            f"<td class='num'>{esc(format_value('rel_err', metrics.rel_err))}</td>",
+            f"<td class='num' title=\"rel-err {esc(sci(metrics.rel_err))}\">"
+            f"{esc(judged_cell(metrics, unit=unit))}</td>",
         ]
     if local:
         title = f' title="local cosine {esc(cosine(own.cosine))}"' if own is not None else ""
-        cells.append(f"<td class='num'{title}>{esc(sci(own.rel_err)) if own is not None else '—'}</td>")
+        cells.append(f"<td class='num'{title}>{esc(judged_cell(own, unit=unit)) if own is not None else '—'}</td>")
     return cells
 
 
 def _layers(report: Report) -> str:
+    """Every layer with, per pair, cosine, max-abs, the judged figure with its limit in the head (rel-err,
+    noise ratio or quantization steps, trtdiff.render.judged) and the node's own (local) error."""
     pairs = list(report.pairs)
     first = report.first_divergence.tensor if report.first_divergence else None
     local = any(layer.local for layer in report.layers)
     culprits = {c.tensor for c in culprits_of(report)}
+    kinds = {
+        pair: kinds_of(
+            m
+            for layer in report.layers
+            for m in (layer.pairs.get(pair), (layer.local or {}).get(pair))
+            if m is not None
+        )
+        for pair in pairs
+    }
     head = "<tr><th>#</th><th>op</th><th>module</th><th>ONNX node</th><th>shape</th>"
     head += "".join(
-        f"<th>{esc(str(pair))}<br>cosine</th><th>max |Δ|</th><th>rel-err</th>" + ("<th>local rel-err</th>" * local)
+        f"<th>{esc(str(pair))}<br>cosine</th><th>max |Δ|</th>"
+        f"<th>{esc(judged_title(kinds[pair], report.thresholds))}</th>" + ("<th>local</th>" * local)
         for pair in pairs
     )
     head += "<th></th></tr>"
@@ -413,7 +433,7 @@ def _layers(report: Report) -> str:
             f"<td class='num'>{esc(shape_text(layer.shape))}</td>",
         ]
         for pair in pairs:
-            cells += _pair_cells(layer, pair, local)
+            cells += _pair_cells(layer, pair, local, len(kinds[pair]) > 1)
         status = "first divergence" if css == "first" else "diverged" if layer.diverged else "ok"
         if layer.screened:
             status = "screened (passed bounds from statistics, not compared value by value)"

@@ -184,16 +184,19 @@ def _first_divergence(top: Any, bottom: Any, report: Report) -> None:
 
 
 def samples_svg(report: Report) -> str:
-    """Final-output 1 − cosine per sample and, for segmentation, mIoU per sample, as SVG."""
+    """The final outputs' figure per sample (the one a failed output check judged, else cosine) and, for
+    segmentation, mIoU per sample, as SVG."""
     mpl, figure = _matplotlib()
     samples = report.samples
     seg = any(s.agreement_miou or s.label_miou for s in samples)
+    metrics = sample_metrics(report)
     with mpl.rc_context({**_RC, "svg.hashsalt": "trtdiff-samples"}):
         fig = figure(figsize=(11, 3.6), layout="constrained")
-        axes = fig.subplots(1, 2 if seg else 1, squeeze=False)[0]
-        _sample_cosines(axes[0], report)
+        axes = fig.subplots(1, len(metrics) + seg, squeeze=False)[0]
+        for ax, metric in zip(axes, metrics, strict=False):
+            _sample_figures(ax, report, metric)
         if seg:
-            _sample_mious(axes[1], report)
+            _sample_mious(axes[-1], report)
         titles: dict[str, str] = {}
         for axis, ax in enumerate(axes):
             if len(samples) <= 20:
@@ -202,12 +205,44 @@ def samples_svg(report: Report) -> str:
             ax.set_xlabel("sample")
             ax.grid(True, axis="y", alpha=0.3)
             ax.legend(fontsize=8.5, loc="best")
-            titles.update(_bands(ax, [False] * len(samples), [_sample_title(s) for s in samples], f"samples{axis}"))
-        return _svg(fig, titles, "final-output agreement per sample")
+            titles.update(
+                _bands(ax, [False] * len(samples), [_sample_title(s, metrics) for s in samples], f"samples{axis}")
+            )
+        return _svg(fig, titles, "final-output " + " and ".join(_SAMPLE_WORDS[m][0] for m in metrics) + " per sample")
 
 
-def _sample_cosines(ax: Any, report: Report) -> None:
-    """Per pair, 1 − the lowest final-output cosine of each sample, with the min-cosine threshold."""
+_SAMPLE_WORDS = {
+    "cosine": ("1 − cosine", "min-cosine"),
+    "rel_err": ("relative error", "rtol"),
+    "max_abs": ("max |Δ|", "max-abs"),
+    "quant_steps": ("quantization steps", "max-quant-steps"),
+    "noise_ratio": ("noise ratio", "max-noise-ratio"),
+}
+"""Per output metric a check judges: its words on the axis, and the threshold's name."""
+_FIGURE_WORDS = {"rel_err": "rel-err", "max_abs": "max-abs", "quant_steps": "steps", "noise_ratio": "noise ratio"}
+
+
+def sample_metrics(report: Report) -> list[str]:
+    """The final outputs' figures the per-sample plot shows: those of the output checks that failed (cosine,
+    rel-err, max-abs, quantization steps, noise ratio; at most two), else the figure the output checks judge
+    (quantization steps or noise ratio where they do), else cosine."""
+    checked: list[str] = [c.metric for c in report.checks if c.scope == "outputs" and c.metric in _SAMPLE_WORDS]
+    failed: list[str] = [c.metric for c in report.failed_checks if c.scope == "outputs" and c.metric in _SAMPLE_WORDS]
+    if failed:
+        return list(dict.fromkeys(failed))[:2]
+    judged: list[str] = [m for m in ("quant_steps", "noise_ratio") if m in checked]
+    return judged[:1] or ["cosine"]
+
+
+def _sample_value(metrics: PairMetrics, metric: str) -> float:
+    """The figure of one output the plot draws: 1 − cosine for cosine, else the figure; NaN where it is n/a."""
+    if metric == "cosine":
+        return 1.0 - number(metrics.cosine)
+    return number(getattr(metrics, metric))
+
+
+def _sample_figures(ax: Any, report: Report, metric: str) -> None:
+    """Per pair, the worst figure of `metric` over each sample's final outputs, with its threshold per check."""
     import numpy as np
 
     samples = report.samples
@@ -216,19 +251,24 @@ def _sample_cosines(ax: Any, report: Report) -> None:
     figures: list[float] = []
     for color, pair in zip(_cycle(len(pairs)), pairs, strict=True):
         worst = [
-            min(
-                (number(m.cosine) for per_pair in s.outputs.values() if (m := per_pair.get(pair))),
+            max(
+                (_sample_value(m, metric) for per_pair in s.outputs.values() if (m := per_pair.get(pair))),
                 default=math.nan,
-                key=lambda v: -math.inf if math.isnan(v) else v,
+                key=lambda v: math.inf if math.isnan(v) else v,
             )
             for s in samples
         ]
-        ax.plot(x, np.clip(1.0 - np.array(worst), FLOOR, None), "o-", color=color, ms=4, label=str(pair))
-        figures += [1.0 - v for v in worst]
-    min_cosine = report.thresholds.min_cosine
-    ax.axhline(max(1.0 - min_cosine, FLOOR), ls="dashed", color=RED, alpha=0.7, label=f"min-cosine {min_cosine:g}")
-    _log_axis(ax, figures, 1.0 - min_cosine)
-    ax.set_ylabel("1 − cosine, final outputs")
+        ax.plot(x, np.clip(np.array(worst), FLOOR, None), "o-", color=color, ms=4, label=str(pair))
+        figures += worst
+    words, name = _SAMPLE_WORDS[metric]
+    limits = sorted({c.limit for c in report.checks if c.scope == "outputs" and c.metric == metric})
+    if metric == "cosine" and not limits:
+        limits = [report.thresholds.min_cosine]
+    shown = [1.0 - limit if metric == "cosine" else limit for limit in limits]
+    for limit, line in zip(limits, shown, strict=True):
+        ax.axhline(max(line, FLOOR), ls="dashed", color=RED, alpha=0.7, label=f"{name} {limit:g}")
+    _log_axis(ax, figures, min(shown, default=FLOOR))
+    ax.set_ylabel(f"{words}, final outputs")
 
 
 def _sample_mious(ax: Any, report: Report) -> None:
@@ -348,10 +388,17 @@ def _layer_title(index: int, layer: Layer) -> str:
     return "\n".join(lines)
 
 
-def _sample_title(sample: SampleResult) -> str:
+def _sample_title(sample: SampleResult, metrics: Sequence[str] = ("cosine",)) -> str:
     lines = [plain(sample.name)]
     for output, per_pair in sample.outputs.items():
-        lines += [f"{output} {key}: cosine {cosine(m.cosine)}" for key, m in per_pair.items()]
+        for key, m in per_pair.items():
+            figures = [f"cosine {cosine(m.cosine)}"]
+            figures += [
+                f"{_FIGURE_WORDS[metric]} {format_value(metric, getattr(m, metric))}"
+                for metric in metrics
+                if metric != "cosine"
+            ]
+            lines.append(f"{plain(output)} {key}: {', '.join(figures)}")
     lines += [f"mIoU {key}: {miou(v)}" for key, v in sample.agreement_miou.items()]
     if sample.failed:
         lines.append("fails: " + plain(", ".join(sample.failed)))

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from trtdiff import outputs
 from trtdiff.render.culprits import (
+    culprit_groups,
     culprit_text,
     culprits_brief,
-    culprits_of,
     drift_text,
     inherited_text,
 )
@@ -134,13 +134,13 @@ def failure_text(check: ThresholdCheck, report: Report) -> str:
 
 def _finding_lines(report: Report) -> list[str]:
     """A line per culprit (node and pair, local vs accumulated, verdict, attribution), or the drift line."""
-    culprits = culprits_of(report)
-    if not culprits and report.drift is not None:
+    groups = culprit_groups(report)
+    if not groups and report.drift is not None:
         return [f"drift on {report.drift.pair}: {drift_text(report.drift, limit=None)}"]
-    many = len(culprits) > 1
+    many = len(groups) > 1
     return [
-        f"culprit{f' {number} of {len(culprits)}' if many else ''}: {culprit_text(report, c)}"
-        for number, c in enumerate(culprits, start=1)
+        f"culprit{f' {number} of {len(groups)}' if many else ''}: {culprit_text(report, g)}"
+        for number, g in enumerate(groups, start=1)
     ]
 
 
@@ -167,7 +167,7 @@ def _properties(parent: ET.Element, report: Report) -> None:
     if report.first_divergence is not None:
         facts.append(("first_divergence", report.first_divergence.onnx_node))
     facts += [(f"first_non_finite.{entry.backend}", entry.onnx_node) for entry in report.non_finite]
-    culprits = [c.onnx_node for c in culprits_of(report)]
+    culprits = [g.first.onnx_node for g in culprit_groups(report)]  # each node once, whatever its pairs
     facts += [("culprit", culprits[0]), ("culprits", ",".join(culprits))] if culprits else []
     facts += [(f"environment.{key}", text) for key, text in report.environment.items()]
     for runtime in compiled_runtimes(report):

@@ -17,6 +17,7 @@ from trtdiff.render.culprits import (
     culprit_text,
     culprits_of,
     drift_text,
+    exclusion_text,
     grouped_culprits,
     inherited_text,
     noise_text,
@@ -25,6 +26,7 @@ from trtdiff.render.format import (
     agreeing_text,
     divergence_figures,
     divergence_node,
+    failed_count_text,
     format_value,
     inputs_text,
     limit_text,
@@ -33,8 +35,9 @@ from trtdiff.render.format import (
     segmentation_parts,
     suspects_text,
 )
+from trtdiff.render.judged import judged_cell, judged_title, kinds_of, pair_order, worst_pair
 from trtdiff.render.runtimes import compiled_runtimes, runtime_lines
-from trtdiff.report import Report, RuntimeSummary, ThresholdCheck
+from trtdiff.report import BackendPair, Layer, PairMetrics, Report, RuntimeSummary, ThresholdCheck
 from trtdiff.report.text import markdown, markdown_code
 
 
@@ -46,6 +49,7 @@ def render_markdown(report: Report) -> str:
         _non_finite(report),
         _culprits(report),
         _divergence(report),
+        _diverged_layers(report),
         _drift(report),
         _segmentation(report),
         *(_runtime(summary) for summary in compiled_runtimes(report)),
@@ -64,11 +68,11 @@ def write_markdown(report: Report, path: str | Path, *, append: bool = False) ->
 
 
 def _verdict(report: Report) -> str:
-    failed, total = len(report.failed_checks), len(report.checks)
+    total = len(report.checks)
     if report.passed:
         head = f"### trtdiff: ✅ PASS — {plural(total, 'check')} passed"
     else:
-        head = f"### trtdiff: ❌ FAIL — {failed} of {plural(total, 'check')} failed"
+        head = f"### trtdiff: ❌ FAIL — {failed_count_text(report)}"
     facts = [
         _code(report.model),
         f"inputs {_text(inputs_text(report.inputs))}",
@@ -137,11 +141,54 @@ def _culprits(report: Report) -> str:
     most of the loss; "" for none."""
     culprits, noise = grouped_culprits(report)
     closing = "".join(f"\n\n{sentence}." for sentence in attribution_summary(report, _code, _text))
+    exclusion = exclusion_text(report)
+    closing += f"\n\n{_text(exclusion)}." if exclusion and culprits else ""
     if len(culprits) == 1 and not noise:
         return f"**Culprit:** {culprit_text(report, culprits[0], _code, _text)}{closing}"
     items = [f"{number}. {culprit_text(report, c, _code, _text)}" for number, c in enumerate(culprits, start=1)]
     items += [f"- {noise_text(noise, _code, _text)}"] if noise else []
     return "\n".join(["**Culprits:**", *items]) + closing if items else ""
+
+
+MAX_LAYER_ROWS = 3
+"""The diverged layers the summary lists, from the first divergence on (a PR comment stays short); the HTML
+and JSON reports list every layer."""
+
+
+def _diverged_layers(report: Report) -> str:
+    """The diverged layers (the first `MAX_LAYER_ROWS`), each with its worst pair (trtdiff.render.judged): the
+    cosine and the figure its verdict used, with the limit in the head ("rel-err ≤ 1e-3", "noise ratio ≤ 8",
+    "quantization steps ≤ 8"), and the node's own (local) error in the same units; "" where none diverged."""
+    diverged = [layer for layer in report.layers if layer.diverged]
+    if not diverged:
+        return ""
+    pairs = pair_order(report)
+    rows = [(layer, worst_pair(layer, pairs, report.thresholds, report.reference)) for layer in diverged]
+    rows = rows[:MAX_LAYER_ROWS]
+    figures = [m for layer, pair in rows for m in (layer.pairs[pair], _local(layer, pair)) if m is not None]
+    kinds = kinds_of(figures)
+    many, local = len(pairs) > 1, any(_local(layer, pair) is not None for layer, pair in rows)
+    head = ["#", "op", "module / ONNX node", *(["pair"] if many else []), "cosine"]
+    head += [_text(judged_title(kinds, report.thresholds)), *(["local"] if local else [])]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for layer, pair in rows:
+        metrics, own = layer.pairs[pair], _local(layer, pair)
+        cells = [str(layer.index), _text(layer.op_type), _code(layer.module or layer.onnx_node)]
+        cells += [_text(str(pair))] if many else []
+        cells += [format_value("cosine", metrics.cosine), judged_cell(metrics, unit=len(kinds) > 1)]
+        cells += [judged_cell(own, unit=len(kinds) > 1) if own is not None else "—"] if local else []
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    more = len(diverged) - len(rows)
+    worst = ", the worst pair of each" if many else ""
+    tail = f"; {more} more not listed" if more > 0 else ""
+    return (
+        f"**Diverged layers** ({len(diverged)} of {len(report.layers)}{worst}{tail}; the HTML and JSON reports "
+        "list every layer):\n\n" + "\n".join(lines)
+    )
+
+
+def _local(layer: Layer, pair: BackendPair) -> PairMetrics | None:
+    return (layer.local or {}).get(pair)
 
 
 def _drift(report: Report) -> str:

@@ -13,12 +13,14 @@ from rich.table import Table
 from rich.text import Text
 
 from trtdiff.render.culprits import (
+    EXCLUSION_NOTE,
     attribution_summary,
     culprit_brief,
     culprit_quiet,
     culprit_text,
     culprits_of,
     drift_text,
+    exclusion_text,
     grouped_culprits,
     inherited_text,
     noise_text,
@@ -26,39 +28,27 @@ from trtdiff.render.culprits import (
 from trtdiff.render.format import (
     agreeing_text,
     check_message,
-    cosine,
     divergence_figures,
     divergence_head,
     engines_line,
+    failure_text,
     inputs_text,
     marking_changed_line,
     non_finite_failed,
     non_finite_lines,
     plural,
-    sci,
     segmentation_parts,
-    short_pair,
     suspects_text,
 )
 from trtdiff.render.runtimes import compiled_runtimes, runtime_lines, tensorrt_headline
 from trtdiff.render.safe_text import SafeText
-from trtdiff.report import BackendPair, BuildReport, Layer, PairingSummary, Report, TensorRTSummary, ThresholdCheck
-from trtdiff.report.text import plain
-
-WIDTH = 80  # the narrowest console the table is laid out for (CI logs); a wider one gives the names more room
-# The local-error column (8 and padding) takes its room from the name column. With one pair,
-# everything but the name at its widest: "#" (3), op (10), four numbers and "DIVERGED" (8), with padding.
-_LOCAL_WIDTH = 9
-_SINGLE_FIXED = 51
-# With several pairs: "#" (3) and the verdict "DIV" (3) with padding, and per pair cosine and max|Δ| (8 each).
-_FIXED_WIDTH = 8
-_PAIR_WIDTH = 18
-# With several pairs the op joins the name; below this many characters for the name, the op stands alone.
-_MIN_NAME = 6
+from trtdiff.render.table import render_table
+from trtdiff.report import BuildReport, PairingSummary, Report, TensorRTSummary, ThresholdCheck
 
 
 def render_terminal(report: Report, console: Console, *, show_all: bool = False) -> None:
-    """Print `report`: every layer with `show_all`, else up to and including the first divergence."""
+    """Print `report`: with `show_all` every layer and, with several pairs, every pair of each; else up to
+    and including the first divergence, each layer with the pair furthest past its limits."""
     _header(report, console)
     layers = list(report.layers)
     shown = layers
@@ -67,15 +57,17 @@ def render_terminal(report: Report, console: Console, *, show_all: bool = False)
         stop = next((i for i, layer in enumerate(layers) if layer.tensor == first.tensor), len(layers) - 1)
         shown = layers[: stop + 1]
     if shown:
-        console.print(_table(shown, list(report.pairs), _local_pair(report, shown), console.width))
+        table, after = render_table(report, shown, console.width, every_pair=show_all)
+        if table is not None:
+            console.print(table)
+        for line in after:
+            console.print(line)
     hidden = len(layers) - len(shown)
     if hidden:
         console.print(
             SafeText(f"… {hidden} more compared layers after the first divergence (--all shows them)", style="dim")
         )
     _verdict(report, console)
-    if report.simplified is not None:
-        console.print(SafeText(simplified_line(report.simplified)))
 
 
 def render_verdict(report: Report, console: Console) -> None:
@@ -91,11 +83,13 @@ def render_verdict(report: Report, console: Console) -> None:
             console.print(SafeText.assemble(("NON-FINITE", "bold red"), f": {line}"))
     style = "bold red" if failed else "bold yellow"
     culprits, noise = grouped_culprits(report)
-    for number, culprit in enumerate(culprits, start=1):
+    for number, group in enumerate(culprits, start=1):
         label = "CULPRIT" if number == 1 else f"CULPRIT {number}"
-        console.print(SafeText.assemble((label, style), f": {culprit_quiet(report, culprit)}"))
+        console.print(SafeText.assemble((label, style), f": {culprit_quiet(report, group)}"))
     if noise:
         console.print(SafeText(noise_text(noise), style="dim"))
+    if culprits and exclusion_text(report):
+        console.print(SafeText(f"{exclusion_text(report)}."))
     first = report.first_divergence
     if not culprits and first is not None:
         console.print(SafeText.assemble(("FIRST DIVERGENCE", style), f": {divergence_head(first)}"))
@@ -106,11 +100,13 @@ def render_verdict(report: Report, console: Console) -> None:
 
 
 def _verdict_line(report: Report) -> Text:
-    """The verdict in one line: PASS (all tensors agree, or all checks hold) or FAIL with the failed checks."""
-    failed = report.failed_checks
-    if failed:
-        ids = ", ".join(check.id for check in failed)
-        return SafeText.assemble(("FAIL", "bold red"), f": {len(failed)} of {len(report.checks)} checks failed: {ids}")
+    """The verdict in one line: PASS (all tensors agree, or all checks hold) or FAIL with what failed.
+
+    The one line of the terminal that says PASS, and only for a report that passed (`Report.passed`, which
+    the simplified file's comparison is part of): a report that failed says FAIL, with its own failed checks
+    or the simplified file's (`failure_text`)."""
+    if not report.passed or report.failed_checks:
+        return SafeText.assemble(("FAIL", "bold red"), f": {failure_text(report)}")
     if report.first_divergence is None:
         pairs = ", ".join(map(str, report.pairs)) or "no pairs"
         allowed = " NaN/Inf allowed, at the same positions." if report.non_finite else ""
@@ -160,8 +156,10 @@ def _header(report: Report, console: Console) -> None:
             continue  # the notes say so, with the reason
         for said in runtime_lines(runtime):
             console.print(SafeText(said.text, style="bold red" if said.alarm else ""))
+    moved = exclusion_text(report) if culprits_of(report) else ""
     for note in report.notes:
-        console.print(_note(note))
+        if not (moved and note.startswith(EXCLUSION_NOTE)):  # said beside the culprits
+            console.print(_note(note))
 
 
 def _tensorrt_lines(trt: TensorRTSummary, console: Console) -> None:
@@ -265,101 +263,6 @@ def render_build(report: BuildReport, console: Console) -> None:
         console.print(_note(note))
 
 
-def _local_pair(report: Report, layers: list[Layer]) -> BackendPair | None:
-    """The pair whose local error the table shows: the culprit's, the drift's, else the first that has one."""
-    have = {pair for layer in layers for pair in (layer.local or {})}
-    drift = [report.drift.pair] if report.drift is not None else []
-    return next((p for p in [*(c.pair for c in culprits_of(report)), *drift, *report.pairs] if p in have), None)
-
-
-def _table(
-    layers: list[Layer], pairs: list[BackendPair], local: BackendPair | None = None, width: int = WIDTH
-) -> Table:
-    """One row per layer, numbered by `Layer.index`; with several pairs the op joins the name to fit `width`.
-
-    With `local`, a column of that pair's local rel-err, its room taken from the name column.
-    The name column is as wide as its longest name, where `width` leaves room for it; longer
-    names are cut from the left.
-    """
-    many = len(pairs) > 1
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", padding=(0, 1, 0, 0))
-    table.add_column("#", justify="right", no_wrap=True)
-    if not many:
-        table.add_column("op", no_wrap=True, max_width=10, overflow="ellipsis")
-    room = _LOCAL_WIDTH if local is not None else 0
-    width = max(width, WIDTH)
-    if many:
-        name_width = max(width - _FIXED_WIDTH - _PAIR_WIDTH * len(pairs) - room, 8)
-        head = "op  module / node" if name_width >= len("op  module / node") else "op"
-    else:
-        name_width = width - _SINGLE_FIXED - room
-        head = "module / ONNX node"
-    table.add_column(head, no_wrap=True, max_width=name_width)
-    for pair in pairs:
-        table.add_column(short_pair(pair) if many else "cos", justify="right", no_wrap=True)
-        table.add_column("max|Δ|", justify="right", no_wrap=True)
-        if not many:
-            table.add_column("rel", justify="right", no_wrap=True)
-    if local is not None:
-        table.add_column("local", justify="right", no_wrap=True)
-    table.add_column("", no_wrap=True)
-    for layer in layers:
-        table.add_row(*_row(layer.index, layer, pairs, name_width, local))
-    if any(m.statistics for layer in layers for m in layer.pairs.values()):
-        table.caption = (
-            "screened (scr), ~: from statistics alone (--capture stats): cosine at most, errors at least these; "
-            "a screened layer passed these bounds but was not compared value by value"
-        )
-        table.caption_justify = "left"
-    return table
-
-
-def _name_cells(layer: Layer, many: bool, name_width: int) -> list[Text | str]:
-    name, op_type = plain(layer.module or layer.onnx_node), plain(layer.op_type)  # escaped, then shortened
-    if not many:
-        return [SafeText(op_type), SafeText(_shorten(name, name_width))]
-    op = op_type[:8]
-    room = name_width - len(op) - 1
-    return [SafeText(f"{op} {_shorten(name, room)}" if room >= _MIN_NAME else op_type[:name_width])]
-
-
-def _row(
-    number: int, layer: Layer, pairs: list[BackendPair], name_width: int, local: BackendPair | None
-) -> list[Text | str]:
-    many = len(pairs) > 1
-    cells: list[Text | str] = [str(number), *_name_cells(layer, many, name_width)]
-    for pair in pairs:
-        metrics = layer.pairs.get(pair)
-        if metrics is None:
-            cells += ["-", "-"] + ([] if many else ["-"])
-            continue
-        style = "red" if metrics.diverged else ""
-        cells += [SafeText(cosine(metrics.cosine), style=style), SafeText(sci(metrics.max_abs), style=style)]
-        if not many:
-            cells.append(SafeText(sci(metrics.rel_err), style=style))
-    if local is not None:
-        own = (layer.local or {}).get(local)
-        cells.append("-" if own is None else SafeText(sci(own.rel_err), style="red" if own.diverged else ""))
-    if layer.diverged:
-        cells.append(SafeText("DIVERGED" if not many else "DIV", style="bold red"))
-        if any(m.statistics for m in layer.pairs.values()):  # bounds from statistics (--capture stats)
-            cells[-1] = SafeText.assemble(cells[-1], ("~", "dim"))
-    elif layer.screened:  # passed bounds from statistics, not compared value by value: never "ok"
-        cells.append(SafeText("screened" if not many else "scr", style="yellow"))
-    else:
-        cells.append(_agreeing_label(layer))
-    return cells
-
-
-def _agreeing_label(layer: Layer) -> Text:
-    """ "ok", or "NaN"/"Inf" for a tensor that agrees but holds them (at the same positions on both sides)."""
-    nan = any(m.nan_ref or m.nan_cand for m in layer.pairs.values())
-    inf = any(m.inf_ref or m.inf_cand for m in layer.pairs.values())
-    if nan or inf:
-        return SafeText("NaN" if nan else "Inf", style="yellow")
-    return SafeText("ok", style="green")
-
-
 def _checks(report: Report, console: Console) -> None:
     if len(report.samples) > 1 or report.segmentation is not None:
         for check in report.checks:
@@ -382,27 +285,27 @@ def _verdict(report: Report, console: Console) -> None:
     for line in non_finite_lines(report):
         console.print(SafeText.assemble(("NON-FINITE", style), f": {line}"))
     failed = report.failed_checks
-    first = report.first_divergence
-    if not failed and first is None:
-        console.print(_verdict_line(report))
-        return
-    _findings(report, console, "bold red" if failed else "bold yellow")
-    if not failed or any(check.scope != "layers" for check in failed):
-        console.print(_verdict_line(report))
+    if failed or report.first_divergence is not None:
+        _findings(report, console, "bold red" if failed else "bold yellow")
+    if report.simplified is not None:
+        console.print(SafeText(simplified_line(report.simplified)))
+    console.print(_verdict_line(report))  # the last line, whatever came before it
 
 
 def _findings(report: Report, console: Console, style: str) -> None:
     """The culprits (the first in full, the others one short line each), the first divergence, and drift."""
     culprits, noise = grouped_culprits(report)
-    for number, culprit in enumerate(culprits, start=1):
+    for number, group in enumerate(culprits, start=1):
         if number == 1:
-            console.print(SafeText.assemble(("CULPRIT", style), f": {culprit_text(report, culprit)}"))
+            console.print(SafeText.assemble(("CULPRIT", style), f": {culprit_text(report, group)}"))
         else:
-            console.print(SafeText.assemble((f"CULPRIT {number}", style), f": {culprit_brief(report, culprit)}"))
+            console.print(SafeText.assemble((f"CULPRIT {number}", style), f": {culprit_brief(report, group)}"))
     if noise:
         console.print(SafeText(noise_text(noise), style="dim"))
     for sentence in attribution_summary(report):
         console.print(SafeText(f"{sentence}."))
+    if culprits and exclusion_text(report):  # beside the attribution: it measures something else
+        console.print(SafeText(f"{exclusion_text(report)}."))
     first = report.first_divergence
     if first is not None:
         console.print(
@@ -436,9 +339,15 @@ def pairing_line(summary: PairingSummary, not_compared: int) -> str:
 
 
 def simplified_line(simplified: Report) -> str:
-    """One line on the simplified file's comparison, beside the original's."""
+    """One line on the simplified file's comparison, beside the original's: its checks in words (never the
+    verdict's PASS, which the whole report's line alone says), its finding, its pairing."""
     how = next((n.removeprefix("simplified with ") for n in simplified.notes if n.startswith("simplified with ")), "")
-    result = "PASS" if simplified.passed else "FAIL"
+    failed = simplified.failed_checks
+    total = len(simplified.checks)
+    if failed or not simplified.passed:
+        result = f"{len(failed)} of {plural(total, 'check')} {'fails' if len(failed) == 1 else 'fail'}"
+    else:
+        result = f"its {plural(total, 'check')} {'holds' if total == 1 else 'hold'}"
     culprit, first = simplified.culprit, simplified.first_divergence
     if culprit is not None:
         finding = f"culprit {culprit.onnx_node} ({culprit.op_type}, {culprit.verdict})"

@@ -28,6 +28,10 @@ _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # (they reorder how a line reads on screen).
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _MARKDOWN = "\\`*_[]"
+_TAG = re.compile(r"<(?=[A-Za-z/!?])")
+"""A `<` that Markdown could read as the start of raw HTML (a tag, a comment, a declaration) or an autolink."""
+_ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")
+"""An `&` that Markdown could read as the start of an entity or a numeric character reference."""
 
 
 def _visible(match: re.Match[str]) -> str:
@@ -48,15 +52,20 @@ def plain(text: str) -> str:
 
 
 def markdown(text: str) -> str:
-    """`text` safe as Markdown text: `plain`, HTML's `<>&` as entities, and `\\`*_[]` backslashed.
+    """`text` safe as Markdown text: `plain`, `\\`*_[]` backslashed, and only where Markdown would read it as
+    HTML a `<` or `&` as an entity (one that opens a tag, comment or autolink: `<` before a letter, `/`, `!`
+    or `?`; one that starts an entity: `&` before `name;` or `#digits;`) and a leading `>` backslashed.
 
     With no line break of its own a name starts no block (heading, list, quote, table row), and
-    with these escaped it opens no HTML tag, link, image, code span or emphasis.
+    with these escaped it opens no HTML tag, link, image, code span or emphasis; trtdiff's own
+    words keep their `->`, `< 0.999` and `> 0.05` as written, in the file as on the page.
     """
-    escaped = _html.escape(plain(text), quote=False)
+    escaped = plain(text)
     for char in _MARKDOWN:
         escaped = escaped.replace(char, "\\" + char)
-    return escaped
+    escaped = _ENTITY.sub("&amp;", escaped)
+    escaped = _TAG.sub("&lt;", escaped)
+    return "\\" + escaped if escaped.startswith(">") else escaped
 
 
 def markdown_code(text: str) -> str:

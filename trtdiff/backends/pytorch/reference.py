@@ -54,10 +54,13 @@ class TorchReference:
     def __post_init__(self) -> None:
         if self.dtype != "float32" and self.cast is None:  # made once: references derived from this one share it
             import copy
+            import warnings
 
             import torch
 
-            object.__setattr__(self, "cast", copy.deepcopy(self.module).to(getattr(torch, self.dtype)))
+            with warnings.catch_warnings():  # casting a TorchScript archive reads its tensors' .grad: torch warns
+                warnings.filterwarnings("ignore", message="The .grad attribute of a Tensor that is not a leaf")
+                object.__setattr__(self, "cast", copy.deepcopy(self.module).to(getattr(torch, self.dtype)))
 
     @classmethod
     def of(cls, module: torch.nn.Module, options: BackendOptions, *, golden: bool = False) -> TorchReference:
