@@ -151,6 +151,19 @@ def test_qdq_rows_show_quantization_steps_and_a_mixed_column_says_each_limit(pas
     assert conv.pairs  # the fixture's layer is unchanged
 
 
+def test_drift_of_a_quantized_graph_is_in_parentheses_and_said_to_be_unjudged(passing: Report) -> None:
+    """Against the float model a Q/DQ graph's accumulated error is drift (analysis.judge): its figure is shown,
+    in parentheses, with a line saying it is not judged and what is."""
+    report = _judged(passing, quant_steps=(12.0, -1, -1))
+    layers = [dataclasses.replace(layer, pairs={p: dataclasses.replace(m, drift=True) for p, m in layer.pairs.items()})
+              for layer in report.layers]  # fmt: skip
+    rows = render(dataclasses.replace(report, layers=tuple(layers)))
+    assert table(rows)[1].split()[-2:] == ["(12.0st)", "ok"]
+    assert "(…): drift, not judged: a quantized graph's error against its float model builds" in rows
+    back = Report.from_json(dataclasses.replace(report, layers=tuple(layers)).to_json())
+    assert all(m.drift for layer in back.layers for m in layer.pairs.values())  # the JSON keeps it
+
+
 def test_exact_rows_count_the_elements_that_differ(passing: Report) -> None:
     """An integer tensor is judged exactly: "exact" or how many elements differ."""
     conv, relu, head = passing.layers

@@ -83,7 +83,7 @@ class Judge:
         if pair.reference not in self.unquantized and pair.candidate not in self.unquantized:
             return metrics
         kept = tuple(r for r in metrics.reasons if r.metric in _STANDING)
-        return dataclasses.replace(metrics, reasons=kept, diverged=bool(kept))
+        return dataclasses.replace(metrics, reasons=kept, diverged=bool(kept), drift=True)
 
     def summaries(
         self, tensor: str, reference: Summary, candidate: Summary, pair: BackendPair | None = None

@@ -108,5 +108,6 @@ def explained(
     ratio = float(np.max(ratios, initial=0.0))
     reasons = [r for r in metrics.reasons if r.metric in _KEPT]
     if ratio > thresholds.max_noise_ratio:
-        reasons.append(Reason("noise_ratio", ratio, thresholds.max_noise_ratio, detail="over its inputs' rounding"))
+        detail = "its weights' and inputs' rounding"
+        reasons.append(Reason("noise_ratio", ratio, thresholds.max_noise_ratio, detail=detail))
     return dataclasses.replace(metrics, noise_ratio=ratio, reasons=tuple(reasons), diverged=bool(reasons))

@@ -162,7 +162,11 @@ def reason_text(reason: Reason) -> str:
         kind = "unusable" if reason.limit is None else "too coarse a"
         return f"{kind} quantization scale: {reason.detail or '?'}"
     if reason.metric == "noise_ratio":
-        return f"{reason.value:.1f}x the error {reason.detail or 'the precision'} makes here > {limit:g}"
+        detail = reason.detail or "the precision"
+        where = " at the node alone" if detail.endswith("of the node alone") else " here"
+        source = detail.removesuffix("of the node alone").removesuffix(", ") or "the precision"
+        verb = "explains" if "rounding" in source else "makes"
+        return f"{reason.value:.1f}x the error {source} {verb}{where} > {limit:g}"
     return f"{_count(reason.value)} of {_count(limit)} elements differ"
 
 

@@ -50,7 +50,7 @@ from trtdiff.render.format import (
     thresholds_text,
 )
 from trtdiff.render.html_plots import depth_svg, samples_svg
-from trtdiff.render.judged import judged_cell, judged_title, kinds_of
+from trtdiff.render.judged import DRIFT_LEGEND, judged_cell, judged_title, kinds_of
 from trtdiff.render.runtimes import compiled_runtimes, runtime_lines
 from trtdiff.report import Attribution, BackendPair, Culprit, ErrorFigures, Layer, Report, RuntimeSummary
 
@@ -453,9 +453,11 @@ def _layers(report: Report) -> str:
     skipped = (
         f"; {len(report.not_compared)} ONNX tensors not compared (constants, shapes)" if report.not_compared else ""
     )
+    drift = any(m.drift for layer in report.layers for m in layer.pairs.values())
+    legend = f"<p class='muted'>{esc(DRIFT_LEGEND)}</p>\n" if drift else ""
     return (
         f"<h2>Layers</h2>\n<p class='muted'>{len(report.layers)} compared layers in topological order, "
-        f"{diverged} diverged{esc(skipped)}.</p>\n<div class='scroll'><table class='wide'>\n{head}\n"
+        f"{diverged} diverged{esc(skipped)}.</p>\n{legend}<div class='scroll'><table class='wide'>\n{head}\n"
         + "\n".join(rows)
         + "\n</table></div>"
     )

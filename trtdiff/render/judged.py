@@ -76,8 +76,15 @@ def judged_cell(metrics: PairMetrics, *, unit: bool = False) -> str:
     figure = judged_figure(metrics)
     if figure is None:
         return NOT_AVAILABLE
-    text = sci(figure) if kind == "rel" else ratio(figure)
-    return text + (UNITS[kind] if unit else "")
+    text = (sci(figure) if kind == "rel" else ratio(figure)) + (UNITS[kind] if unit else "")
+    return f"({text})" if metrics.drift else text
+
+
+DRIFT_LEGEND = (
+    "(…): drift, not judged: a quantized graph's error against its float model builds up by design; "
+    "each node is judged by its own error (local)"
+)
+"""What a figure in parentheses means, said under any table that shows one."""
 
 
 def limit_text(figure: float) -> str:

@@ -35,7 +35,7 @@ from trtdiff.render.format import (
     segmentation_parts,
     suspects_text,
 )
-from trtdiff.render.judged import judged_cell, judged_title, kinds_of, pair_order, worst_pair
+from trtdiff.render.judged import DRIFT_LEGEND, judged_cell, judged_title, kinds_of, pair_order, worst_pair
 from trtdiff.render.runtimes import compiled_runtimes, runtime_lines
 from trtdiff.report import BackendPair, Layer, PairMetrics, Report, RuntimeSummary, ThresholdCheck
 from trtdiff.report.text import markdown, markdown_code
@@ -181,9 +181,10 @@ def _diverged_layers(report: Report) -> str:
     more = len(diverged) - len(rows)
     worst = ", the worst pair of each" if many else ""
     tail = f"; {more} more not listed" if more > 0 else ""
+    drift = any(layer.pairs[pair].drift for layer, pair in rows)
     return (
         f"**Diverged layers** ({len(diverged)} of {len(report.layers)}{worst}{tail}; the HTML and JSON reports "
-        "list every layer):\n\n" + "\n".join(lines)
+        "list every layer):\n\n" + "\n".join(lines) + (f"\n\n{_text(DRIFT_LEGEND)}" if drift else "")
     )
 
 

@@ -20,6 +20,7 @@ from rich.text import Text
 from trtdiff.render.culprits import culprits_of
 from trtdiff.render.format import cosine, short_backend, short_pair
 from trtdiff.render.judged import (
+    DRIFT_LEGEND,
     Kind,
     fold_text,
     folds,
@@ -106,6 +107,8 @@ def render_table(
     legend = judged_legend(layout.kinds, report.thresholds)
     if legend:
         after.append(SafeText(legend, style="dim"))
+    if any(m.drift for line in lines for m in _figures(line)):
+        after.append(SafeText(DRIFT_LEGEND, style="dim"))
     if layout.many:
         after.append(SafeText(_pair_legend(report, every_pair), style="dim"))
     return table, after

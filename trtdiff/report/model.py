@@ -175,6 +175,10 @@ class PairMetrics:
     """In a reduced-precision (FP16/BF16) comparison: `rel_err` over the error the precision's
     benchmark makes at this tensor, the figure it is judged by (trtdiff.analysis.noise); None
     in FP32 comparisons and for quantized tensors."""
+    drift: bool = False
+    """Whether these accumulated figures are drift, not judged: a graph with Q/DQ nodes against its float model
+    carries the quantization of every layer before each tensor by design, so only NaN/Inf, shapes and integers
+    that differ diverge here, and the node is judged by its own error (`Layer.local`, analysis.judge)."""
     statistics: bool = False
     """Whether the figures come from per-tensor statistics (`--capture stats`), not from every value: bounds
     on their failing side (cosine no higher, errors no lower than a full comparison's; a quantized tensor's
