@@ -160,3 +160,20 @@ def test_figures_over_no_finite_value_are_n_a_not_cosine_1_and_error_0() -> None
     assert compare_tensors(empty, empty, DEFAULT).cosine == 1.0
     partly = np.array([np.nan, 1.0, 2.0], dtype=np.float32)  # figures over the finite positions, as before
     assert compare_tensors(partly, partly.copy(), DEFAULT).cosine == pytest.approx(1.0)
+
+
+def test_a_float16_side_is_compared_as_exactly_as_in_float64() -> None:
+    """A float64 golden against a float16 candidate goes through the compiled kernel in float32, block by block
+    on several threads: the figures are float64's to float32's precision, NaN/Inf counted where they sit."""
+    rng = np.random.default_rng(0)
+    golden = rng.standard_normal(3_000_000)
+    candidate = golden.astype(np.float16)
+    candidate[[5, 2_500_000]] = np.nan
+    candidate[1_000_000] = np.inf
+    widened = compare_tensors(golden, candidate, Thresholds())
+    exact = compare_tensors(golden, candidate.astype(np.float64), Thresholds())
+    assert (widened.nan_cand, widened.inf_cand, widened.non_finite_mismatches) == (2, 1, 3)
+    assert (exact.nan_cand, exact.inf_cand) == (2, 1)
+    assert widened.rel_err == pytest.approx(exact.rel_err, rel=1e-3)
+    assert widened.cosine == pytest.approx(exact.cosine, abs=1e-7)
+    assert widened.max_abs == pytest.approx(exact.max_abs, rel=1e-3)
