@@ -175,3 +175,13 @@ def test_argmax_masks_is_numpys_argmax_with_ties_nan_and_inf(dtype: type) -> Non
         logits[0, 1, 4, 4], logits[0, 0, 5, 5] = np.inf, -np.inf
         assert np.array_equal(argmax_masks(logits), logits.argmax(axis=1))
     assert argmax_masks(logits).dtype == np.int64
+
+
+def test_the_argmax_of_large_logits_is_numpys_split_into_row_bands() -> None:
+    """Over 4M elements the argmax runs in row bands on the comparing threads: ties to the lower class, the
+    first NaN the maximum, as numpy's argmax says."""
+    logits = np.random.default_rng(0).standard_normal((1, 5, 1100, 1000)).astype(np.float32)
+    logits[0, 3, 700, 10] = logits[0, 1, 700, 10] = 9.0  # a tie in a later band
+    assert np.array_equal(argmax_masks(logits), logits.argmax(axis=1))
+    logits[0, 2, 1099, 999] = np.nan
+    assert np.array_equal(argmax_masks(logits), logits.argmax(axis=1))

@@ -71,7 +71,7 @@ def confusion_matrix(
             raise InputError(
                 f"{what} masks must hold integer class indices, not {array.dtype}; take the argmax of the logits first"
             )
-    pred, target = pred.ravel().astype(np.int64), target.ravel().astype(np.int64)
+    pred, target = np.asarray(pred.ravel(), np.int64), np.asarray(target.ravel(), np.int64)  # no copy of int64
     if ignore_index is not None:
         keep = target != ignore_index
         pred, target = pred[keep], target[keep]
@@ -115,19 +115,48 @@ def argmax_masks(logits: np.ndarray) -> np.ndarray:
     if logits.shape[1] == 0 or logits.dtype.kind not in "fiu":
         masks: np.ndarray = logits.argmax(axis=1).astype(np.int64)
         return masks
-    # Channel by channel, each pass over contiguous memory (numpy's argmax over axis 1 strides
-    # across channels, several times slower on large images); a strict `>` keeps the first maximum.
-    best = logits[:, 0].copy()
-    index = np.zeros(best.shape, np.int64)
-    larger = np.empty(best.shape, bool)
-    for channel in range(1, logits.shape[1]):
-        np.greater(logits[:, channel], best, out=larger)
-        np.maximum(best, logits[:, channel], out=best)
-        np.copyto(index, channel, where=larger)
-    if best.dtype.kind == "f" and np.isnan(best).any():  # numpy's rule: the first NaN is the maximum
+    index = np.zeros((logits.shape[0], *logits.shape[2:]), np.int64)
+    rows = logits.shape[2]
+    from trtdiff.analysis.metrics import executor, threads
+
+    bands = min(threads(), rows, max(1, logits.size // _PARALLEL_FROM))
+    bounds = [rows * i // bands for i in range(bands + 1)]
+    found_nan = list(executor().map(lambda i: _argmax_band(logits, index, bounds[i], bounds[i + 1]), range(bands)))
+    if any(found_nan):  # numpy's rule: the first NaN is the maximum
         masks = logits.argmax(axis=1).astype(np.int64)
         return masks
     return index
+
+
+_PARALLEL_FROM = 1 << 22  # logits elements from which the argmax is split into row bands, one per thread
+
+
+def _all_finite(values: np.ndarray) -> bool:
+    """Whether every value is finite, in parts on the comparing threads where there are many."""
+    flat = np.asarray(values).reshape(-1)
+    if flat.dtype.kind != "f":
+        return True
+    from trtdiff.analysis.metrics import executor, threads
+
+    parts = min(threads(), max(1, flat.size // _PARALLEL_FROM))
+    bounds = [flat.size * i // parts for i in range(parts + 1)]
+    return all(executor().map(lambda i: bool(np.isfinite(flat[bounds[i] : bounds[i + 1]]).all()), range(parts)))
+
+
+def _argmax_band(logits: np.ndarray, index: np.ndarray, start: int, stop: int) -> bool:
+    """The argmax over channels of rows [start, stop) into `index`, channel by channel, each pass over contiguous
+    memory (numpy's argmax over axis 1 strides across channels, several times slower on large images); a strict
+    `>` keeps the first maximum. Whether a NaN was met (then numpy's own argmax decides). Bands run on the
+    comparing threads (numpy releases the GIL in these loops)."""
+    part = logits[:, :, start:stop]
+    best = part[:, 0].copy()
+    out = index[:, start:stop]
+    larger = np.empty(best.shape, bool)
+    for channel in range(1, part.shape[1]):
+        np.greater(part[:, channel], best, out=larger)
+        np.maximum(best, part[:, channel], out=best)
+        np.copyto(out, channel, where=larger)
+    return bool(best.dtype.kind == "f" and np.isnan(best).any())
 
 
 def agreement(reference_logits: np.ndarray, candidate_logits: np.ndarray) -> SegmentationScore:
@@ -219,7 +248,7 @@ class SegmentationTally:
     ) -> tuple[dict[BackendPair, float], dict[BackendPair, float], dict[str, float]]:
         """Add one sample's logits per backend; returns its (agreement mIoU, changed share, label mIoU)."""
         masks = {backend: argmax_masks(value) for backend, value in logits.items()}
-        broken = {backend for backend, value in logits.items() if not np.isfinite(value).all()}
+        broken = {backend for backend, value in logits.items() if not _all_finite(value)}
         self.non_finite |= broken
         agreement: dict[BackendPair, float] = {}
         changed: dict[BackendPair, float] = {}
