@@ -1,0 +1,62 @@
+"""An FP16 compare against the same model's FP32 compare, in one process, with each step's time (issue 38).
+
+    PYTHONPATH=$PWD python examples/bench_fp16.py [--model deeplabv3_resnet50] [--shape 1x3x512x512]
+        [--device cuda] [--repeat 2]
+
+`--model demo` is trtdiff's own DeepLabV3+ (no extra package); the others are examples/real_models.py's
+(timm, torchvision, transformers, smp where installed; random weights). One FP32 compare first (it warms
+the process up), then `--repeat` FP16 compares; each line gives the verdict, the seconds and the report's
+`timings`, largest first. With a GPU and onnxruntime-gpu, ONNX Runtime runs on CUDA and computes FP16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import trtdiff
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="demo")
+    parser.add_argument("--shape", default="1x3x512x512")
+    parser.add_argument("--device", default="cpu", help="where the PyTorch reference runs")
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+
+    def build() -> torch.nn.Module:
+        if args.model == "demo":
+            from trtdiff.cli.demo import build_example
+
+            return build_example("resnet")
+        sys.path.insert(0, str(Path(__file__).parent))
+        from real_models import MODELS
+
+        torch.manual_seed(0)
+        return MODELS[args.model][0]().eval()
+
+    for precision in ("fp32", *["fp16"] * args.repeat):
+        started = time.perf_counter()
+        report = trtdiff.compare(
+            build(),
+            input_shapes=[args.shape],
+            precision=precision,
+            backends=["torch", "onnxruntime"],
+            torch_device=args.device,
+        )
+        seconds = time.perf_counter() - started
+        steps = sorted(report.timings.items(), key=lambda kv: -kv[1])[:8]
+        print(
+            f"{precision} {'PASS' if report.passed else 'FAIL'} {seconds:.1f} s: "
+            + ", ".join(f"{name} {value:.2f}" for name, value in steps),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
