@@ -275,3 +275,16 @@ def test_the_shadow_of_an_exported_cnn_reproduces_every_node_output(tmp_path: Pa
     local = _run_shadow(shadow, values)
     for tensor in wanted:
         np.testing.assert_array_equal(local[tensor], values[tensor], err_msg=tensor)
+
+
+def test_a_large_cast_in_parts_rounds_as_numpy_does_in_one_step() -> None:
+    """float64 to float16 directly (never through float32, which rounds twice), inf past float16's range."""
+    from trtdiff.analysis.shadow import cast
+
+    values = np.random.default_rng(0).standard_normal(5_000_000) * 1e3
+    values[[3, 4_999_999]] = (1e6, np.nan)
+    parted = cast(values, np.dtype(np.float16))
+    with np.errstate(over="ignore"):
+        assert np.array_equal(parted, values.astype(np.float16), equal_nan=True)
+        assert not np.array_equal(parted, values.astype(np.float32).astype(np.float16), equal_nan=True)
+    assert np.isinf(parted[3]) and np.isnan(parted[-1])

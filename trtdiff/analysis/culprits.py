@@ -36,7 +36,7 @@ from trtdiff.analysis.quant_noise import (
     moved_like,
     weight_roundings,
 )
-from trtdiff.analysis.shadow import ShadowModel, as_onnx, build_shadow, embed, submodel
+from trtdiff.analysis.shadow import ShadowModel, as_onnx, build_shadow, cast, embed, submodel
 from trtdiff.analysis.upcast import as_float32
 from trtdiff.backends.base import fetch
 from trtdiff.backends.registry import BACKENDS, open_backend, spec_evaluator, tolerates_rewrite_failure
@@ -219,7 +219,7 @@ def _float32_twin(
         return None
     twin = as_float32(shadow.model)
     twin_feeds = {  # as fed (the graph's shape), but float32 and unrounded
-        name: np.asarray(values[name], dtype=np.float32).reshape(fed.shape)
+        name: cast(np.asarray(values[name]), np.dtype(np.float32)).reshape(fed.shape)
         if name in values and (fed.dtype.kind == "f" or fed.dtype.name == "bfloat16")  # ml_dtypes' kind is "V"
         else fed
         for name, fed in feeds.items()
