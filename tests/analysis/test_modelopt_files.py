@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from modelopt_models import MODELS
 
@@ -23,11 +24,13 @@ from trtdiff.report import Report
 
 FOLDER = Path(__file__).resolve().parents[1] / "fixtures" / "modelopt"
 FIXTURES: dict[str, dict[str, Any]] = {
-    f["file"]: f for f in json.loads((FOLDER / "PROVENANCE.json").read_text())["fixtures"] if f["file"].endswith(".onnx")
+    f["file"]: f
+    for f in json.loads((FOLDER / "PROVENANCE.json").read_text())["fixtures"]
+    if f["file"].endswith(".onnx")
 }
 COARSE = "cnn_ts17_int8_fp32_max_calib_x100.onnx"
-UNREAD = "llm_ts17_torch_int4.onnx"  # trt::DequantizeLinear: refused with what to do instead
-CLEAN = sorted(n for n, f in FIXTURES.items() if f["kind"] != "fp32" and not f["fault"] and n not in (COARSE, UNREAD))
+TORCH_INT4 = "llm_ts17_torch_int4.onnx"  # trt::DequantizeLinear, read as int4 QuantizeLinear + DequantizeLinear
+CLEAN = sorted(n for n, f in FIXTURES.items() if f["kind"] != "fp32" and not f["fault"] and n != COARSE)
 FAULTS = sorted(n for n, f in FIXTURES.items() if f["fault"])
 WEIGHT_FAULTS = [n for n in FAULTS if "weight_ch" in n or "block" in n]
 
@@ -92,9 +95,29 @@ def test_folded_weights_are_compared_with_the_batch_norm_folded_in() -> None:
     assert all(w.steps is not None and w.steps <= 0.5 + 1e-6 for w in weights)
 
 
-def test_the_pytorch_routes_int4_file_is_refused_with_what_to_do() -> None:
+def test_the_pytorch_routes_int4_weights_are_read_as_standard_int4_blocks() -> None:
+    """trt::DequantizeLinear(float weight in rows of 128, scale (rows, 1)): each weight quantized to int4 and back
+    at opset 21, compared with its float values (within half a step), the output's cosine that of INT4."""
+    report = compare(TORCH_INT4)
+    assert report.passed
+    assert any(n.startswith("onnx: read 6 trt::DequantizeLinear") for n in report.notes)
+    assert len(report.weights) == 6 and all(w.steps is not None and w.steps <= 0.5 + 1e-6 for w in report.weights)
+    assert all("int4" in w.quantization for w in report.weights)
+
+
+def test_a_trt_dequantize_linear_of_another_form_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    """A scale of two values per row does not say which blocks they scale: refused (exit 2), not guessed."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(FOLDER / TORCH_INT4))
+    dequantize = next(n for n in model.graph.node if n.domain == "trt")
+    constant = next(n for n in model.graph.node if n.output[0] == dequantize.input[1])
+    scale = numpy_helper.to_array(constant.attribute[0].t)
+    constant.attribute[0].t.CopyFrom(numpy_helper.from_array(np.repeat(scale, 2, axis=1)))
+    onnx.save(model, str(tmp_path / "two_scales.onnx"))
     with pytest.raises(OnnxFileError, match=r"trt::DequantizeLinear.*modelopt\.onnx\.quantization"):
-        compare(UNREAD)
+        trtdiff.compare(MODELS["llm"][0](), onnx=tmp_path / "two_scales.onnx")
 
 
 @pytest.mark.parametrize("name", ["cnn_ts17_autocast_fp16.onnx", "llm_ts17_autocast_fp16.onnx"])

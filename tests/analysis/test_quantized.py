@@ -82,7 +82,9 @@ def test_a_doubled_dequantize_scale_is_the_culprit_at_that_dequantize(
     assert culprit.exclude == ("^/Add\\Z",) and excluded.read_text() == "^/Add\\Z\n"
     assert "keep in higher precision (ModelOpt nodes_to_exclude, --exclude-list): ^/Add\\Z" in text
     # and the list is checked: with the Q/DQ in front of /Add removed, the outputs pass again
-    checked = "exclusion list checked: with the Q/DQ in front of /Add removed (their float weights restored where known)"
+    checked = (
+        "exclusion list checked: with the Q/DQ in front of /Add removed (their float weights restored where known)"
+    )
     assert f"{checked} the final outputs pass every check" in report.notes
     older = json.loads(out.read_text())  # a report written before the fields reads them as absent
     for entry in older["culprits"]:

@@ -28,7 +28,6 @@ from trtdiff.report import QuantizedWeight, Reason
 from trtdiff.source.onnx_graph import constant_values
 
 if TYPE_CHECKING:
-
     from trtdiff.pairing.qdq import Quantization
     from trtdiff.report import PairMetrics, Thresholds, WeightSource
     from trtdiff.source.onnx_graph import GraphInfo, NodeInfo
@@ -117,9 +116,9 @@ def _coarse(values: np.ndarray, quantization: Quantization) -> Reason | None:
     return Reason("quant_scale", used, least, detail=detail)
 
 
-def quantized_weights(graph: GraphInfo, floats: Mapping[str, tuple[WeightSource, np.ndarray | None]]) -> tuple[
-    QuantizedWeight, ...
-]:
+def quantized_weights(
+    graph: GraphInfo, floats: Mapping[str, tuple[WeightSource, np.ndarray | None]]
+) -> tuple[QuantizedWeight, ...]:
     """Every weight and bias DequantizeLinear of `graph`, against the float weight it quantizes where `floats`
     (pairing.weights: by DequantizeLinear, where from and its values) holds one; () with no Q/DQ.
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 LINEAR = {"Conv": (1,), "ConvTranspose": (1,), "MatMul": (1, 0), "Gemm": (1, 0)}
 """The ops whose output error from rounded weights is a sum of input times weight error, and which of their
 inputs may hold the weight (tried in this order)."""
-_MOVES = frozenset({"Transpose", "Reshape", "Identity"})  # ops that move a weight's values, changing none
+_MOVES = frozenset({"Transpose", "Reshape", "Slice", "Identity"})  # ops that move (or drop) weights, changing none
 _E4M3_MANTISSA = 3
 _E4M3_MIN_EXPONENT = -6  # below it float8e4m3fn is subnormal: spacing 2^-9
 

@@ -172,7 +172,7 @@ def _quantization(node: NodeInfo, constants: dict[str, np.ndarray], fault: str =
     dtype = str(stored.dtype) if stored is not None and zero is None else "int8"
     if zero is not None and zero.size:
         dtype = str(zero.dtype)
-        if zero.dtype.kind in "iu":
+        if zero.dtype.kind in "iu" or dtype in ("int4", "uint4"):  # ml_dtypes' int4 is no numpy integer kind
             zero_point = int(zero.reshape(-1)[0])
         elif dtype != "float8_e4m3fn":
             return None  # E5M2 and other float grids: not judged in their steps yet
