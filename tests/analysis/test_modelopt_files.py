@@ -10,6 +10,8 @@ made: tests/fixtures/modelopt/PROVENANCE.md.
 from __future__ import annotations
 
 import json
+import math
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +128,31 @@ def test_an_autocast_file_with_float16_inputs_gets_its_float16_benchmark(name: s
     report = compare(name)
     assert report.passed
     assert not [note for note in report.notes if "benchmark of the PyTorch model could not run" in note]
+
+
+def test_a_weight_scale_coarse_in_both_its_quantize_and_dequantize_is_named() -> None:
+    """One scale serves a weight's QuantizeLinear and DequantizeLinear (ModelOpt's dynamo INT8 file; the PyTorch
+    route's INT4): four times too large in one channel, every value stays within half a (coarser) step of the
+    float weight, but reaches a quarter of the grid: the weights check names the DequantizeLinear and why."""
+    import onnx
+    from onnx import numpy_helper
+
+    from trtdiff.analysis.quant import WEIGHT_GRID
+
+    model = onnx.load(str(FOLDER / "cnn_dynamo18_int8_fp32_max.onnx"))
+    init = next(i for i in model.graph.initializer if i.name == "conv1.weight_scale")
+    scale = numpy_helper.to_array(init).copy()
+    scale[3] *= 4
+    init.CopyFrom(numpy_helper.from_array(scale, init.name))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "coarse.onnx"
+        onnx.save(model, str(path))
+        report = trtdiff.compare(MODELS["cnn"][0](), onnx=path)
+    weights = next(c for c in report.checks if c.scope == "weights")
+    assert not weights.passed and weights.worst_sample == "conv1.weight_DequantizeLinear"
+    (weight,) = [w for w in report.weights if w.fault]
+    assert weight.fault == (
+        "its scale conv1.weight_scale is 4x coarser than the values of channel 3 of 16 need: they reach 1/4 of "
+        f"its grid, < 1/{1 / WEIGHT_GRID:.0f}"
+    )
+    assert weight.steps == math.inf and not report.passed

@@ -125,8 +125,10 @@ def quantized_weights(
     A weight quantized correctly is within half a step of its float value wherever that value is inside the
     grid (round to nearest); one beyond the grid's end saturates there on purpose (AWQ and other clip
     searches), so it is not judged. The figure is the max, not a percentile, since nothing about a constant
-    varies with the input. A scale that is zero, negative or not finite (source.qdq_scales) is inf steps,
-    float weight or not: no value of the weight makes it right.
+    varies with the input. A scale that is zero, negative or not finite (source.qdq_scales), or coarser than
+    a channel's (block's) values need (`_coarse_weight`), is inf steps, float weight or not: the scale is wrong,
+    whatever the weight (the file may hold one scale for both its QuantizeLinear and DequantizeLinear, so that
+    every value is within half a step of it: a coarser grid, not a misplaced value).
     """
     weights = weight_quantizations(graph)
     if not weights:
@@ -136,22 +138,102 @@ def quantized_weights(
         quantization = weights[node.name]
         fault = quantization.fault if quantization is not None else ""
         source, values = floats.get(node.name, (None, None))
-        steps = _weight_steps(graph, node, values) if values is not None and not fault else None
+        computed = _dequantized(graph, node) if not fault else None
+        steps = _weight_steps(graph, node, values, computed) if values is not None and computed else None
+        fault = fault or (_coarse_weight(graph, node, computed) if computed is not None else "")
         described = quantization.describe() if quantization is not None else ""
         named = source.describe() if source is not None and values is not None else None
         found.append(QuantizedWeight(node.name, named, math.inf if fault else steps, described, fault, source))
     return tuple(found)
 
 
-def _weight_steps(graph: GraphInfo, node: NodeInfo, expected: np.ndarray) -> float | None:
+WEIGHT_GRID = 1 / 2
+"""A weight's channel (block) whose values reach less than this share of its grid has too coarse a scale: every
+weight quantizer here (ModelOpt's, quantize_static's) sets a weight's scale from its largest value, which then
+sits at the grid's end (1; above with AWQ's clip search), so a scale twice as coarse as that already says the
+scale was not made from these values (a x4 scale: 1/4). An FP8 weight is held to `COARSE_FLOAT8`, as an FP8
+activation is: its precision is relative, and ModelOpt's FP8 weights reach 1/12 of 448 by design."""
+_WEIGHT_GRIDS = frozenset({"int8", "uint8", "int4", "uint4", "float8_e4m3fn"})
+"""The grids a weight is quantized to (an int32 bias's scale is the product of its input's and weight's)."""
+
+
+def _coarse_weight(graph: GraphInfo, node: NodeInfo, computed: tuple[np.ndarray, np.ndarray, str]) -> str:
+    """What is wrong with a weight DequantizeLinear's scale where a channel's (block's) values reach less than
+    `WEIGHT_GRID` of its grid (`COARSE_FLOAT8` of FP8's): "its scale conv1.weight_scale is 4x coarser than the
+    values of channel 3 of 16 need: they reach 1/4 of its grid, < 1/2"; "" otherwise."""
+    from onnx import helper
+
+    from trtdiff.analysis.quant_noise import broadcast_scale
+
+    grid, _, grid_type = computed
+    constants = constant_values(graph, set(node.inputs[1:3]))
+    scale = constants.get(node.inputs[1])
+    zero = constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    kind = str(zero.dtype) if zero is not None else grid_type
+    if scale is None or kind not in _WEIGHT_GRIDS or scale.size == 0:
+        return ""
+    attributes = {a.name: helper.get_attribute_value(a) for a in graph.model.graph.node[node.index].attribute}
+    points = np.zeros(()) if zero is None or kind.startswith("float8") else np.asarray(zero, dtype=np.float64)
+    offset = broadcast_scale(points, grid.shape, attributes) if points.size > 1 else points
+    lowest, highest = _GRID_ENDS.get(kind) or (int(np.iinfo(kind).min), int(np.iinfo(kind).max))
+    if offset is None:
+        return ""
+    reach = np.abs(grid - offset) / np.maximum(np.abs(lowest - offset), np.abs(highest - offset))
+    per_scale = _per_scale(reach, scale.shape, attributes)
+    if per_scale is None:
+        return ""
+    used = np.where(per_scale > 0, per_scale, np.inf)  # a channel of zeros says nothing about its scale
+    worst = float(np.min(used)) if used.size else math.inf
+    least = COARSE_FLOAT8 if kind.startswith("float8") else WEIGHT_GRID  # FP8's precision is relative
+    if worst >= least:
+        return ""
+    where = "the weight" if per_scale.size == 1 else _which(per_scale.shape, int(np.argmin(used)))
+    return (
+        f"its scale {node.inputs[1]} is {1 / worst:.0f}x coarser than the values of {where} need: they reach "
+        f"1/{1 / worst:.0f} of its grid, < 1/{1 / least:.0f}"
+    )
+
+
+def _per_scale(values: np.ndarray, shape: tuple[int, ...], attributes: Mapping[str, Any]) -> np.ndarray | None:
+    """The largest of `values` under each value of a DequantizeLinear's scale (of `shape`): over the tensor, along
+    its `axis`, or per block of `block_size` along it; None where the shapes do not say."""
+    size = int(np.prod(shape, dtype=np.int64))
+    if size == 1:
+        return np.asarray([values.max(initial=0.0)])
+    axis = int(attributes.get("axis", 1)) % values.ndim
+    block = int(attributes.get("block_size", 0))
+    if block:
+        if len(shape) != values.ndim:
+            return None
+        count = -(-values.shape[axis] // block)
+        pad = [(0, 0)] * values.ndim
+        pad[axis] = (0, count * block - values.shape[axis])
+        padded = np.pad(values, pad)
+        split = padded.reshape((*values.shape[:axis], count, block, *values.shape[axis + 1 :]))
+        return np.asarray(split.max(axis=axis + 1))
+    if len(shape) != 1 or shape[0] != values.shape[axis]:
+        return None
+    return np.asarray(values.max(axis=tuple(i for i in range(values.ndim) if i != axis)))
+
+
+def _which(shape: tuple[int, ...], flat: int) -> str:
+    """ "channel 3 of 16" for one scale per channel, "block (1, 5) of (2, 64)" for blocks."""
+    if len(shape) == 1:
+        return f"channel {flat} of {shape[0]}"
+    index = tuple(int(i) for i in np.unravel_index(flat, shape))
+    return f"block {index} of {tuple(shape)}"
+
+
+def _weight_steps(
+    graph: GraphInfo, node: NodeInfo, expected: np.ndarray, computed: tuple[np.ndarray, np.ndarray, str]
+) -> float | None:
     """max |dequantized - expected| in steps of the scale of each weight's channel or block (its float8 spacing
-    on an FP8 grid), over the weights inside the grid; None where the weight cannot be computed or shapes differ."""
+    on an FP8 grid), over the weights inside the grid; None where the shapes differ."""
     from onnx import helper
 
     from trtdiff.analysis.quant_noise import broadcast_scale, float8_spacing
 
-    computed = _dequantized(graph, node)
-    if computed is None or computed[0].shape != expected.shape:
+    if computed[0].shape != expected.shape:
         return None
     grid, dequantized, grid_type = computed
     constants = constant_values(graph, set(node.inputs[1:3]))
