@@ -162,14 +162,14 @@ def dequantized_keys(graph: GraphInfo, capture: TorchCapture, keys: dict[str, st
     return found
 
 
-def _quantization(node: NodeInfo, constants: dict[str, np.ndarray], fault: str = "") -> Quantization | None:
+def _quantization(node: NodeInfo, constants: Mapping[str, np.ndarray], fault: str = "") -> Quantization | None:
     scale = constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
     if scale is None or scale.size == 0:
         return None
     zero = constants.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     zero_point = 0
-    stored = constants.get(node.inputs[0])  # a weight's integers: their type is the grid's (int4 has no zero point)
-    dtype = str(stored.dtype) if stored is not None and zero is None else "int8"
+    stored = zero is None and node.inputs[0] in constants  # a weight's integers: their type is the grid's (INT4)
+    dtype = str(constants[node.inputs[0]].dtype) if stored else "int8"
     if zero is not None and zero.size:
         dtype = str(zero.dtype)
         if zero.dtype.kind in "iu" or dtype in ("int4", "uint4"):  # ml_dtypes' int4 is no numpy integer kind
@@ -293,7 +293,7 @@ def _read(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto
         nodes = kept
 
 
-def _quantized_from(graph: GraphInfo, tensor: str, constants: dict[str, np.ndarray]) -> tuple[str, bool] | None:
+def _quantized_from(graph: GraphInfo, tensor: str, constants: Mapping[str, np.ndarray]) -> tuple[str, bool] | None:
     """(the float tensor, whether its Q/DQ clips at zero) where an activation Q/DQ pair computes `tensor`."""
     dequantize = graph.node_of(tensor)
     if dequantize is None or dequantize.op_type != "DequantizeLinear" or dequantize.inputs[0] in constants:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -340,15 +340,38 @@ def attributes(graph: GraphInfo, node: NodeInfo) -> dict[str, Any]:
     return values
 
 
-def constant_values(graph: GraphInfo, names: set[str] | None = None) -> dict[str, np.ndarray]:
+def constant_values(graph: GraphInfo, names: set[str] | None = None) -> Mapping[str, np.ndarray]:
     """The values of the graph's constants (initializers, Constant nodes' outputs), those in `names` only where
-    given: nothing else is converted."""
-    from onnx import numpy_helper
+    given. Each is converted when first read (`Constants`): asking whether a tensor is a constant, or reading a
+    scale, never converts a model's weights."""
+    return Constants(graph, names)
 
-    model = graph.model.graph
-    values = {i.name: numpy_helper.to_array(i) for i in model.initializer if names is None or i.name in names}
-    for node in model.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            if names is None or node.output[0] in names:
-                values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return values
+
+class Constants(Mapping[str, np.ndarray]):
+    """A graph's constants by name, each converted to numpy on first read and kept (a real model's weights
+    would be copied whole, once per caller, if all were converted up front)."""
+
+    def __init__(self, graph: GraphInfo, names: set[str] | None = None) -> None:
+        model = graph.model.graph
+        self._protos: dict[str, Any] = {i.name: i for i in model.initializer if names is None or i.name in names}
+        for node in model.node:
+            if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+                if names is None or node.output[0] in names:
+                    self._protos[node.output[0]] = node.attribute[0].t
+        self._values: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._values:
+            from onnx import numpy_helper
+
+            self._values[name] = numpy_helper.to_array(self._protos[name])
+        return self._values[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._protos
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._protos)
+
+    def __len__(self) -> int:
+        return len(self._protos)
