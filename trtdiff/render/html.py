@@ -8,6 +8,7 @@ thresholds; hovering a layer's column names it (an SVG <title>).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from trtdiff import outputs
@@ -50,7 +51,7 @@ from trtdiff.render.format import (
     thresholds_text,
 )
 from trtdiff.render.html_plots import depth_svg, samples_svg
-from trtdiff.render.judged import DRIFT_LEGEND, judged_cell, judged_title, kinds_of
+from trtdiff.render.judged import DRIFT_LEGEND, Kind, judged_cell, judged_title, kinds_of
 from trtdiff.render.runtimes import compiled_runtimes, runtime_lines
 from trtdiff.report import Attribution, BackendPair, Culprit, ErrorFigures, Layer, Report, RuntimeSummary
 
@@ -402,9 +403,7 @@ def _layers(report: Report) -> str:
     """Every layer with, per pair, cosine, max-abs, the judged figure with its limit in the head (rel-err,
     noise ratio or quantization steps, trtdiff.render.judged) and the node's own (local) error."""
     pairs = list(report.pairs)
-    first = report.first_divergence.tensor if report.first_divergence else None
     local = any(layer.local for layer in report.layers)
-    culprits = {c.tensor for c in culprits_of(report)}
     kinds = {
         pair: kinds_of(
             m
@@ -414,41 +413,9 @@ def _layers(report: Report) -> str:
         )
         for pair in pairs
     }
-    head = "<tr><th>#</th><th>op</th><th>module</th><th>ONNX node</th><th>shape</th>"
-    head += "".join(
-        f"<th>{esc(str(pair))}<br>cosine</th><th>max |Δ|</th>"
-        f"<th>{esc(judged_title(kinds[pair], report.thresholds))}</th>" + ("<th>local</th>" * local)
-        for pair in pairs
-    )
-    head += "<th></th></tr>"
-    rows = []
-    for layer in report.layers:
-        index = layer.index
-        css = "first" if layer.tensor == first else "div" if layer.diverged else ""
-        cells = [
-            f'<td class="num">{index}</td>',
-            f"<td>{esc(layer.op_type)}</td>",
-            f"<td>{esc(layer.module or '')}</td>",
-            f'<td title="tensor {esc(layer.tensor)}"><code>{esc(layer.onnx_node)}</code></td>',
-            f"<td class='num'>{esc(shape_text(layer.shape))}</td>",
-        ]
-        for pair in pairs:
-            cells += _pair_cells(layer, pair, local, len(kinds[pair]) > 1)
-        status = "first divergence" if css == "first" else "diverged" if layer.diverged else "ok"
-        if layer.screened:
-            status = "screened (passed bounds from statistics, not compared value by value)"
-        held = [m for m in layer.pairs.values() if m.nan_ref or m.nan_cand or m.inf_ref or m.inf_cand]
-        if held and not layer.diverged:
-            status += " (NaN/Inf at the same positions)"
-        badge = '<span class="mark culprit">CULPRIT</span> ' if layer.tensor in culprits else ""
-        badge += "".join(
-            f'<span class="mark fail" title="{esc(non_finite_counts_text(entry))}">'
-            f"FIRST NaN/Inf in {esc(entry.backend)}</span> "
-            for entry in report.non_finite
-            if entry.tensor == layer.tensor and entry.sample == _first_sample(report)
-        )
-        cells.append(f"<td>{badge}{status}{' (output)' if layer.is_output else ''}</td>")
-        rows.append(f'<tr id="layer-{index}" class="{css}">' + "".join(cells) + "</tr>")
+    head = _layers_head(report, kinds, local)
+    culprits = {c.tensor for c in culprits_of(report)}
+    rows = [_layer_row(report, layer, kinds, local, culprits) for layer in report.layers]
     diverged = sum(layer.diverged for layer in report.layers)
     skipped = (
         f"; {len(report.not_compared)} ONNX tensors not compared (constants, shapes)" if report.not_compared else ""
@@ -461,6 +428,49 @@ def _layers(report: Report) -> str:
         + "\n".join(rows)
         + "\n</table></div>"
     )
+
+
+def _layers_head(report: Report, kinds: Mapping[BackendPair, Sequence[Kind]], local: bool) -> str:
+    """The layer table's head row: the layer's columns, then per pair its figures' columns."""
+    head = "<tr><th>#</th><th>op</th><th>module</th><th>ONNX node</th><th>shape</th>"
+    head += "".join(
+        f"<th>{esc(str(pair))}<br>cosine</th><th>max |Δ|</th>"
+        f"<th>{esc(judged_title(kinds[pair], report.thresholds))}</th>" + ("<th>local</th>" * local)
+        for pair in kinds
+    )
+    return head + "<th></th></tr>"
+
+
+def _layer_row(
+    report: Report, layer: Layer, kinds: Mapping[BackendPair, Sequence[Kind]], local: bool, culprits: set[str]
+) -> str:
+    """One layer's row: its names and shape, each pair's figures, and its status with its marks."""
+    first = report.first_divergence.tensor if report.first_divergence else None
+    css = "first" if layer.tensor == first else "div" if layer.diverged else ""
+    cells = [
+        f'<td class="num">{layer.index}</td>',
+        f"<td>{esc(layer.op_type)}</td>",
+        f"<td>{esc(layer.module or '')}</td>",
+        f'<td title="tensor {esc(layer.tensor)}"><code>{esc(layer.onnx_node)}</code></td>',
+        f"<td class='num'>{esc(shape_text(layer.shape))}</td>",
+    ]
+    for pair, shown in kinds.items():
+        cells += _pair_cells(layer, pair, local, len(shown) > 1)
+    status = "first divergence" if css == "first" else "diverged" if layer.diverged else "ok"
+    if layer.screened:
+        status = "screened (passed bounds from statistics, not compared value by value)"
+    held = [m for m in layer.pairs.values() if m.nan_ref or m.nan_cand or m.inf_ref or m.inf_cand]
+    if held and not layer.diverged:
+        status += " (NaN/Inf at the same positions)"
+    badge = '<span class="mark culprit">CULPRIT</span> ' if layer.tensor in culprits else ""
+    badge += "".join(
+        f'<span class="mark fail" title="{esc(non_finite_counts_text(entry))}">'
+        f"FIRST NaN/Inf in {esc(entry.backend)}</span> "
+        for entry in report.non_finite
+        if entry.tensor == layer.tensor and entry.sample == _first_sample(report)
+    )
+    cells.append(f"<td>{badge}{status}{' (output)' if layer.is_output else ''}</td>")
+    return f'<tr id="layer-{layer.index}" class="{css}">' + "".join(cells) + "</tr>"
 
 
 def _environment(report: Report) -> str:
