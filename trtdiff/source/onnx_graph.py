@@ -137,11 +137,12 @@ def load_graph(path: str | Path) -> GraphInfo:
         ) from error
     if not model.graph.node:
         raise OnnxFileError(f"{path}: the ONNX graph has no nodes; re-export the model")
-    from trtdiff.source.trt_ops import standard_ops, unread_op
+    from trtdiff.source.trt_ops import UnreadOp, standard_ops
 
-    if (unread := unread_op(model)) is not None:
-        raise OnnxFileError(f"{path}: {unread}")
-    model, notes = standard_ops(model)
+    try:
+        model, notes = standard_ops(model)
+    except UnreadOp as error:
+        raise OnnxFileError(f"{path}: {error}") from None
     return dataclasses.replace(graph_from_model(model, path), notes=notes) if notes else graph_from_model(model, path)
 
 

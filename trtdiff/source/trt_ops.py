@@ -15,7 +15,7 @@ scale's shape says the blocks (ONNX's blocked Q/DQ along the last axis, B wide; 
 attribute names the other axis), so each is read as the standard pair of opset 21: a QuantizeLinear
 of that float weight (computed once from the file's constants) to int4 with a zero point of 0, round
 to nearest and saturating as every QuantizeLinear, then its DequantizeLinear. Any other shape of
-`trt::DequantizeLinear` is refused (`unread_op`): what TensorRT computes there is not stated.
+`trt::DequantizeLinear` is refused (`UnreadOp`): what TensorRT computes there is not stated.
 """
 
 from __future__ import annotations
@@ -30,14 +30,12 @@ _OPSET = 19  # FP8 QuantizeLinear and DequantizeLinear
 _INT4_OPSET = 21  # int4 and blocked QuantizeLinear / DequantizeLinear
 
 
-def unread_op(model: onnx.ModelProto) -> str | None:
-    """Why a `trt` op of `model` cannot be compared, with what to do instead (its INT4 `trt::DequantizeLinear`,
-    see the module docstring); None where there is none."""
-    blocks = [n for n in model.graph.node if n.domain == TRT_DOMAIN and n.op_type == "DequantizeLinear"]
-    node = next((n for n in blocks if _int4_blocks(model, n) is None), None)
-    if node is None:
-        return None
-    return (
+class UnreadOp(ValueError):
+    """A `trt::DequantizeLinear` in a form this module does not read: why, and what to do instead."""
+
+
+def _unread(node: onnx.NodeProto) -> UnreadOp:
+    return UnreadOp(
         f"node {node.name or node.output[0]} is TensorRT's own trt::DequantizeLinear (INT4 blockwise weights of "
         "ModelOpt's PyTorch route) in a form trtdiff does not read (a constant float weight of rank 2 and a scale "
         "of one value per row are read); quantize the "
@@ -53,8 +51,9 @@ def has_trt_ops(model: onnx.ModelProto) -> bool:
 
 def standard_ops(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[str, ...]]:
     """`model` with every `trt` Q/DQ node written as its standard op (see the module docstring), and a note
-    saying what was read how; `model` itself, and no note, where it holds none. An unknown `trt` op is left
-    as it is (the runtime then says it does not know it)."""
+    saying what was read how; `model` itself, and no note, where it holds none. UnreadOp for a
+    `trt::DequantizeLinear` of another form; any other unknown `trt` op is left as it is (the runtime then says
+    it does not know it)."""
     found = [node.op_type for node in model.graph.node if node.domain == TRT_DOMAIN and node.op_type in _STANDARD]
     int4 = [n for n in model.graph.node if n.domain == TRT_DOMAIN and n.op_type == "DequantizeLinear"]
     if not found and not int4:
@@ -118,18 +117,20 @@ def _int4_blocks(model: onnx.ModelProto, node: onnx.NodeProto) -> tuple[np.ndarr
 
 
 def _int4_standard(model: onnx.ModelProto) -> str:
-    """Every readable `trt::DequantizeLinear` of `model` (already at opset 21) replaced, in place, by the standard
+    """Every `trt::DequantizeLinear` of `model` (already at opset 21) replaced, in place, by the standard
     QuantizeLinear of its float weight to int4 blocks and the DequantizeLinear back (see the module docstring);
-    the note saying so."""
+    the note saying so. UnreadOp for one of another form."""
     from onnx import numpy_helper
 
     nodes: list[onnx.NodeProto] = []
     read = 0
     for node in model.graph.node:
-        blocks = _int4_blocks(model, node) if node.domain == TRT_DOMAIN and node.op_type == "DequantizeLinear" else None
-        if blocks is None:
+        if node.domain != TRT_DOMAIN or node.op_type != "DequantizeLinear":
             nodes.append(node)
             continue
+        blocks = _int4_blocks(model, node)
+        if blocks is None:
+            raise _unread(node)
         weight, scale = blocks
         owner = node.name or node.output[0]
         names = {k: f"{owner}/trtdiff.{k}" for k in ("weight", "scale", "zero_point", "quantized")}
