@@ -86,16 +86,24 @@ def in_steps(
     return dataclasses.replace(metrics, quant_steps=steps, reasons=tuple(reasons), diverged=bool(reasons))
 
 
+def grid_ends(kind: str) -> tuple[int, int] | None:
+    """The lowest and highest value of a quantization grid's type ("int8", "int4", "float8_e4m3fn"); None where
+    it is not one."""
+    if kind in _GRID_ENDS:
+        return _GRID_ENDS[kind]
+    try:
+        info = np.iinfo(kind)
+    except (TypeError, ValueError):
+        return None
+    return int(info.min), int(info.max)
+
+
 def grid_use(values: np.ndarray, quantization: Quantization) -> float | None:
     """The largest finite |value| over the largest magnitude `quantization`'s grid holds ((q - zero point) x
     scale at the type's limits); None where the type's limits are unknown or every value is 0."""
-    ends = _GRID_ENDS.get(quantization.dtype)
+    ends = grid_ends(quantization.dtype)
     if ends is None:
-        try:
-            info = np.iinfo(quantization.dtype)
-        except (TypeError, ValueError):
-            return None
-        ends = (int(info.min), int(info.max))
+        return None
     end = max(abs(ends[0] - quantization.zero_point), abs(ends[1] - quantization.zero_point)) * quantization.scale
     finite = np.abs(values[np.isfinite(values)])
     top = float(np.max(finite, initial=0.0))
@@ -175,9 +183,10 @@ def _coarse_weight(graph: GraphInfo, node: NodeInfo, computed: tuple[np.ndarray,
     attributes = {a.name: helper.get_attribute_value(a) for a in graph.model.graph.node[node.index].attribute}
     points = np.zeros(()) if zero is None or kind.startswith("float8") else np.asarray(zero, dtype=np.float64)
     offset = broadcast_scale(points, grid.shape, attributes) if points.size > 1 else points
-    lowest, highest = _GRID_ENDS.get(kind) or (int(np.iinfo(kind).min), int(np.iinfo(kind).max))
-    if offset is None:
+    ends = grid_ends(kind)
+    if offset is None or ends is None:
         return ""
+    lowest, highest = ends
     reach = np.abs(grid - offset) / np.maximum(np.abs(lowest - offset), np.abs(highest - offset))
     per_scale = _per_scale(reach, scale.shape, attributes)
     if per_scale is None:
@@ -246,9 +255,9 @@ def _weight_steps(
     kind = str(zero.dtype) if zero is not None else grid_type
     if kind.startswith("float8"):
         step = step * float8_spacing(grid)
-        ends = _GRID_ENDS["float8_e4m3fn"]
-    else:
-        ends = _GRID_ENDS.get(kind) or (int(np.iinfo(kind).min), int(np.iinfo(kind).max))
+    ends = grid_ends(kind)
+    if ends is None:
+        return None
     saturated = ((grid <= ends[0]) & (expected < dequantized)) | ((grid >= ends[1]) & (expected > dequantized))
     error = np.abs(dequantized - expected) / step
     return float(np.max(error[~saturated], initial=0.0))
