@@ -412,6 +412,60 @@ class ResBlock(nn.Module):  # a diffusion UNet's (diffusers' ResnetBlock2D): Gro
         return x + self.conv2(self.nonlinearity(self.norm2(h)))
 
 
+class RotaryEmbedding(
+    nn.Module
+):  # Hugging Face's LlamaRotaryEmbedding: (cos, sin), two outputs alike, cast to x's type
+    def __init__(self, head_dim: int) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions[:, :, None].float() * self.inv_freq[None, None, :]
+        angles = torch.cat((freqs, freqs), dim=-1)
+        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
+
+class RMSNorm(nn.Module):  # Llama's: x * rsqrt(mean(x^2) + eps) * weight
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+class LlamaLayer(nn.Module):  # a Llama decoder layer on embeddings: RMSNorm, rotary, causal SDPA (bool mask), SwiGLU
+    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.input_layernorm, self.post_attention_layernorm = RMSNorm(dim), RMSNorm(dim)
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.rotary_emb = RotaryEmbedding(self.head_dim)
+        self.gate_proj, self.up_proj = nn.Linear(dim, 64, bias=False), nn.Linear(dim, 64, bias=False)
+        self.down_proj = nn.Linear(64, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        h = self.input_layernorm(x)
+        q, k, v = (
+            p(h).view(b, t, self.heads, self.head_dim).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        cos, sin = self.rotary_emb(x, torch.arange(t, device=x.device)[None])
+        cos, sin = cos[:, None], sin[:, None]
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=causal).transpose(1, 2).reshape(b, t, d)
+        x = x + self.o_proj(attended)
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
 def _randomize(model: nn.Module) -> nn.Module:
     """BatchNorms away from their defaults (folding matters); LayerNorms as built (weight 1, bias 0)."""
     generator = torch.Generator().manual_seed(1)
@@ -444,6 +498,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("swin", Swin, "1x3x32x32", True),
         Architecture("vit", Vit, "1x3x32x32", True),
         Architecture("mha", MhaBlock, "1x16x32", True),
+        Architecture("llama", LlamaLayer, "1x6x32", True),
         Architecture("segformer", SegFormer, "1x3x32x32", True),
         Architecture("convnext", ConvNeXt, "1x3x32x32", False),
         Architecture("efficientnet", efficientnet, "1x3x32x32", False),

@@ -24,7 +24,8 @@ from trtdiff.source.inputs import make_inputs
 from trtdiff.source.loading import from_module
 
 COMBINATIONS = [(13, "torchscript"), (17, "torchscript"), (18, "torchscript"), (18, "dynamo")]
-NO_SDPA_BEFORE_14 = {"vit", "mha"}  # the TorchScript exporter writes scaled_dot_product_attention from opset 14
+# the TorchScript exporter writes scaled_dot_product_attention from opset 14
+NO_SDPA_BEFORE_14 = {"vit", "mha", "llama"}
 # The TorchScript exporter fails on this archive once loaded (nn.MultiheadAttention's in-projection loses the
 # ranks it needs): the archive is compared with the eager module's export instead.
 EXPORTED_FROM_EAGER = {"mha"}

@@ -387,7 +387,8 @@ def _pair_module_outputs(
     pairs: dict[str, TorchPair],
     used: set[int],
 ) -> None:
-    """A module whose ops did not pair one by one is still compared at its output."""
+    """A module whose ops did not pair one by one is still compared at its output: the last tensor leaving its
+    nodes that fits the output, or, where the module returned several tensors, the only one that fits."""
     call_counts: dict[str, int] = defaultdict(int)
     for call in capture.module_calls:
         call_counts[call.path] += 1
@@ -406,13 +407,17 @@ def _pair_module_outputs(
             if (scope := node_modules[n.name]) is not None and (scope == call.path or scope.startswith(call.path + "."))
         ]
         inside_indices = {n.index for n in inside}
-        for node in reversed(inside):
-            tensor = node.outputs[0] if node.outputs else ""
-            leaves = tensor in outputs or any(c not in inside_indices for c in consumers[tensor])
-            if tensor and leaves and tensor not in pairs and _compatible(graph, tensor, record):
-                pairs[tensor] = TorchPair(record.key, "module", record.op, call.path)
-                used.add(record.index)
-                break
+        fitting = [
+            tensor
+            for node in reversed(inside)
+            if (tensor := node.outputs[0] if node.outputs else "")
+            and (tensor in outputs or any(c not in inside_indices for c in consumers[tensor]))
+            and tensor not in pairs
+            and _compatible(graph, tensor, record)
+        ]
+        if fitting and (call.tensors == 1 or len(fitting) == 1):  # of several outputs alike, which is first is unknown
+            pairs[fitting[0]] = TorchPair(record.key, "module", record.op, call.path)
+            used.add(record.index)
 
 
 def _pair_graph_outputs(graph: GraphInfo, capture: TorchCapture, pairs: dict[str, TorchPair]) -> None:

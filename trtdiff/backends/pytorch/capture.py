@@ -608,11 +608,12 @@ def _install_hooks(module: torch.nn.Module, recorder: _Recorder, calls: list[Mod
         def post(mod: torch.nn.Module, _args: Any, output: Any, path: str = path) -> None:
             stack.pop()
             leaves, _ = tree_flatten(output)
-            first = next((leaf for leaf in leaves if isinstance(leaf, torch.Tensor)), None)
+            tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+            first = tensors[0] if tensors else None
             record = recorder.producer(first)
             if record is None and first is not None:
                 record = recorder.record_module_output(first, path, type(mod).__name__)
-            calls.append(ModuleCall(path, type(mod).__name__, record))
+            calls.append(ModuleCall(path, type(mod).__name__, record, len(tensors)))
 
         handles.append(sub.register_forward_pre_hook(pre))
         handles.append(sub.register_forward_hook(post))

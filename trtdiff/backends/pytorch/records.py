@@ -47,11 +47,13 @@ class TorchRecord:
 
 @dataclass(frozen=True)
 class ModuleCall:
-    """One call of a submodule and the record that produced its (first tensor) output."""
+    """One call of a submodule, the record that produced its (first tensor) output, and how many tensors it returned
+    (a rotary embedding's cos and sin: which ONNX tensor is the first is then not known from shapes alone)."""
 
     path: str
     type_name: str
     output_record: int | None
+    tensors: int = 1
 
 
 @dataclass(frozen=True)
