@@ -177,3 +177,46 @@ def test_a_float16_side_is_compared_as_exactly_as_in_float64() -> None:
     assert widened.rel_err == pytest.approx(exact.rel_err, rel=1e-3)
     assert widened.cosine == pytest.approx(exact.cosine, abs=1e-7)
     assert widened.max_abs == pytest.approx(exact.max_abs, rel=1e-3)
+
+
+def _masked_scores() -> np.ndarray:
+    scores = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32)
+    return scores + np.triu(np.full((64, 64), -np.inf, dtype=np.float32), 1)  # PyTorch's fused attention: -inf
+
+
+@pytest.mark.parametrize("on", ["numpy", "torch"])
+@pytest.mark.parametrize(
+    ("dtype", "mask"), [(np.float32, float(np.finfo(np.float32).min)), (np.float16, float(np.finfo(np.float16).min))]
+)
+def test_an_infinity_against_its_types_largest_finite_value_agrees(on: str, dtype: type, mask: float) -> None:
+    """A causal mask written with -inf on one side and finfo.min on the other (the dynamo exporter's
+    scaled_dot_product_attention, Hugging Face's masks; a float16 graph's -65504) is the same mask."""
+    reference = _masked_scores()
+    candidate = np.where(np.isinf(reference), mask, reference).astype(dtype)
+    m = compare_tensors(_on(reference, on), candidate, Thresholds(rtol=1e-2))
+    assert not m.diverged and m.non_finite_mismatches == 0 and m.inf_ref == 64 * 63 // 2
+
+
+@pytest.mark.parametrize("on", ["numpy", "torch"])
+@pytest.mark.parametrize("value", [-1e30, float(np.finfo(np.float32).max), np.nan])
+def test_an_infinity_against_any_other_value_still_diverges(on: str, value: float) -> None:
+    reference = _masked_scores()
+    candidate = np.where(np.isinf(reference), value, reference).astype(np.float32)
+    m = compare_tensors(_on(reference, on), candidate, Thresholds())
+    assert m.diverged and m.non_finite_mismatches == 64 * 63 // 2
+
+
+def test_a_float16_overflow_of_a_finite_reference_still_diverges() -> None:
+    """Past float16's range the graph holds inf where the float64 golden holds 70000: an overflow, not a mask."""
+    reference = np.array([70000.0, -70000.0, 1.0, 2.0])
+    with np.errstate(over="ignore"):
+        candidate = reference.astype(np.float16)
+    m = compare_tensors(reference, candidate, Thresholds(rtol=1e-2))
+    assert m.diverged and m.non_finite_mismatches == 2
+
+
+def _on(values: np.ndarray, where: str) -> object:
+    if where == "numpy":
+        return values
+    torch = pytest.importorskip("torch")
+    return torch.from_numpy(values)

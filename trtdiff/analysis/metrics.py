@@ -6,8 +6,11 @@ its error is large against the reference's own magnitude (`rel_err` above `rtol`
 asked, above an absolute bound. Integer and bool tensors must match exactly.
 
 NaN and Inf are compared by position: both sides holding NaN (or the same infinity) at the
-same places agree, as a -inf attention mask does in every backend; a NaN or Inf where the
-other side has something else diverges. Whether final outputs may hold them at all is the
+same places agree, as a -inf attention mask does in every backend; so does an infinity against
+the largest finite value of a float type with its sign (`MASK_VALUES`: the "-inf" an attention
+mask is written with where a real infinity is avoided, as Hugging Face's torch.finfo(dtype).min;
+the dynamo exporter writes that where PyTorch's fused attention adds -inf); a NaN or Inf where
+the other side has anything else diverges. Whether final outputs may hold them at all is the
 gate's question (trtdiff.gate.checks), not this one's.
 
 Speed: every figure comes from one pass over the pair, block by block (`Moments`). A
@@ -51,6 +54,9 @@ BLOCK = 1 << 16
 TORCH_BLOCK = 1 << 24
 """Elements per block with torch (on a GPU): float64 temporaries of 128 MB at most."""
 _PARALLEL_FROM = 4 * BLOCK  # smaller tensors are compared on the calling thread
+MASK_VALUES = (*(float(np.finfo(t).max) for t in (np.float16, np.float32, np.float64)), 3.3895313892515355e38)
+"""The largest finite magnitude of float16, float32, float64 and bfloat16: against an infinity of the same sign,
+the same mask value (module docstring)."""
 
 
 @dataclass
@@ -349,8 +355,10 @@ def _numpy_block(ref: np.ndarray, cand: np.ndarray, scratch: np.ndarray) -> Mome
 def _numpy_block_non_finite(r: np.ndarray, c: np.ndarray) -> Moments:
     """A block holding NaN or Inf: count them, and compute the figures over the positions finite on both sides."""
     nan_r, nan_c, inf_r, inf_c = np.isnan(r), np.isnan(c), np.isinf(r), np.isinf(c)
-    differ = int(np.count_nonzero((nan_r != nan_c) | ((inf_r | inf_c) & (r != c))))
-    finite = ~(nan_r | nan_c | inf_r | inf_c)
+    infinite = inf_r | inf_c
+    masked = infinite & (np.sign(r) == np.sign(c)) & _infinite_like(r) & _infinite_like(c)
+    differ = int(np.count_nonzero((nan_r != nan_c) | (infinite & (r != c) & ~masked)))
+    finite = ~(nan_r | nan_c | infinite)
     rf, cf = r[finite], c[finite]
     diff = np.abs(rf - cf)
     return Moments(
@@ -368,6 +376,12 @@ def _numpy_block_non_finite(r: np.ndarray, c: np.ndarray) -> Moments:
         ref_sq=float(_dot(rf, rf)),
         cand_sq=float(_dot(cf, cf)),
     )
+
+
+def _infinite_like(values: np.ndarray) -> np.ndarray:
+    """Where `values` (float64) is an infinity or a float type's largest finite magnitude (`MASK_VALUES`)."""
+    like: np.ndarray = np.isinf(values) | np.isin(np.abs(values), MASK_VALUES)
+    return like
 
 
 _Kernel = Callable[[np.ndarray, np.ndarray, int, int, Moments], int]
@@ -495,6 +509,10 @@ def _torch_moments(reference: torch.Tensor, candidate: torch.Tensor) -> Moments:
         nan_r, nan_c, inf_r, inf_c = torch.isnan(r), torch.isnan(c), torch.isinf(r), torch.isinf(c)
         bad = nan_r | nan_c | inf_r | inf_c
         differ = (nan_r != nan_c) | ((inf_r | inf_c) & (r != c))
+        if bool(differ.any()):  # an infinity against a mask value of its sign agrees (module docstring)
+            masks = torch.tensor((*MASK_VALUES, math.inf), dtype=torch.float64, device=r.device)
+            alike = (r.sign() == c.sign()) & torch.isin(r.abs(), masks) & torch.isin(c.abs(), masks)
+            differ &= ~alike
         r, c = r.masked_fill(bad, 0.0), c.masked_fill(bad, 0.0)  # zeros add nothing to the sums and maxima
         diff = (r - c).abs_()
         counts = torch.stack([nan_r.sum(), nan_c.sum(), inf_r.sum(), inf_c.sum(), differ.sum(), (~bad).sum()])
