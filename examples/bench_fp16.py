@@ -5,13 +5,15 @@
 
 `--model demo` is trtdiff's own DeepLabV3+ (no extra package); the others are examples/real_models.py's
 (timm, torchvision, transformers, smp where installed; random weights). One FP32 compare first (it warms
-the process up), then `--repeat` FP16 compares; each line gives the verdict, the seconds and the report's
-`timings`, largest first. With a GPU and onnxruntime-gpu, ONNX Runtime runs on CUDA and computes FP16.
+the process up; not counted), then `--repeat` rounds of one FP32 and one FP16 compare; each line gives the
+verdict, the seconds and the report's `timings`, largest first; the last line the medians and FP16 over FP32.
+With a GPU and onnxruntime-gpu, ONNX Runtime runs on CUDA and computes FP16.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -40,7 +42,8 @@ def main() -> None:
         torch.manual_seed(0)
         return MODELS[args.model][0]().eval()
 
-    for precision in ("fp32", *["fp16"] * args.repeat):
+    seconds_of: dict[str, list[float]] = {"fp32": [], "fp16": []}
+    for round_, precision in enumerate(("fp32", *["fp32", "fp16"] * args.repeat)):
         started = time.perf_counter()
         report = trtdiff.compare(
             build(),
@@ -50,12 +53,16 @@ def main() -> None:
             torch_device=args.device,
         )
         seconds = time.perf_counter() - started
+        if round_:
+            seconds_of[precision].append(seconds)
         steps = sorted(report.timings.items(), key=lambda kv: -kv[1])[:8]
         print(
-            f"{precision} {'PASS' if report.passed else 'FAIL'} {seconds:.1f} s: "
+            f"{precision}{'' if round_ else ' (warm-up)'} {'PASS' if report.passed else 'FAIL'} {seconds:.1f} s: "
             + ", ".join(f"{name} {value:.2f}" for name, value in steps),
             flush=True,
         )
+    fp32, fp16 = (statistics.median(seconds_of[p]) for p in ("fp32", "fp16"))
+    print(f"{args.model} {args.shape}: FP32 {fp32:.1f} s, FP16 {fp16:.1f} s, FP16/FP32 {fp16 / fp32:.2f}x (medians)")
 
 
 if __name__ == "__main__":
