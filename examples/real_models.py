@@ -188,10 +188,12 @@ def calibrate_batch_norm(model: torch.nn.Module, shape: str, batches: int = 4) -
     for norm in norms:
         norm.reset_running_stats()
         norm.momentum = None  # a cumulative average
+    sizes = [int(d) for d in shape.split("x")]
+    sizes[0] = max(sizes[0], 2)  # a pooled branch (ASPP's) holds one value per channel and sample: two samples
     model.train()
     with torch.no_grad():
         for _ in range(batches):
-            model(torch.randn(*(int(d) for d in shape.split("x"))))
+            model(torch.randn(*sizes))
     return model.eval()
 
 

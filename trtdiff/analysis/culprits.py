@@ -36,7 +36,16 @@ from trtdiff.analysis.quant_noise import (
     moved_like,
     weight_roundings,
 )
-from trtdiff.analysis.shadow import ShadowModel, as_onnx, build_shadow, cast, embed, submodel
+from trtdiff.analysis.shadow import (
+    ShadowModel,
+    as_onnx,
+    build_shadow,
+    cast,
+    each_as_onnx,
+    embed,
+    in_parallel,
+    submodel,
+)
 from trtdiff.analysis.upcast import as_float32
 from trtdiff.backends.base import fetch
 from trtdiff.backends.registry import BACKENDS, open_backend, spec_evaluator, tolerates_rewrite_failure
@@ -122,7 +131,7 @@ def local_errors(
         shadow = build_shadow(graph, tensors, reference.has)
         shadow = embed(shadow, {t: as_onnx(graph, t, v) for t, v in exact(shadow.exact_inputs).items()})
         values = reference.values(shadow.reference_inputs)
-        feeds = {t: as_onnx(graph, t, v) for t, v in values.items()}
+        feeds = each_as_onnx(graph, values)
         shadow, overflowed = _without_unfit(graph, shadow, values, feeds, notes)
         # the inputs as fed: a reference value may have another shape than the graph wrote (a baked dimension)
         shadow = dataclasses.replace(shadow, model=typed_inputs(shadow.model, feeds))
@@ -218,12 +227,14 @@ def _float32_twin(
     if judge.reduced is None:
         return None
     twin = as_float32(shadow.model)
-    twin_feeds = {  # as fed (the graph's shape), but float32 and unrounded
-        name: cast(np.asarray(values[name]), np.dtype(np.float32)).reshape(fed.shape)
-        if name in values and (fed.dtype.kind == "f" or fed.dtype.name == "bfloat16")  # ml_dtypes' kind is "V"
-        else fed
-        for name, fed in feeds.items()
-    }
+
+    def unrounded(name: str) -> np.ndarray:  # as fed (the graph's shape), but float32 and unrounded
+        fed = feeds[name]
+        if name in values and (fed.dtype.kind == "f" or fed.dtype.name == "bfloat16"):  # ml_dtypes' kind is "V"
+            return cast(np.asarray(values[name]), np.dtype(np.float32), split=False).reshape(fed.shape)
+        return fed
+
+    twin_feeds = in_parallel(unrounded, feeds)
     return graph_from_model(twin, graph.path.with_suffix(".float32.shadow.onnx")), twin_feeds
 
 
