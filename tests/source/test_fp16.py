@@ -248,3 +248,29 @@ def test_a_graph_the_pass_leaves_inconsistent_stops_in_one_line_naming_the_node(
     line = result.output.strip().splitlines()[-1]
     assert line.startswith("Error: --precision fp16: the graph onnxruntime.transformers.float16 converted has types")
     assert "node name: /l/self_attn/Sqrt" in line and "--keep-fp32 NODE" in line and "--onnx" in line
+
+
+def test_two_nodes_the_converter_named_alike_are_told_apart_so_onnx_runtime_loads_the_graph() -> None:
+    """On the H200 host the converter wrote two Casts named `X_cast_to_fp32_node` into smp's DeepLabV3+ ResNet-101
+    with its overflowing nodes kept in FP32, and ONNX Runtime refused the graph (exit 2 for a correct file)."""
+    from trtdiff.source.fp16 import _unique_node_names
+
+    cast = "x_cast_to_fp32_node"
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["a"], name=cast, to=TensorProto.FLOAT),
+            helper.make_node("Cast", ["x"], ["b"], name=cast, to=TensorProto.FLOAT),
+            helper.make_node("Add", ["a", "b"], ["y"], name=f"{cast}_2"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(Exception, match="two nodes with same node name"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    _unique_node_names(model.graph)
+    assert [n.name for n in model.graph.node] == [cast, f"{cast}_3", f"{cast}_2"]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (y,) = session.run(None, {"x": np.array([1.5, -2.0], np.float16)})
+    np.testing.assert_array_equal(y, [3.0, -4.0])

@@ -132,6 +132,7 @@ def convert_to_fp16(model: onnx.ModelProto, keep: Sequence[str] = ()) -> Fp16Con
     _restore_kept_names(converted.graph, names, added)
     _keep_fp32_constants(model, converted, added)
     repairs = make_consistent(converted, kept, added, names)
+    _unique_node_names(converted.graph)
     error = type_error(converted)
     if error is not None and type_error(model) is None:
         raise OptionError(
@@ -175,6 +176,23 @@ def _restore_kept_names(graph: onnx.GraphProto, names: set[str], added: Callable
         node.output[:] = [swap.get(name, name) for name in node.output]
     for info in graph.value_info:
         info.name = swap.get(info.name, info.name)
+
+
+def _unique_node_names(graph: onnx.GraphProto) -> None:
+    """A node named as an earlier one gets a suffix: ONNX Runtime refuses a graph with two nodes of one name, and
+    the converter can write two (smp's DeepLabV3+ ResNet-101 on the H200 host, its overflowing nodes kept in FP32
+    for the exclusion check: "two nodes with same node name (.../relu_2/Relu_output_0_cast_to_fp32_node)"). A
+    node's name only labels it."""
+    taken = {node.name for node in graph.node}
+    seen: set[str] = set()
+    for node in graph.node:
+        if node.name and node.name in seen:
+            number = 2
+            while f"{node.name}_{number}" in taken:
+                number += 1
+            node.name = f"{node.name}_{number}"
+            taken.add(node.name)
+        seen.add(node.name)
 
 
 def _keep_fp32_constants(
