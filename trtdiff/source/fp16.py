@@ -179,20 +179,32 @@ def _restore_kept_names(graph: onnx.GraphProto, names: set[str], added: Callable
 
 
 def _unique_node_names(graph: onnx.GraphProto) -> None:
-    """A node named as an earlier one gets a suffix: ONNX Runtime refuses a graph with two nodes of one name, and
-    the converter can write two (smp's DeepLabV3+ ResNet-101 on the H200 host, its overflowing nodes kept in FP32
-    for the exclusion check: "two nodes with same node name (.../relu_2/Relu_output_0_cast_to_fp32_node)"). A
-    node's name only labels it."""
-    taken = {node.name for node in graph.node}
-    seen: set[str] = set()
+    """A node repeated whole (the same name, op, inputs, outputs and attributes as an earlier one) is dropped, and
+    a node named as an earlier one gets a suffix: ONNX Runtime refuses a graph with two nodes of one name or two
+    definitions of one value, and the conversion can write a Cast twice (smp's DeepLabV3+ ResNet-101 on the H200
+    host, its overflowing nodes kept in FP32 for the exclusion check: "two nodes with same node name
+    (.../relu_2/Relu_output_0_cast_to_fp32_node)"). A node's name only labels it."""
+    seen: set[bytes] = set()
+    kept = []
     for node in graph.node:
-        if node.name and node.name in seen:
+        whole = node.SerializeToString(deterministic=True)
+        if whole not in seen:
+            seen.add(whole)
+            kept.append(node)
+    if len(kept) < len(graph.node):
+        nodes = [onnx.NodeProto.FromString(n.SerializeToString()) for n in kept]
+        del graph.node[:]
+        graph.node.extend(nodes)
+    taken = {node.name for node in graph.node}
+    named: set[str] = set()
+    for node in graph.node:
+        if node.name and node.name in named:
             number = 2
             while f"{node.name}_{number}" in taken:
                 number += 1
             node.name = f"{node.name}_{number}"
             taken.add(node.name)
-        seen.add(node.name)
+        named.add(node.name)
 
 
 def _keep_fp32_constants(
