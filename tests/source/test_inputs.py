@@ -28,6 +28,27 @@ def test_random_inputs_are_seeded() -> None:
     np.testing.assert_array_equal(a, np.random.default_rng(5).standard_normal((2, 3), dtype=np.float32))
 
 
+def test_a_large_random_input_drawn_in_parts_is_the_same_whatever_the_number_of_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """From 4 parts of 2**20 values on, the parts are drawn on threads, each from its own child generator: the values
+    depend on the seed and the shape, not on the machine; they are standard normal and differ from part to part."""
+    shape = ["1x3x1024x1024"]  # 3 parts: drawn whole, as before
+    np.testing.assert_array_equal(
+        make_inputs(["x"], shapes=shape, seed=1)["x"],
+        np.random.default_rng(1).standard_normal((1, 3, 1024, 1024), dtype=np.float32),
+    )
+    shape = ["1x5x1024x1024"]  # 5 parts
+    many = make_inputs(["x"], shapes=shape, seed=1)["x"]
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    one = make_inputs(["x"], shapes=shape, seed=1)["x"]
+    np.testing.assert_array_equal(many, one)
+    assert abs(float(many.mean())) < 0.01 and abs(float(many.std()) - 1) < 0.01
+    parts = many.reshape(-1)[: 5 << 20].reshape(5, 1 << 20)
+    assert not np.array_equal(parts[0], parts[1])
+    assert not np.array_equal(many, make_inputs(["x"], shapes=shape, seed=2)["x"])
+
+
 def test_dtypes() -> None:
     arrays = make_inputs(
         ["ids", "flag", "half"],
