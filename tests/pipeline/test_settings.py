@@ -56,7 +56,7 @@ def test_prepare_derives_one_reference_and_one_engine_setting_from_the_options(n
     )
     with prepare(net, options) as prepared:
         reference = prepared.reference
-        assert reference == TorchReference(net, "cpu", True, dtype="float64")  # FP16: the golden
+        assert reference == TorchReference(net, "cpu", True, cast_inputs=True)  # FP16: the golden, float32
         assert reference.module is net and reference.attention == "auto"
         assert prepared.engine == engine_settings(options.runtime, prepared.feeds)
         engine = prepared.engine

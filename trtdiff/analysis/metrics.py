@@ -255,7 +255,7 @@ def _numpy_moments(reference: np.ndarray, candidate: np.ndarray) -> Moments:
     """One pass over the pair, in blocks, on several threads when it is large.
 
     A float16 side is widened to float32 with the other, block by block on each thread, so that the compiled
-    kernel reads both: casting a float64 golden to float32 moves it by 6e-8 of itself, under a ten-thousandth
+    kernel reads both: casting a float64 value to float32 moves it by 6e-8 of itself, under a ten-thousandth
     of the error float16 is judged against (numpy's own path took 7.5 s of an FP16 DeepLabV3 (ResNet-50)
     compare at 512x512 on the H200 host)."""
     ref, cand = _flat(reference), _flat(candidate)

@@ -20,7 +20,7 @@ accumulate into them.
 **Reduced precision** (FP16, BF16: `--precision`, or a graph whose own types are float16 or
 bfloat16) makes errors of its own at every layer, far above float32's: each tensor is judged by
 its *noise ratio*, the candidate's rel-err against the golden over the error the precision itself
-makes there (Ascend msProbe's precision compare): the golden is the PyTorch model in float64, the
+makes there (Ascend msProbe's precision compare): the golden is the PyTorch model in float32, the
 benchmark the PyTorch model in the same precision (trtdiff.backends.pytorch.benchmark), and the
 error the precision makes at a tensor is the benchmark's rel-err against the golden, but never
 less than one unit in the last place of the precision (`FLOAT16`, `BFLOAT16`: 2**-10, 2**-7 of

@@ -19,7 +19,7 @@ output, whose rows sum to zero, is rounding noise in every backend) is computed,
 consumers need it, but never compared.
 
 In a reduced-precision graph (FP16, BF16: converted, or written so) the recording is wider
-(the float64 golden): each derived value is computed in the recording's precision, as PyTorch
+(the float32 golden): each derived value is computed in the recording's precision, as PyTorch
 holds it at that step, with the graph's constants widened to it and its float Casts (the ones a
 converter puts at the FP32 boundary and around the ops it keeps in FP32) passing values through
 (`widened`); what the graph itself rounds is the comparison's to measure, not the reference's

@@ -10,7 +10,6 @@ and the engine settings (the registry's `engine_settings`: TensorRT's), carried 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import tempfile
 import time
@@ -31,7 +30,6 @@ from trtdiff.errors import (
     OnnxFileError,
     OptionError,
     TrtdiffError,
-    cause_line,
     param,
 )
 from trtdiff.options import DEFAULT_OPSET, CompareOptions, ExportOptions, LoadOptions
@@ -135,13 +133,13 @@ def prepare(
     )
     source, backends, notes = _loaded(model, options, backends, first_feeds, timings, say)
     precision = run_precision(options.runtime.precision, source.given_graph)
-    golden = precision != "fp32"  # reduced precision is judged against PyTorch in float64
+    golden = precision != "fp32"  # reduced precision is judged against the float32 model, its inputs made float32
     reference = _reference(source, options, backends, golden=golden)
     recording = _recording(record or _capturing(capture), reference, source, say, timings)
     with ExitStack() as stack:  # closed last in, first out: the backends, then the folder they read
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="trtdiff-")))
         graph, exporter, recorded = _export_then_record(
-            source, options.export, save_path, folder, notes, recording, timings, say, golden=golden
+            source, options.export, save_path, folder, notes, recording, timings, say
         )
         graph, converted = in_precision(graph, precision, folder, options.runtime.keep_fp32)
         notes += converted
@@ -238,7 +236,7 @@ def _reference(
     source: Source, options: CompareOptions, backends: Sequence[str], *, golden: bool
 ) -> TorchReference | None:
     """The PyTorch reference with the options' settings, when "torch" is compared and the model has a module
-    (`golden`: in float64, for a reduced-precision comparison)."""
+    (`golden`: the reference of a reduced-precision comparison, TorchReference.of)."""
     module = source.loaded.module
     if "torch" not in backends or module is None:
         return None
@@ -267,8 +265,6 @@ def _export_then_record(
     record: Callable[[], TorchCapture] | None,
     timings: dict[str, float],
     say: Progress,
-    *,
-    golden: bool = False,
 ) -> tuple[GraphInfo, str, TorchCapture | None]:
     """The ONNX graph and its exporter, and the PyTorch recording (`record`, when one is wanted); `notes` grows.
 
@@ -277,11 +273,11 @@ def _export_then_record(
     one forward for both. Otherwise exported first, so that the export's own peak does not
     come on top of the recorded values; when that export fails, the forward is recorded
     anyway: a model whose forward fails (or returns no tensor) is named for that, rather than
-    for the export it broke. A `golden` recording (float64) is never what the export reads.
+    for the export it broke.
     """
     recorded: TorchCapture | None = None
     returned: Callable[[], Any] | None = None
-    if record is not None and not golden and _export_reads_recording(source, options):
+    if record is not None and _export_reads_recording(source, options):
         recorded = record()
         notes += recorded.notes
         from trtdiff.backends.pytorch.capture import returned_value
@@ -319,7 +315,7 @@ def _recorded(
     say("running PyTorch, recording every op")
     try:
         with timed(timings, "torch"):
-            recorded = _golden_or_float(record, reference, source.feeds)
+            recorded = record(reference, source.feeds)
     except ModelRunError as error:
         raise ModelRunError(f"{source.loaded.source}: {error.template}") from error
     if not recorded.output_keys:
@@ -328,20 +324,6 @@ def _recorded(
             "returns); trtdiff compares the tensors a model returns: return its outputs"
         )
     return recorded
-
-
-def _golden_or_float(record: Record, reference: TorchReference, feeds: Mapping[str, np.ndarray]) -> TorchCapture:
-    """The recording `record` makes; a golden (float64) that cannot run is recorded in float32 instead, with a note."""
-    if reference.dtype != "float64":
-        return record(reference, feeds)
-    try:
-        return record(reference, feeds)
-    except ModelRunError as error:
-        fallback = record(reference.at("float32"), feeds)
-        cause = error.__cause__
-        why = f"{type(cause).__name__}: {cause_line(cause)}" if cause is not None else error.template
-        note = f"the PyTorch model cannot run in float64 ({why}): the golden reference is its float32 forward"
-        return dataclasses.replace(fallback, notes=(note, *fallback.notes))
 
 
 def load_source(

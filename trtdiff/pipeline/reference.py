@@ -350,7 +350,7 @@ class SharedRecording:
 
     def __init__(self) -> None:
         self._recorded: TorchCapture | None = None
-        self._settings: tuple[str, bool, str] | None = None
+        self._settings: tuple[str, bool, str, bool] | None = None
 
     def record(self, reference: TorchReference, feeds: Mapping[str, np.ndarray], memory_bytes: int) -> TorchCapture:
         """The first recording of a comparison: the lent one where it fits, else a new one (then lent on), its

@@ -3,7 +3,7 @@
 How much error does FP16 (or BF16) make at each layer of *this* model? Ascend msProbe's answer,
 taken here: beside the candidate, a run in the same precision by an implementation trusted to
 compute in it (PyTorch's own float16/bfloat16 kernels, which accumulate in float32), and a
-golden run in higher precision (the reference recorded in float64). `benchmark_errors` records
+golden run in higher precision (the reference, recorded in float32). `benchmark_errors` records
 the model once more in the precision and, as each value is produced, measures its error against
 the golden value of the same op: max-abs error over the golden's largest magnitude (the rel-err
 of trtdiff.analysis.metrics), per recorded key. Nothing of the benchmark is kept but these figures.
@@ -126,7 +126,7 @@ def _rounded(bench: TorchReference, feeds: dict[str, np.ndarray]) -> tuple[Torch
 
 def _same_ops(golden: TorchCapture, bench: TorchCapture) -> set[str]:
     """The keys of records both forwards made alike, up to the first that differs: the same shape, and the same
-    op, or the same kind of op in the same module (a float64 golden on CUDA records `native_batch_norm` where its
+    op, or the same kind of op in the same module (a golden on CUDA may record `native_batch_norm` where its
     float16 benchmark records `cudnn_batch_norm`: taken for different ops, every figure after the first BatchNorm
     was dropped, and each tensor judged against one ULP alone)."""
     keys: set[str] = set()

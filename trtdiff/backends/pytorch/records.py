@@ -100,7 +100,7 @@ class TorchCapture:
     returned: Returned | None = None
     """How the forward returned its outputs (an exporter that reads them is given them: `returned_value`)."""
     dtype: str = "float32"
-    """What the floating inputs were cast to ("float32": as given; "float64" for a golden recording)."""
+    """What the module computed in ("float32"; "float16"/"bfloat16" for a benchmark; "float64" where asked)."""
 
     @property
     def input_keys(self) -> list[str]:

@@ -13,7 +13,7 @@ The TorchScript exporter rewrites the forward graph in place: it inlines every s
 into it, writing the module chain each node came from into its scope name
 ("pkg.Net::/torch.nn.modules.container.Sequential::layer1/BasicBlock::0"), which is where its
 ONNX node names come from. Every copy of the archive shares that graph (`copy.deepcopy` and
-`.to(dtype)` included: the float64 golden of an FP16 comparison, recorded after the export), so
+`.to(dtype)` included: the float16 benchmark of an FP16 comparison, recorded after the export), so
 a node's path is read from its scope name where it has one, and from the calls walked otherwise.
 """
 
