@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -54,6 +54,7 @@ BLOCK = 1 << 16
 TORCH_BLOCK = 1 << 24
 """Elements per block with torch (on a GPU): float64 temporaries of 128 MB at most."""
 _PARALLEL_FROM = 4 * BLOCK  # smaller tensors are compared on the calling thread
+_T = TypeVar("_T")
 MASK_VALUES = (*(float(np.finfo(t).max) for t in (np.float16, np.float32, np.float64)), 3.3895313892515355e38)
 """The largest finite magnitude of float16, float32, float64 and bfloat16: against an infinity of the same sign,
 the same mask value (module docstring)."""
@@ -464,6 +465,17 @@ def threads() -> int:
     return max(1, min(cores, MAX_THREADS))
 
 
+def in_parts(function: Callable[[int, int], _T], size: int, smallest: int) -> list[_T]:
+    """`function(start, stop)` over consecutive parts of `size` elements, one per comparing thread but none under
+    `smallest` elements (a single part, on the calling thread, where `size` is smaller). For numpy loops that
+    release the GIL (casts, reductions, bincount); `function` must not wait on these threads itself."""
+    parts = min(threads(), max(1, size // smallest))
+    if parts == 1:
+        return [function(0, size)]
+    bounds = [size * i // parts for i in range(parts + 1)]
+    return list(executor().map(lambda i: function(bounds[i], bounds[i + 1]), range(parts)))
+
+
 def executor() -> ThreadPoolExecutor:
     """One pool of comparing threads for the process, made on first use."""
     global _pool
@@ -509,10 +521,6 @@ def _torch_moments(reference: torch.Tensor, candidate: torch.Tensor) -> Moments:
         nan_r, nan_c, inf_r, inf_c = torch.isnan(r), torch.isnan(c), torch.isinf(r), torch.isinf(c)
         bad = nan_r | nan_c | inf_r | inf_c
         differ = (nan_r != nan_c) | ((inf_r | inf_c) & (r != c))
-        if bool(differ.any()):  # an infinity against a mask value of its sign agrees (module docstring)
-            masks = torch.tensor((*MASK_VALUES, math.inf), dtype=torch.float64, device=r.device)
-            alike = (r.sign() == c.sign()) & torch.isin(r.abs(), masks) & torch.isin(c.abs(), masks)
-            differ &= ~alike
         r, c = r.masked_fill(bad, 0.0), c.masked_fill(bad, 0.0)  # zeros add nothing to the sums and maxima
         diff = (r - c).abs_()
         counts = torch.stack([nan_r.sum(), nan_c.sum(), inf_r.sum(), inf_c.sum(), differ.sum(), (~bad).sum()])
@@ -526,7 +534,9 @@ def _torch_moments(reference: torch.Tensor, candidate: torch.Tensor) -> Moments:
     total.nan_ref, total.nan_cand, total.inf_ref, total.inf_cand, total.differ, total.finite = map(int, summed[:6])
     total.sum_abs, total.dot, total.ref_sq, total.cand_sq = summed[6:]
     total.max_abs, total.ref_max_abs = largest
-    if not (math.isfinite(total.ref_sq) and math.isfinite(total.cand_sq)):  # values past 1e154: numpy scales them
+    # Values past 1e154 (numpy scales them), or NaN/Inf that differ, where an infinity against a mask value of its
+    # sign agrees (module docstring): rare, so the host's pass, one rule in one place, decides.
+    if total.differ or not (math.isfinite(total.ref_sq) and math.isfinite(total.cand_sq)):
         return _numpy_moments(to_host(reference), to_host(candidate))
     return total
 

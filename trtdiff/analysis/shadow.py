@@ -149,18 +149,16 @@ def cast(value: np.ndarray, dtype: np.dtype, *, split: bool = True) -> np.ndarra
     with np.errstate(over="ignore"):
         if not split or value.size < _PARALLEL_FROM or not value.flags.c_contiguous:
             return value.astype(dtype)
-        from trtdiff.analysis.metrics import executor, threads
+        from trtdiff.analysis.metrics import in_parts
 
         out = np.empty(value.shape, dtype=dtype)
         flat, into = value.reshape(-1), out.reshape(-1)
-        parts = min(threads(), value.size // (_PARALLEL_FROM // 4))
-        bounds = [value.size * i // parts for i in range(parts + 1)]
 
-        def part(i: int) -> None:
+        def part(start: int, stop: int) -> None:
             with np.errstate(over="ignore"):
-                np.copyto(into[bounds[i] : bounds[i + 1]], flat[bounds[i] : bounds[i + 1]], casting="unsafe")
+                np.copyto(into[start:stop], flat[start:stop], casting="unsafe")
 
-        list(executor().map(part, range(parts)))
+        in_parts(part, value.size, _PARALLEL_FROM // 4)
         return out
 
 
