@@ -185,16 +185,14 @@ def _unique_node_names(graph: onnx.GraphProto) -> None:
     host, its overflowing nodes kept in FP32 for the exclusion check: "two nodes with same node name
     (.../relu_2/Relu_output_0_cast_to_fp32_node)"). A node's name only labels it."""
     seen: set[bytes] = set()
-    kept = []
-    for node in graph.node:
+    repeated = []
+    for index, node in enumerate(graph.node):
         whole = node.SerializeToString(deterministic=True)
-        if whole not in seen:
-            seen.add(whole)
-            kept.append(node)
-    if len(kept) < len(graph.node):
-        nodes = [onnx.NodeProto.FromString(n.SerializeToString()) for n in kept]
-        del graph.node[:]
-        graph.node.extend(nodes)
+        if whole in seen:
+            repeated.append(index)
+        seen.add(whole)
+    for index in reversed(repeated):
+        del graph.node[index]
     taken = {node.name for node in graph.node}
     named: set[str] = set()
     for node in graph.node:
