@@ -7,8 +7,9 @@ of the comparison is chosen once (`Reference.mode`):
 - "streamed" (the default): the model is recorded again while the comparison runs, each value
   compared as the forward makes it and dropped (analysis.engine.StreamedValues); the first
   recording kept only what fits in its store, for the pairing.
-- "held": the values stay in a store for the culprit pass (`--culprit`), or on the GPU the
-  reference ran on (`on_device`: nothing of it on the host, never recorded again).
+- "held": the values stay in a store for the culprit pass (`--culprit`) or a reduced precision's
+  layer check (each node alone on them), or on the GPU the reference ran on (`on_device`: nothing
+  of it on the host, never recorded again).
 - "statistics" (`--capture stats`): each value was summarized as the first recording made it and
   dropped; the layers around the first suspicious one are recorded again (`region`).
 - "lent": a sweep lends one recording, held whole, to every comparison of the same model.
@@ -89,9 +90,17 @@ class FirstRecording:
             return self.shared.record(reference, feeds, self.store_bytes)
         from trtdiff.backends.pytorch.capture import resolve_device
 
-        streams = self.options.analysis.culprit is not True
-        drops = streams and reference.dtype == "float32" and resolve_device(reference.device) == "cpu"
+        held = self.holds(reduced=reference.cast_inputs)
+        drops = not held and reference.dtype == "float32" and resolve_device(reference.device) == "cpu"
         return reference.record(feeds, store=self._store(beyond=is_output_key if drops else None))
+
+    def holds(self, *, reduced: bool) -> bool:
+        """Whether sample 0's values are held through the comparison, not streamed and recorded again: for the
+        culprit pass (`--culprit`), and in a reduced-precision comparison, whose layer check runs each node alone
+        on every paired value (`--no-culprit` aside): streamed, the model was recorded twice more for it, and
+        the values it holds are the same."""
+        culprit = self.options.analysis.culprit
+        return culprit is True or (culprit is None and reduced)
 
     def paired(self, prepared: Prepared, timings: dict[str, float]) -> Reference:
         """The recording paired with the ONNX graph and, in reduced precision, its benchmark measured; how its
@@ -123,20 +132,21 @@ class FirstRecording:
     def _reference(self, prepared: Prepared, **found: Any) -> Reference:
         capture: TorchCapture | None = found.get("capture")
         on_host = capture is not None and capture.device == "cpu"
-        mode = self._mode(capture is not None and found.get("pairing") is not None, on_host)
+        paired = capture is not None and found.get("pairing") is not None
+        mode = self._mode(paired, on_host, reduced=prepared.precision != "fp32")
         budget = MemoryBudget.plan(
             self.options.runtime, len(prepared.backends), on_host=on_host, read_back=mode in ("held", "lent")
         )
         return Reference(prepared=prepared, mode=mode, budget=budget, stack=self.stack, **found)
 
-    def _mode(self, paired: bool, on_host: bool) -> Mode:
+    def _mode(self, paired: bool, on_host: bool, *, reduced: bool) -> Mode:
         if not paired:
             return "none"
         if self.statistics:
             return "statistics"
         if self.lent:
             return "lent"
-        return "held" if self.options.analysis.culprit or not on_host else "streamed"
+        return "held" if self.holds(reduced=reduced) or not on_host else "streamed"
 
     def _store(self, beyond: Callable[[Any], bool] | None = None) -> TensorStore:
         return self.stack.enter_context(TensorStore(self.store_bytes, beyond=beyond))
