@@ -104,6 +104,32 @@ def test_a_streamed_reference_gives_the_figures_of_a_held_one(monkeypatch: pytes
     assert streamed.samples[0].outputs == chunked.samples[0].outputs == held.samples[0].outputs
 
 
+class Counted(nn.Module):
+    """A Conv and ReLU that count their forwards (the benchmark runs a copy, which counts its own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.forwards = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.forwards += 1
+        return torch.relu(self.conv(x))
+
+
+@pytest.mark.parametrize(("precision", "forwards"), [("fp32", 3), ("fp16", 2)])
+def test_fp16_holds_sample_0s_reference_for_its_layer_check_instead_of_recording_it_twice_more(
+    precision: str, forwards: int
+) -> None:
+    """FP32 streams sample 0 (recorded to pair, the export traced, recorded again while compared). FP16 runs each
+    node alone on every paired value in its layer check: those values are held from the first recording (the
+    export reads its outputs), where streaming recorded the model twice more for the same values (4 forwards)."""
+    torch.manual_seed(0)
+    model = Counted().eval()
+    report = trtdiff.compare(model, input_shapes=[SHAPE], precision=precision, backends=["torch", "onnxruntime"])
+    assert report.passed and model.forwards == forwards
+
+
 @pytest.mark.slow
 def test_culprits_are_named_after_a_streamed_comparison(tmp_path: Path) -> None:
     """The culprit pass reads the reference's values: sample 0 is recorded again for it, and finds the edit."""
