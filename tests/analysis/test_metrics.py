@@ -220,3 +220,60 @@ def _on(values: np.ndarray, where: str) -> object:
         return values
     torch = pytest.importorskip("torch")
     return torch.from_numpy(values)
+
+
+_RNG = np.random.default_rng(3)
+_GOLDEN = _RNG.standard_normal(300_000).astype(np.float32)  # past one block: the kernel and the threads
+
+
+def _bench(changes: dict[int, float]) -> np.ndarray:
+    bench = _GOLDEN.astype(np.float16).astype(np.float32)
+    for position, value in changes.items():
+        bench[position] = value
+    return bench
+
+
+@pytest.mark.parametrize(
+    ("golden_changes", "bench_changes", "expected"),
+    [
+        ({}, {}, "figure"),
+        ({}, {7: 40.0}, "figure"),  # a large error, at one position
+        ({5: math.nan}, {5: math.nan}, "figure"),  # NaN in both: left out
+        ({5: math.inf}, {5: 1.0}, "figure"),  # the golden's own infinity: left out
+        ({}, {9: math.inf}, None),  # the benchmark overflows where the golden is finite: no figure
+        ({}, {9: math.nan}, None),
+    ],
+)
+def test_the_benchmarks_rel_err_is_the_same_on_the_host_and_by_torch(
+    golden_changes: dict[int, float], bench_changes: dict[int, float], expected: str | None
+) -> None:
+    """finite_rel_err: numpy arrays and CPU tensors through the compiled pass, GPU tensors through torch; both
+    give one figure over the positions finite on both sides, and none where the benchmark is not finite alone."""
+    import torch
+
+    from trtdiff.analysis.metrics import _torch_rel_err, finite_rel_err
+
+    golden, bench = _GOLDEN.copy(), _bench(bench_changes)
+    for position, value in golden_changes.items():
+        golden[position] = value
+    host = finite_rel_err(golden, bench)
+    in_place = finite_rel_err(torch.from_numpy(golden), torch.from_numpy(bench))
+    by_torch = _torch_rel_err(golden, torch.from_numpy(bench))
+    if expected is None:
+        assert host is None and in_place is None and by_torch is None
+        return
+    finite = np.isfinite(golden) & np.isfinite(bench)
+    exact = float(np.abs(golden[finite].astype(np.float64) - bench[finite]).max() / np.abs(golden[finite]).max())
+    assert host == in_place == pytest.approx(exact, rel=1e-6)
+    assert by_torch == pytest.approx(exact, rel=1e-6)
+    assert (host > 1.0) == (7 in bench_changes)  # 40 against values of about 4.5: an error past the values
+
+
+def test_the_benchmarks_rel_err_has_no_figure_for_other_sizes_or_integers() -> None:
+    from trtdiff.analysis.metrics import finite_rel_err
+
+    assert finite_rel_err(np.ones(4, np.float32), np.ones(5, np.float32)) is None
+    assert finite_rel_err(np.ones(4, np.int64), np.ones(4, np.int64)) is None
+    assert finite_rel_err(np.zeros(4, np.float32), np.zeros(4, np.float32)) == 0.0
+    assert finite_rel_err(np.zeros(4, np.float32), np.ones(4, np.float32)) is None  # against all zeros: no scale
+    assert finite_rel_err(np.ones((2, 3), np.float32), np.ones(6, np.float16)) == 0.0  # a flat view of the same

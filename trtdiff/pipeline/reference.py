@@ -115,10 +115,11 @@ class FirstRecording:
         notes: list[str] = []
         expected: dict[str, float] = {}
         if prepared.precision != "fp32":
+            from trtdiff.analysis.metrics import finite_rel_err
             from trtdiff.backends.pytorch.benchmark import benchmark_errors
 
             with timed(timings, "benchmark"):
-                errors, notes = benchmark_errors(recorder, recorded, prepared.precision)
+                errors, notes = benchmark_errors(recorder, recorded, prepared.precision, finite_rel_err)
             expected = {tensor: errors[p.key] for tensor, p in pairing.pairs.items() if p.key in errors}
         return self._reference(
             prepared,

@@ -9,6 +9,7 @@ from torch import nn
 
 import trtdiff
 from tests.precision_models import SHAPE, Float64Hostile, transformer_block
+from trtdiff.analysis.metrics import finite_rel_err
 from trtdiff.backends.pytorch.benchmark import benchmark_errors
 from trtdiff.backends.pytorch.reference import TorchReference
 from trtdiff.backends.store import TensorStore
@@ -23,7 +24,7 @@ def test_the_benchmark_measures_fp16s_error_at_every_op_against_the_float64_gold
     with TensorStore() as store:
         recorded = golden.record(FEEDS, store=store)
         assert recorded.dtype == "float64" and recorded.value(recorded.output_keys[0]).dtype == np.float64
-        errors, notes = benchmark_errors(golden, recorded, "fp16")
+        errors, notes = benchmark_errors(golden, recorded, "fp16", finite_rel_err)
     assert not notes
     floats = [r.key for r in recorded.records if r.dtype == "float64"]
     assert set(errors) >= set(floats) and len(floats) == 15  # every op of the block, and its output
@@ -43,8 +44,8 @@ def test_a_model_the_precision_cannot_run_gets_no_figures_and_says_why() -> None
     golden = TorchReference(Inverse(), dtype="float64")
     with TensorStore() as store:
         recorded = golden.record(feeds, store=store)
-        errors, notes = benchmark_errors(golden, recorded, "bf16")
-        rounded, none = benchmark_errors(golden, recorded, "fp16")
+        errors, notes = benchmark_errors(golden, recorded, "bf16", finite_rel_err)
+        rounded, none = benchmark_errors(golden, recorded, "fp16", finite_rel_err)
     assert errors == {} and len(notes) == 1
     assert notes[0].startswith("bf16: the bfloat16 benchmark of the PyTorch model could not run on cpu")
     assert "judged against bfloat16's rounding alone" in notes[0]
@@ -96,7 +97,7 @@ def test_on_a_gpu_every_op_after_a_batch_norm_keeps_its_benchmark_figure() -> No
     golden = TorchReference(model, dtype="float64", device="cuda")
     with TensorStore() as store:
         recorded = golden.record(feeds, store=store)
-        errors, notes = benchmark_errors(golden, recorded, "fp16")
+        errors, notes = benchmark_errors(golden, recorded, "fp16", finite_rel_err)
     assert not notes
     floats = [r.key for r in recorded.records if r.dtype == "float64"]
     assert len(floats) == 9 and set(errors) >= set(floats)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import warnings
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -40,14 +40,20 @@ if TYPE_CHECKING:
     from trtdiff.backends.pytorch.records import TorchCapture
     from trtdiff.backends.pytorch.reference import TorchReference
 
+RelErr = Callable[[Any, torch.Tensor], float | None]
+"""How the benchmark's error at one op is measured: the golden's value and the benchmark's -> rel-err or None."""
+
 TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 """The torch dtype each reduced precision's benchmark computes in."""
 
 
 def benchmark_errors(
-    golden: TorchReference, recorded: TorchCapture, precision: str
+    golden: TorchReference, recorded: TorchCapture, precision: str, rel_err: RelErr
 ) -> tuple[dict[str, float], list[str]]:
     """Per recorded key, the benchmark's rel-err against the golden `recorded` (its values all held), and notes.
+
+    `rel_err(golden_value, benchmark_value)`: the figure, None where there is none (analysis.metrics.finite_rel_err,
+    given by the caller: the comparison's arithmetic lives there).
 
     The benchmark is `golden`'s module in `precision` on the same inputs, attention recorded as
     the golden was, so that both record the same ops in the same order (checked: keys of ops
@@ -58,7 +64,7 @@ def benchmark_errors(
 
     def visit(key: str, tensor: torch.Tensor) -> None:
         if key in recorded.store:
-            error = _rel_err(recorded.value(key), tensor)
+            error = rel_err(recorded.value(key), tensor)
             if error is not None:
                 errors[key] = error
 
@@ -139,36 +145,3 @@ def _same_ops(golden: TorchCapture, bench: TorchCapture) -> set[str]:
         key for key in golden.output_keys if key in bench.output_keys and len(golden.records) == len(bench.records)
     )
     return keys
-
-
-def _rel_err(golden: Any, bench: torch.Tensor) -> float | None:
-    """max |golden - bench| / max |golden| over positions finite in both; None where the sizes differ,
-    the values are not floating, or the benchmark is not finite where the golden is. A value seen
-    as produced may be the flat tensor the golden holds as a view (a Linear's (16, 32) for (1, 16, 32)).
-
-    Computed by torch where the benchmark's value is (the GPU for a reference held there): copied to the
-    host and reduced by numpy on one thread, DeepLabV3 (ResNet-50) at 512x512 spent 7.5 s per benchmark here."""
-    if isinstance(golden, torch.Tensor):
-        held = golden
-    else:
-        with warnings.catch_warnings():  # a value spilled to disk is a read-only memmap: only read here
-            warnings.simplefilter("ignore", UserWarning)
-            held = torch.from_numpy(np.asarray(golden))
-    if held.numel() != bench.numel() or not held.is_floating_point() or not bench.is_floating_point():
-        return None
-    # float32 is enough: the figure is float16's or bfloat16's error, thousands of float32's ULP
-    g = held.detach().to(bench.device, torch.float32)
-    b = bench.detach().reshape(g.shape).to(torch.float32)
-    finite, ahead = torch.isfinite(g), torch.isfinite(b)
-    if bool(finite.all()) and bool(ahead.all()):  # the usual case: two passes
-        scale, delta = float(g.abs().max()), float((g - b).abs().max())
-    else:
-        if bool((finite & ~ahead).any()):
-            return None
-        both = finite & ahead
-        if not bool(both.any()):
-            return None
-        zero = torch.zeros((), dtype=torch.float32, device=g.device)
-        scale = float(torch.where(both, g.abs(), zero).max())
-        delta = float(torch.where(both, (g - b).abs(), zero).max())
-    return delta / scale if scale > 0 else (0.0 if delta == 0 else None)
