@@ -33,6 +33,8 @@ from trtdiff.backends.base import fetch
 from trtdiff.backends.registry import exact_backend, open_backend, reopen_backend
 from trtdiff.options import DEFAULT_CHUNK_BYTES, DEFAULT_MEMORY_BYTES
 from trtdiff.source.masks import computed_magnitude, mask_tensors
+from trtdiff.source.onnx_graph import graph_from_model
+from trtdiff.source.shape_values import folded
 
 if TYPE_CHECKING:
     from trtdiff.analysis.engine import CapturedValues
@@ -252,14 +254,20 @@ def _exact_values(inputs: Inputs) -> ValuesOf:
     """Shape arithmetic and other non-float tensors, as ONNX Runtime (the registry's exact backend) computes them
     on the original graph.
 
-    The comparison's own ONNX Runtime where it ran live, else one opened (with the comparison's
-    provider) for this call and closed after it.
+    Where they follow from the graph's static shapes alone (source.shape_values), from the small model that
+    computes them so; else from a run of the whole graph: the comparison's own ONNX Runtime where it ran
+    live, else one opened (with the comparison's provider) for this call and closed after it.
     """
 
     def exact(names: Sequence[str]) -> dict[str, np.ndarray]:
         if not names:
             return {}
         name = exact_backend()
+        constant = folded(inputs.graph, names)
+        if constant is not None:
+            path = inputs.graph.path.with_suffix(".shape-values.onnx")
+            with open_backend(name, graph_from_model(constant, path), inputs.runtime) as opened:
+                return fetch(opened, {}, list(names))
         runner = next((b for b in inputs.backends if b.name == name and _is_live(b)), None)
         if runner is not None:
             return fetch(runner, inputs.feeds, list(names))
