@@ -288,3 +288,28 @@ def test_a_large_cast_in_parts_rounds_as_numpy_does_in_one_step() -> None:
         assert np.array_equal(parted, values.astype(np.float16), equal_nan=True)
         assert not np.array_equal(parted, values.astype(np.float32).astype(np.float16), equal_nan=True)
     assert np.isinf(parted[3]) and np.isnan(parted[-1])
+
+
+def test_float32_to_float16_and_back_round_as_numpy_does_on_every_kind_of_value() -> None:
+    """The torch conversion (`_half_cast`, numpy's is 10-100x slower on subnormals and overflows) gives numpy's
+    values bit for bit: random bit patterns (every exponent, subnormals, infinities, NaN), ties at the rounding
+    boundaries, and the edges of float16's range. NaN stays NaN (its payload bits may differ)."""
+    from trtdiff.analysis.shadow import cast
+
+    rng = np.random.default_rng(1)
+    bits = rng.integers(0, 1 << 32, size=3_000_000, dtype=np.uint64).astype(np.uint32)
+    ties = (np.arange(1 << 16, dtype=np.uint32) << 13) | (1 << 12)  # halfway between two float16 values
+    edges = np.array([65504, 65519.996, 65520, -65520, 6.1035156e-05, 5.9604645e-08, 2.9802322e-08, 0], np.float32)
+    values = np.concatenate([bits.view(np.float32), ties.view(np.float32), edges])
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = values.astype(np.float16)
+    halved = cast(values, np.dtype(np.float16))
+    assert halved.dtype == np.float16 and halved.shape == values.shape
+    nan = np.isnan(expected)
+    assert np.array_equal(np.isnan(halved), nan)
+    assert np.array_equal(halved[~nan].view(np.uint16), expected[~nan].view(np.uint16))
+    every_half = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    widened = cast(every_half, np.dtype(np.float32))
+    nan = np.isnan(every_half)
+    assert np.array_equal(np.isnan(widened), nan)
+    assert np.array_equal(widened[~nan], every_half[~nan].astype(np.float32))

@@ -140,12 +140,19 @@ def in_parallel(function: Callable[[str], np.ndarray], names: Iterable[str]) -> 
 
 
 def cast(value: np.ndarray, dtype: np.dtype, *, split: bool = True) -> np.ndarray:
-    """`value` as `dtype`, rounded as numpy rounds (to nearest, ties to even, in one step: float64 to float16
-    directly, never through float32), past the type's range to inf without a warning; a large contiguous
-    array in parts on the comparing threads (numpy releases the GIL in a cast: on the 16-core GPU host the
-    float16 feeds of an FP16 DeepLabV3 compare took 4 s on one thread). `value` itself where it has `dtype`."""
+    """`value` as `dtype`, rounded to nearest (ties to even) in one step (float64 to float16 directly, never
+    through float32), past the type's range to inf without a warning; `value` itself where it has `dtype`.
+
+    float32 to float16 and back, the feeds of every FP16 node alone, go through torch's conversion
+    (analysis.metrics.half_cast); other casts through numpy, a large contiguous array in parts on the comparing threads
+    (`split`; numpy releases the GIL in a cast: on the 16-core GPU host the float16 feeds of an FP16
+    DeepLabV3 compare took 4 s on one thread)."""
     if value.dtype == dtype:
         return value
+    if {value.dtype, dtype} == {np.dtype(np.float16), np.dtype(np.float32)}:
+        from trtdiff.analysis.metrics import half_cast
+
+        return half_cast(value, dtype)
     with np.errstate(over="ignore"):
         if not split or value.size < _PARALLEL_FROM or not value.flags.c_contiguous:
             return value.astype(dtype)
