@@ -83,3 +83,20 @@ def test_nothing_is_folded_from_a_dynamic_dimension_or_from_data() -> None:
     assert folded(_shape_graph(["batch", 3, 4, 5]), ["s2"]) is None  # the whole graph runs for it instead
     assert folded(_shape_graph([2, 3, 4, 5]), ["k"]) is None  # ArgMax reads values, not a shape
     assert folded(_shape_graph([2, 3, 4, 5]), ["s2", "k"]) is None
+
+
+def test_an_fp16_layer_check_runs_the_graph_once_reading_its_resize_sizes_from_the_folded_model(
+    opened_backends: list,
+) -> None:
+    """Each node alone (the FP16 layer check) is fed the demo's Resize sizes from the folded model; the
+    comparison's own ONNX Runtime runs its graph once, for the comparison (before: once more for those sizes)."""
+    import trtdiff
+
+    torch.manual_seed(0)
+    report = trtdiff.compare(
+        deeplabv3plus_resnet().eval(), input_shapes=["1x3x64x64"], precision="fp16", backends=["torch", "onnxruntime"]
+    )
+    assert report.passed
+    main, *others = opened_backends
+    assert main.session_runs == 1
+    assert any(b.graph.path.name.endswith(".shape-values.onnx") for b in others)
