@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import trtdiff
-from trtdiff.backends import onnxruntime_backend
+from trtdiff.backends import base
 from trtdiff.cli.app import main
 from trtdiff.errors import BackendError
 
@@ -95,7 +95,7 @@ def test_external_data_and_models_past_the_protobuf_limit_run_from_a_file(
     assert (tmp_path / "external.bin").is_file()
     assert trtdiff.compare(path, backends=BACKENDS).passed
     # Past protobuf's 2 GB an in-memory copy cannot be serialized: the session is built from a file instead.
-    monkeypatch.setattr(onnxruntime_backend, "PROTOBUF_LIMIT", 0)
+    monkeypatch.setattr(base, "PROTOBUF_LIMIT", 0)
     report = trtdiff.compare(path, backends=BACKENDS)
     assert report.passed and len(report.layers) == 2
 

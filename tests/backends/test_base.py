@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from trtdiff.backends.base import chunk_names, fetch
+from trtdiff.backends.base import chunk_names, fetch, serialized
 from trtdiff.backends.onnxruntime_backend import OnnxRuntimeBackend
 from trtdiff.source.onnx_graph import load_graph
 
@@ -109,3 +109,20 @@ def test_fetch_from_onnxruntime_returns_the_chunk_by_name(ort_backend: OnnxRunti
     assert list(values) == ["y", "r"]  # graph inputs are not node outputs
     np.testing.assert_array_equal(values["r"], np.maximum(x, 0))
     np.testing.assert_array_equal(values["y"], -np.maximum(x, 0))
+
+
+@pytest.mark.slow  # 15 s and 4.4 GB: a real model past 2 GB
+def test_a_model_is_serialized_once_and_none_past_protobufs_2gb() -> None:
+    """backends.base.serialized: the bytes a runtime reads from memory; past 2 GB protobuf refuses, and the
+    runtime reads the file instead (tests/test_third_party_onnx.py lowers the limit to take that path)."""
+    import gc
+
+    model = helper.make_model(helper.make_graph([], "g", [], []))
+    assert serialized(model) == model.SerializeToString()
+    weight = model.graph.initializer.add()
+    weight.name, weight.data_type = "w", TensorProto.UINT8
+    weight.dims.append((1 << 31) + 1)
+    weight.raw_data = bytes((1 << 31) + 1)
+    assert serialized(model) is None
+    del weight, model
+    gc.collect()

@@ -20,7 +20,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from trtdiff.backends.base import DEFAULT_CHUNK_BYTES, OnnxBackend, OpenRequest, chunk_names, expose_node_outputs
+from trtdiff.backends.base import (
+    DEFAULT_CHUNK_BYTES,
+    OnnxBackend,
+    OpenRequest,
+    chunk_names,
+    expose_node_outputs,
+    serialized,
+)
 from trtdiff.backends.segments import Segment, plan_segments, segment_model
 from trtdiff.errors import BackendError, OptionError, first_line
 from trtdiff.options import DEFAULT_PROVIDER
@@ -32,8 +39,6 @@ if TYPE_CHECKING:
 
 
 _ORT_FATAL = 4  # ONNX Runtime's log severity: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
-# Protobuf cannot serialize a message of 2 GB or more; a margin below it for the exposed outputs.
-PROTOBUF_LIMIT = (1 << 31) - (64 << 20)
 # A segment of the graph and the session that runs it (backends.segments).
 _Runnable = tuple[Segment, Any]
 
@@ -103,9 +108,9 @@ class OnnxRuntimeBackend(OnnxBackend):
 
     def _session_source(self, model: onnx.ModelProto, stem: str) -> bytes | str:
         """The model as bytes, or, past protobuf's 2 GB, as a file with its weights beside it."""
-        if model.ByteSize() < PROTOBUF_LIMIT:
-            serialized: bytes = model.SerializeToString()
-            return serialized
+        data = serialized(model)
+        if data is not None:
+            return data
         if self._folder is None:
             self._folder = tempfile.TemporaryDirectory(prefix="trtdiff-ort-")  # kept while the sessions live
         path = Path(self._folder.name) / f"{stem}.onnx"

@@ -116,11 +116,10 @@ class OpenVINOBackend(OnnxBackend):
 
     def _read(self, graph: GraphInfo) -> Any:
         """The model as OpenVINO reads it from the ONNX bytes (past protobuf's 2 GB: from the file itself)."""
-        from trtdiff.backends.onnxruntime_backend import PROTOBUF_LIMIT
+        from trtdiff.backends.base import serialized
 
-        source: bytes | str = (
-            graph.model.SerializeToString() if graph.model.ByteSize() < PROTOBUF_LIMIT else str(graph.path)
-        )
+        data = serialized(graph.model)
+        source: bytes | str = data if data is not None else str(graph.path)
         try:
             return self._core.read_model(source)
         except Exception as error:  # OpenVINO raises RuntimeError/GeneralFailure with C++ context
