@@ -291,9 +291,9 @@ def test_a_large_cast_in_parts_rounds_as_numpy_does_in_one_step() -> None:
 
 
 def test_float32_to_float16_and_back_round_as_numpy_does_on_every_kind_of_value() -> None:
-    """The torch conversion (`_half_cast`, numpy's is 10-100x slower on subnormals and overflows) gives numpy's
-    values bit for bit: random bit patterns (every exponent, subnormals, infinities, NaN), ties at the rounding
-    boundaries, and the edges of float16's range. NaN stays NaN (its payload bits may differ)."""
+    """The torch conversion (analysis.metrics.half_cast; numpy's is 10-100x slower on subnormals and overflows)
+    gives numpy's values bit for bit: random bit patterns (every exponent, subnormals, infinities, NaN), ties at
+    the rounding boundaries, and the edges of float16's range. NaN stays NaN (its payload bits may differ)."""
     from trtdiff.analysis.shadow import cast
 
     rng = np.random.default_rng(1)
