@@ -336,8 +336,8 @@ def _widened_range(ref: np.ndarray, cand: np.ndarray, start: int, stop: int) -> 
 
 def _as_float32(values: np.ndarray) -> np.ndarray:
     """A block as contiguous float32 for the kernel: float16 by `half_cast`, anything else by numpy."""
-    if values.dtype == np.float16:
-        return np.ascontiguousarray(half_cast(values, np.dtype(np.float32)))
+    if values.dtype == np.float16:  # on a comparing thread: not split again
+        return np.ascontiguousarray(half_cast(values, np.dtype(np.float32), split=False))
     return np.ascontiguousarray(values, dtype=np.float32)
 
 
@@ -510,17 +510,24 @@ def in_parts(function: Callable[[int, int], _T], size: int, smallest: int) -> li
 
 
 _HALF_FROM = 1 << 14
-"""Elements from which `half_cast` goes through torch: below, numpy's call costs less than torch's."""
+"""Elements from which `half_cast` narrows through torch: below, numpy's call costs less than torch's."""
 
 
-def half_cast(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """float32 `value` as float16, or float16 as float32, as numpy casts it (to nearest, ties to even; past
-    65504 to inf; NaN stays NaN), by torch where it is large: the CPU's conversion instructions (F16C) or a
-    branchless one, on torch's threads, about 0.6 ns a value whatever the values. numpy converts value by
-    value, with a slow path for what float16 holds as a subnormal or cannot hold: 5 ns a value after a ReLU,
-    36-62 ns past 65504 or under 6e-5 (2 cores), which is much of a MobileNetV3 activation: torchvision's
-    LRASPP at 512x512 spent 0.9 s of its 1.9 s FP16 local check casting its feeds. Bit for bit numpy's
-    (tests/analysis/test_shadow.py)."""
+def half_cast(value: np.ndarray, dtype: np.dtype, *, split: bool = True) -> np.ndarray:
+    """float32 `value` as float16, or float16 as float32, bit for bit as numpy casts it (to nearest, ties to
+    even; past 65504 to inf; NaN stays NaN), at a cost that does not depend on the values.
+
+    numpy converts value by value, with a slow path for what float16 holds as a subnormal or cannot
+    hold: 5 ns a value after a ReLU, 36-62 ns past 65504 or under 6e-5 (2 cores), which is much of a
+    MobileNetV3 activation: torchvision's LRASPP at 512x512 spent 0.9 s of its 1.9 s FP16 local check
+    casting its feeds. Widening reads each value's float32 from a table of all 65536 float16 values
+    (numpy's own conversions; 1.4 ns a value on one thread), a large array in parts on the comparing
+    threads (`split`; from those threads themselves, split=False). Narrowing a large array goes through
+    torch's conversion (F16C or a branchless one, 0.6 ns a value on torch's own threads): call it from
+    one thread, not from the comparing threads, whose every call would start a team of torch's threads
+    of its own. Tested on random bit patterns, ties and the range's edges (tests/analysis/test_shadow.py)."""
+    if dtype == np.float32:
+        return _widened(value, split)
     if value.size < _HALF_FROM:
         return value.astype(dtype)
     import torch
@@ -529,8 +536,26 @@ def half_cast(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
     with warnings.catch_warnings():  # a read-only array (a spilled value's memmap) is only read here
         warnings.simplefilter("ignore", UserWarning)
         tensor = torch.from_numpy(source)
-    converted: np.ndarray = tensor.to(torch.float16 if dtype == np.float16 else torch.float32).numpy()
-    return converted
+    narrowed: np.ndarray = tensor.to(torch.float16).numpy()
+    return narrowed
+
+
+def _widened(value: np.ndarray, split: bool) -> np.ndarray:
+    """float16 `value` as float32 by `_half_table`, in parts on the comparing threads where large and `split`."""
+    table, bits = _half_table(), value.view(np.uint16)
+    if not split or value.size < _PARALLEL_FROM:
+        whole: np.ndarray = np.take(table, bits)
+        return whole
+    out = np.empty(value.shape, dtype=np.float32)
+    flat, into = bits.reshape(-1), out.reshape(-1)
+    in_parts(lambda start, stop: np.take(table, flat[start:stop], out=into[start:stop]), value.size, _PARALLEL_FROM)
+    return out
+
+
+@cache
+def _half_table() -> np.ndarray:
+    """Every float16 value as float32, indexed by its bits (256 KB: it stays in a core's cache)."""
+    return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
 
 def executor() -> ThreadPoolExecutor:

@@ -124,10 +124,10 @@ _PARALLEL_FROM = 1 << 22  # elements from which a cast is split over the compari
 
 
 def each_as_onnx(graph: GraphInfo, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """`as_onnx` of every value, several at once on the comparing threads (numpy casts without the GIL): the
-    float16 feeds of an FP16 LRASPP (MobileNetV3) at 512x512, 195 tensors mostly under a million values each,
-    took 2.8 s on one thread on the H200 host."""
-    return in_parallel(lambda tensor: as_onnx(graph, tensor, values[tensor], split=False), values)
+    """`as_onnx` of every value, one after another: a float16 cast runs on torch's threads and any other large one
+    in parts on the comparing threads (`cast`). (numpy's float16 casts, on one thread, took 2.8 s for the feeds
+    of an FP16 LRASPP (MobileNetV3) at 512x512 on the H200 host: 195 tensors mostly under a million values.)"""
+    return {tensor: as_onnx(graph, tensor, value) for tensor, value in values.items()}
 
 
 def in_parallel(function: Callable[[str], np.ndarray], names: Iterable[str]) -> dict[str, np.ndarray]:
@@ -143,16 +143,16 @@ def cast(value: np.ndarray, dtype: np.dtype, *, split: bool = True) -> np.ndarra
     """`value` as `dtype`, rounded to nearest (ties to even) in one step (float64 to float16 directly, never
     through float32), past the type's range to inf without a warning; `value` itself where it has `dtype`.
 
-    float32 to float16 and back, the feeds of every FP16 node alone, go through torch's conversion
-    (analysis.metrics.half_cast); other casts through numpy, a large contiguous array in parts on the comparing threads
-    (`split`; numpy releases the GIL in a cast: on the 16-core GPU host the float16 feeds of an FP16
-    DeepLabV3 compare took 4 s on one thread)."""
+    float32 to float16 and back, the feeds of every FP16 node alone, go through analysis.metrics.half_cast
+    (narrowing on torch's threads: not to be called from the comparing threads); other casts through numpy,
+    a large contiguous array in parts on the comparing threads (`split`; numpy releases the GIL in a cast).
+    """
     if value.dtype == dtype:
         return value
     if {value.dtype, dtype} == {np.dtype(np.float16), np.dtype(np.float32)}:
         from trtdiff.analysis.metrics import half_cast
 
-        return half_cast(value, dtype)
+        return half_cast(value, dtype, split=split)
     with np.errstate(over="ignore"):
         if not split or value.size < _PARALLEL_FROM or not value.flags.c_contiguous:
             return value.astype(dtype)
