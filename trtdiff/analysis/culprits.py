@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from trtdiff.analysis.metrics import compare_tensors, half_cast
+from trtdiff.analysis.metrics import compare_tensors
 from trtdiff.analysis.noise import is_noise
 from trtdiff.analysis.quant_noise import (
     LINEAR,
@@ -357,11 +357,9 @@ def _run_local(
             tensor = tensor_of[local]
             if tensor not in expected:
                 continue
-            # a float16 output read by both comparisons (its twin's, the reference's) is widened once, not twice
-            read = half_cast(value, np.dtype(np.float32)) if value.dtype == np.float16 and local in wider else value
-            noise = compare_tensors(wider[local], read, judge.thresholds).rel_err if local in wider else None
+            noise = compare_tensors(wider[local], value, judge.thresholds).rel_err if local in wider else None
             explained = explain.variance(tensor, value, wider.get(local)) if explain is not None else None
-            metrics = judge(tensor, expected[tensor], read, pair, noise, explained)
+            metrics = judge(tensor, expected[tensor], value, pair, noise, explained)
             run.metrics[tensor] = metrics
             if metrics.diverged:
                 run.diverged[tensor] = (np.asarray(expected[tensor]), np.asarray(value))
