@@ -124,10 +124,20 @@ _PARALLEL_FROM = 1 << 22  # elements from which a cast is split over the compari
 
 
 def each_as_onnx(graph: GraphInfo, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """`as_onnx` of every value, one after another: a float16 cast runs on torch's threads and any other large one
-    in parts on the comparing threads (`cast`). (numpy's float16 casts, on one thread, took 2.8 s for the feeds
-    of an FP16 LRASPP (MobileNetV3) at 512x512 on the H200 host: 195 tensors mostly under a million values.)"""
-    return {tensor: as_onnx(graph, tensor, value) for tensor, value in values.items()}
+    """`as_onnx` of every value: float32 to float16 one after another (each on torch's threads, which must not be
+    started from the comparing threads: `cast`), any other cast (bfloat16) several at once on the comparing
+    threads, numpy's casts releasing the GIL. (numpy's float16 casts on one thread took 2.8 s for the feeds of
+    an FP16 LRASPP (MobileNetV3) at 512x512 on the H200 host: 195 tensors mostly under a million values.)"""
+    halves = [t for t, v in values.items() if _halves(np.asarray(v).dtype, graph.tensor_type(t).dtype)]
+    fed = {tensor: as_onnx(graph, tensor, values[tensor]) for tensor in halves}
+    others = [t for t in values if t not in fed]
+    fed.update(in_parallel(lambda tensor: as_onnx(graph, tensor, values[tensor], split=False), others))
+    return {tensor: fed[tensor] for tensor in values}
+
+
+def _halves(dtype: np.dtype, to: np.dtype | None) -> bool:
+    """Whether a cast from `dtype` to `to` is between float32 and float16 (analysis.metrics.half_cast)."""
+    return to is not None and {dtype, to} == {np.dtype(np.float16), np.dtype(np.float32)}
 
 
 def in_parallel(function: Callable[[str], np.ndarray], names: Iterable[str]) -> dict[str, np.ndarray]:
@@ -149,7 +159,7 @@ def cast(value: np.ndarray, dtype: np.dtype, *, split: bool = True) -> np.ndarra
     """
     if value.dtype == dtype:
         return value
-    if {value.dtype, dtype} == {np.dtype(np.float16), np.dtype(np.float32)}:
+    if _halves(value.dtype, dtype):
         from trtdiff.analysis.metrics import half_cast
 
         return half_cast(value, dtype, split=split)
