@@ -9,9 +9,9 @@ memory (`store`; past it values are spilled to disk, or dropped where nothing re
 and the other half holds the chunks compared (`chunk`). A streamed comparison (the default)
 holds one chunk of every ONNX backend in that half while the reference is recorded again and
 compared as it comes; its first recording keeps only what fits in its store, for the pairing. A
-comparison whose culprit pass reads the reference (`--culprit`, a sweep) holds the reference's
-values in its store and compares one chunk of every source, the reference's read back, in the
-other half. A reference on a GPU holds nothing on the host: a chunk may take all of L.
+comparison whose culprit pass reads the reference (`--culprit`, a sweep, a reduced precision's
+layer check) holds the reference's values in its store and compares one chunk of every source,
+the reference's read back, in the other half. A reference on a GPU holds nothing on the host: a chunk may take all of L.
 """
 
 from __future__ import annotations
