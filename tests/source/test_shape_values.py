@@ -100,3 +100,19 @@ def test_an_fp16_layer_check_runs_the_graph_once_reading_its_resize_sizes_from_t
     main, *others = opened_backends
     assert main.session_runs == 1
     assert any(b.graph.path.name.endswith(".shape-values.onnx") for b in others)
+
+
+def test_nothing_is_folded_through_a_random_op_or_one_outside_the_standard_domain() -> None:
+    """A second run would not repeat a random value, and another domain's op may not run alone: the graph's own
+    run gives those tensors."""
+    shape = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])]
+    out = [helper.make_tensor_value_info("y", TensorProto.INT64, None)]
+    for node in (
+        helper.make_node("RandomUniform", [], ["y0"], shape=[2], dtype=TensorProto.FLOAT),
+        helper.make_node("Thing", [], ["y0"], domain="com.example"),
+    ):
+        nodes = [node, helper.make_node("Cast", ["y0"], ["y"], to=TensorProto.INT64)]
+        graph = helper.make_graph(nodes, "g", shape, out)
+        opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]
+        info = graph_from_model(helper.make_model(graph, opset_imports=opsets), Path("r.onnx"))
+        assert folded(info, ["y"]) is None, node.op_type

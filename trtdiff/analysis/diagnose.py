@@ -31,6 +31,7 @@ from trtdiff.analysis.culprits import (
 )
 from trtdiff.backends.base import fetch
 from trtdiff.backends.registry import exact_backend, open_backend, reopen_backend
+from trtdiff.errors import BackendError
 from trtdiff.options import DEFAULT_CHUNK_BYTES, DEFAULT_MEMORY_BYTES
 from trtdiff.source.masks import computed_magnitude, mask_tensors
 from trtdiff.source.onnx_graph import graph_from_model
@@ -266,8 +267,11 @@ def _exact_values(inputs: Inputs) -> ValuesOf:
         constant = folded(inputs.graph, names)
         if constant is not None:
             path = inputs.graph.path.with_suffix(".shape-values.onnx")
-            with open_backend(name, graph_from_model(constant, path), inputs.runtime) as opened:
-                return fetch(opened, {}, list(names))
+            try:
+                with open_backend(name, graph_from_model(constant, path), inputs.runtime) as opened:
+                    return fetch(opened, {}, list(names))
+            except BackendError:  # the small model would not run where the graph does: the graph runs instead
+                pass
         runner = next((b for b in inputs.backends if b.name == name and _is_live(b)), None)
         if runner is not None:
             return fetch(runner, inputs.feeds, list(names))

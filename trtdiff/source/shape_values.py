@@ -6,8 +6,9 @@ inference fixed the shape of every tensor a Shape (or Size) node reads, that nod
 constant, and what is computed from constants is too. Running the model `folded` writes costs
 milliseconds; running the whole graph for those values cost a forward (a tenth of an FP16
 compare's time on the 2-core CPU at 1024x1024). The static shapes are the ones the rest of
-trtdiff feeds by (analysis.shadow.as_onnx); a value read from data, a dimension left open, or a
-node holding a subgraph on the way makes it None: the whole graph runs then, as before.
+trtdiff feeds by (analysis.shadow.as_onnx); a value read from data, a dimension left open, a node
+holding a subgraph, one outside the standard domain or a random one on the way makes it None: the
+whole graph runs then, as before.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from trtdiff.source.onnx_graph import GraphInfo
 
 _STATIC = frozenset({"Shape", "Size"})
 """The ops whose output is their input's shape (or its element count): constants once that shape is static."""
+_RANDOM = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+"""Ops whose values a second run would not repeat: their tensors are taken from the graph's run."""
 
 
 def folded(graph: GraphInfo, names: Sequence[str]) -> onnx.ModelProto | None:
@@ -42,11 +47,11 @@ def folded(graph: GraphInfo, names: Sequence[str]) -> onnx.ModelProto | None:
         if index is None or tensor in graph.data_tensors:  # a graph input, or computed from one's values
             return None
         node, proto = graph.nodes[index], graph.model.graph.node[index]
-        if node.implicit or any(
-            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in proto.attribute
-        ):
+        if node.domain not in ("", "ai.onnx") or node.op_type in _RANDOM or node.implicit:
             return None
-        if node.op_type in _STATIC and node.domain in ("", "ai.onnx"):
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in proto.attribute):
+            return None
+        if node.op_type in _STATIC:
             value = _static_value(graph, proto)
             if value is None:
                 return None
