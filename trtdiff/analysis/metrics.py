@@ -132,16 +132,20 @@ def finite_rel_err(reference: Any, candidate: Any) -> float | None:
         return _torch_rel_err(reference, candidate)
     if ref.size != cand.size or not (_is_real_float(ref) and _is_real_float(cand)):
         return None
-    ref, cand = ref.reshape(-1), cand.reshape(-1)
-    moments = _numpy_moments(ref, cand)
-    if moments.nan_cand + moments.inf_cand and bool(np.any(np.isfinite(ref) & ~np.isfinite(cand))):
+    return _finite_rel_err(_numpy_moments(ref.reshape(-1), cand.reshape(-1)), ref, cand)
+
+
+def _finite_rel_err(moments: Moments, reference: Any, candidate: Any) -> float | None:
+    """`finite_rel_err` from the pair's moments (their maxima are over the positions finite on both sides); the
+    positions are looked at on the host only where the candidate holds NaN or Inf."""
+    if moments.nan_cand + moments.inf_cand:
+        ref, cand = to_host(reference).reshape(-1), to_host(candidate).reshape(-1)
+        if bool(np.any(np.isfinite(ref) & ~np.isfinite(cand))):
+            return None
+    if not moments.finite:
         return None
-    return _finite_relative(moments.max_abs, moments.ref_max_abs) if moments.finite else None
-
-
-def _finite_relative(delta: float, scale: float) -> float | None:
-    """`delta` over `scale`; 0 where both are 0, None (no figure) for an error against an all-zero reference."""
-    return delta / scale if scale > 0 else (0.0 if delta == 0 else None)
+    delta, scale = moments.max_abs, moments.ref_max_abs
+    return delta / scale if scale > 0 else (0.0 if delta == 0 else None)  # against all zeros: no figure
 
 
 def verdict(moments: Moments, thresholds: Thresholds) -> PairMetrics:
@@ -624,29 +628,16 @@ def _torch_moments(reference: torch.Tensor, candidate: torch.Tensor) -> Moments:
 
 
 def _torch_rel_err(reference: Any, candidate: Any) -> float | None:
-    """`finite_rel_err` by torch, on the candidate's device (the reference copied there), in float32: the figure is
-    FP16's or BF16's error, thousands of float32's unit roundoff."""
+    """`finite_rel_err` by `_torch_moments` on the candidate's device (the reference copied there)."""
     import torch
 
     device = next(v.device for v in (candidate, reference) if isinstance(v, torch.Tensor))
     with warnings.catch_warnings():  # a value spilled to disk is a read-only memmap: only read here
         warnings.simplefilter("ignore", UserWarning)
-        g, b = _as_torch(reference, device), _as_torch(candidate, device)
+        g, b = _as_torch(reference, device).detach(), _as_torch(candidate, device).detach()
     if g.numel() != b.numel() or not g.is_floating_point() or not b.is_floating_point():
         return None
-    g, b = g.detach().to(torch.float32), b.detach().reshape(g.shape).to(torch.float32)
-    finite, ahead = torch.isfinite(g), torch.isfinite(b)
-    if bool(finite.all()) and bool(ahead.all()):  # the usual case: two passes
-        return _finite_relative(float((g - b).abs().max()), float(g.abs().max()))
-    if bool((finite & ~ahead).any()):
-        return None
-    both = finite & ahead
-    if not bool(both.any()):
-        return None
-    zero = torch.zeros((), dtype=torch.float32, device=g.device)
-    return _finite_relative(
-        float(torch.where(both, (g - b).abs(), zero).max()), float(torch.where(both, g.abs(), zero).max())
-    )
+    return _finite_rel_err(_torch_moments(g, b), g, b)
 
 
 def _as_torch(value: Any, device: torch.device) -> torch.Tensor:
